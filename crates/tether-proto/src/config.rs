@@ -1,0 +1,121 @@
+//! Endpoint configuration: every queue, window and retry has a limit here
+//! (TigerBeetle's rule), with defaults from the papers' parameter studies.
+
+use core::time::Duration;
+use tether_wire::{ChecksumKind, HEADER_LEN, MAX_DATAGRAM};
+use thiserror::Error;
+
+/// How lost segments are repaired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetransmitMode {
+    /// Retransmit only what the receiver's SACK ranges show missing.
+    #[default]
+    Selective,
+    /// On timeout retransmit everything from the first unacknowledged
+    /// segment on; the receiver keeps nothing out of order. Kept so the
+    /// experiments of seeds/001 can be reproduced side by side.
+    GoBackN,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest datagram emitted, header included (1472 fits an Ethernet MTU).
+    pub max_datagram: usize,
+    /// Segments in flight per peer: the papers' send-queue size.
+    pub send_window: usize,
+    /// Bytes accepted from the application per peer and not yet
+    /// acknowledged; beyond it `send` returns `WouldBlock`.
+    pub send_buffer_bytes: usize,
+    /// Segments above the cumulative ACK a receiver holds out of order.
+    pub recv_window: usize,
+    /// Bytes of delivered-but-unread messages before the receiver stops
+    /// accepting (and so stops acknowledging) new data: the commit point.
+    pub delivery_queue_bytes: usize,
+    /// Largest message `send` accepts and a receiver reassembles.
+    pub max_message_len: usize,
+    pub rto_initial: Duration,
+    pub rto_min: Duration,
+    pub rto_max: Duration,
+    /// How long a received segment may wait for reverse data to carry its ACK.
+    pub ack_delay: Duration,
+    /// Window fill fraction (in 1/256ths) at which the sender asks for an
+    /// immediate ACK (seeds/001 section 4.1.2).
+    pub ack_request_at: u8,
+    /// No acknowledged progress toward a peer with data outstanding for this
+    /// long: the peer is unreachable and its messages fail.
+    pub abandon_after: Duration,
+    pub checksum: ChecksumKind,
+    pub retransmit: RetransmitMode,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_datagram: 1472,
+            send_window: 256,
+            send_buffer_bytes: 64 << 20,
+            recv_window: 1024,
+            delivery_queue_bytes: 64 << 20,
+            max_message_len: 64 << 20,
+            rto_initial: Duration::from_millis(5),
+            rto_min: Duration::from_millis(1),
+            rto_max: Duration::from_millis(250),
+            ack_delay: Duration::from_micros(200),
+            ack_request_at: 128,
+            abandon_after: Duration::from_secs(5),
+            checksum: ChecksumKind::Crc32c,
+            retransmit: RetransmitMode::Selective,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid config field `{field}`: {why}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub why: &'static str,
+}
+
+/// Room a datagram must have beyond the header: one ACK with every SACK
+/// range plus one data frame with at least one payload byte.
+pub(crate) const MIN_BODY: usize = 16 + 8 * tether_wire::MAX_SACK_RANGES + 16 + 1;
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, why| Err(ConfigError { field, why });
+        if self.max_datagram < HEADER_LEN + MIN_BODY || self.max_datagram > MAX_DATAGRAM {
+            return bad("max_datagram", "must be between 200 and 65507 bytes");
+        }
+        if self.send_window < 2 || self.send_window > 1 << 16 {
+            return bad("send_window", "must be between 2 and 65536 segments");
+        }
+        if self.recv_window < 1 || self.recv_window > 1 << 20 {
+            return bad("recv_window", "must be between 1 and 2^20 segments");
+        }
+        if self.max_message_len == 0 || self.max_message_len > u32::MAX as usize {
+            return bad("max_message_len", "must be between 1 byte and 4 GiB");
+        }
+        if self.send_buffer_bytes < self.max_message_len {
+            return bad("send_buffer_bytes", "must hold at least one largest message");
+        }
+        if self.delivery_queue_bytes < self.max_message_len {
+            return bad("delivery_queue_bytes", "must hold at least one largest message");
+        }
+        if self.rto_min.is_zero() || self.rto_min > self.rto_max {
+            return bad("rto_min", "must be non-zero and at most rto_max");
+        }
+        if self.rto_initial < self.rto_min || self.rto_initial > self.rto_max {
+            return bad("rto_initial", "must lie between rto_min and rto_max");
+        }
+        if self.abandon_after < self.rto_max {
+            return bad("abandon_after", "must be at least rto_max");
+        }
+        Ok(())
+    }
+
+    /// Payload bytes one data frame can carry in a datagram that also holds
+    /// a full ACK and a total-length field.
+    pub fn max_fragment(&self) -> usize {
+        (self.max_datagram - HEADER_LEN - (MIN_BODY - 1)).min(u16::MAX as usize)
+    }
+}

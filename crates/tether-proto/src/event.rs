@@ -1,0 +1,72 @@
+//! What the core tells the application: events, message states, handles.
+
+use crate::NodeId;
+
+/// A handle on one sent message: the peer and the message's number in the
+/// stream to that peer (0, 1, 2... for the life of this endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageId {
+    pub peer: NodeId,
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// No acknowledged progress for `Config::abandon_after`.
+    PeerUnreachable,
+    /// The peer came back as a new incarnation; its previous life's
+    /// receive state is gone.
+    PeerRestarted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageState {
+    /// Accepted, not yet acknowledged.
+    Pending,
+    /// Acknowledged: it reached the peer's delivery queue (the commit point).
+    Delivered,
+    Failed(FailReason),
+    /// Not a message this endpoint has sent.
+    Unknown,
+}
+
+/// A run of consecutive messages to one peer that were not acknowledged.
+///
+/// Messages `[first, end)` failed. Those below `in_doubt_end` had every
+/// fragment transmitted at least once, so the peer may have received them
+/// just before the path died and the ACK was lost; those from `in_doubt_end`
+/// on certainly never reached it. No protocol can do better than this
+/// (the two generals); the application gets the exact split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedMessages {
+    pub peer: NodeId,
+    pub first: u64,
+    pub end: u64,
+    pub in_doubt_end: u64,
+}
+
+impl FailedMessages {
+    pub fn len(&self) -> u64 {
+        self.end - self.first
+    }
+    pub fn is_empty(&self) -> bool {
+        self.end == self.first
+    }
+    pub fn contains(&self, seq: u64) -> bool {
+        (self.first..self.end).contains(&seq)
+    }
+    pub fn ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        (self.first..self.end).map(move |seq| MessageId { peer: self.peer, seq })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Nothing acknowledged for `abandon_after`: every unacknowledged message
+    /// to the peer failed. Later sends are tried afresh on a new epoch.
+    PeerUnreachable { failed: FailedMessages },
+    /// The peer restarted: unacknowledged messages to its old life failed.
+    PeerRestarted { peer: NodeId, failed: FailedMessages },
+    /// A peer previously reported unreachable acknowledged again.
+    PeerReachable { peer: NodeId },
+}

@@ -1,0 +1,40 @@
+//! tether's protocol core, sans-IO (DESIGN.md layer 4).
+//!
+//! Pure state machines: no sockets, threads, clocks or randomness. The
+//! driver (the runtime over real sockets, or the simulator) feeds in
+//! datagrams and the time, and polls out datagrams to send, messages to
+//! deliver, events and the next deadline. The polling order for a driver is:
+//!
+//! 1. `handle_datagram(now, bytes)` for each received datagram and
+//!    `handle_timeout(now)` when `poll_timeout()` has passed;
+//! 2. `poll_transmit(now, buf)` until it returns `None`, sending each;
+//! 3. `recv()` and `poll_event()` for the application;
+//! 4. sleep until `poll_timeout()` or the next datagram.
+//!
+//! Reliability follows seeds/001 section 4.1 (cumulative ACKs, piggy-backing,
+//! ACK-request bit, one timer per endpoint) with selective ACKs added,
+//! aggregation of small messages from seeds/003 section 3, and generations
+//! from seeds/001 section 4.2.
+
+mod config;
+
+mod event;
+
+mod stats;
+mod time;
+
+pub use config::{Config, ConfigError, RetransmitMode};
+
+pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
+pub use stats::Stats;
+pub use time::Instant;
+
+/// A node's identity, independent of any address or rail.
+pub type NodeId = u32;
+
+/// A message handed to the application: who sent it and its exact bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub from: NodeId,
+    pub message: bytes::Bytes,
+}

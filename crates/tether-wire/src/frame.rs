@@ -1,0 +1,266 @@
+//! Frames: the units inside a datagram body.
+//!
+//! * `DATA` carries one fragment of one message with its per-stream sequence
+//!   number. `FIRST`/`LAST` mark message boundaries; a multi-fragment
+//!   message's first fragment also carries the total length so the receiver
+//!   can check it against its limit before buffering anything.
+//! * `ACK` carries the cumulative acknowledgement (next expected sequence
+//!   number) and up to [`MAX_SACK_RANGES`] selective ranges above it
+//!   (seeds/001 section 4.1: cumulative ACKs; SACK is our addition so a
+//!   single loss does not cost a window of retransmissions).
+
+use crate::WireError;
+
+pub(crate) const FRAME_DATA: u8 = 0x01;
+pub(crate) const FRAME_ACK: u8 = 0x02;
+
+/// Fixed part of a DATA frame: type, flags, len, seq.
+pub(crate) const DATA_FIXED_LEN: usize = 12;
+/// Fixed part of an ACK frame: type, range count, reserved, epoch, cumulative.
+pub(crate) const ACK_FIXED_LEN: usize = 16;
+pub(crate) const SACK_RANGE_LEN: usize = 8;
+
+/// Most selective ranges one ACK frame carries.
+pub const MAX_SACK_RANGES: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DataFlags(u8);
+
+impl DataFlags {
+    pub const FIRST: u8 = 0x01;
+    pub const LAST: u8 = 0x02;
+    const KNOWN: u8 = Self::FIRST | Self::LAST;
+
+    pub fn new(first: bool, last: bool) -> Self {
+        DataFlags(((first as u8) * Self::FIRST) | ((last as u8) * Self::LAST))
+    }
+    pub fn first(self) -> bool {
+        self.0 & Self::FIRST != 0
+    }
+    pub fn last(self) -> bool {
+        self.0 & Self::LAST != 0
+    }
+    /// A first fragment that is not also the last carries the message length.
+    pub fn carries_total_len(self) -> bool {
+        self.first() && !self.last()
+    }
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+/// One fragment of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataFrame<'a> {
+    pub seq: u64,
+    pub flags: DataFlags,
+    /// Total message length; present only when `flags.carries_total_len()`.
+    pub total_len: Option<u32>,
+    pub payload: &'a [u8],
+}
+
+impl DataFrame<'_> {
+    /// Bytes a DATA frame with `payload_len` payload bytes occupies.
+    pub fn encoded_len(payload_len: usize, flags: DataFlags) -> usize {
+        DATA_FIXED_LEN + if flags.carries_total_len() { 4 } else { 0 } + payload_len
+    }
+}
+
+/// A selective-ACK range: sequence numbers `[cumulative + start, cumulative + end)`
+/// were received. `start >= 1` because `cumulative` itself is by definition missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SackRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// An ACK as the sender of it builds it: fixed capacity, no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckRepr {
+    /// The stream epoch this ACK refers to (the acknowledged sender's epoch).
+    pub epoch: u32,
+    /// Next sequence number expected: everything below it was delivered.
+    pub cumulative: u64,
+    ranges: [SackRange; MAX_SACK_RANGES],
+    len: u8,
+}
+
+impl AckRepr {
+    pub fn new(epoch: u32, cumulative: u64) -> Self {
+        AckRepr { epoch, cumulative, ..Default::default() }
+    }
+
+    /// Append a range; ranges must be pushed ascending and disjoint. Returns
+    /// false (and changes nothing) when full or when the range is not valid.
+    pub fn push_range(&mut self, range: SackRange) -> bool {
+        let len = self.len as usize;
+        let after_prev = len == 0 || self.ranges[len - 1].end < range.start;
+        if len == MAX_SACK_RANGES || range.start == 0 || range.start >= range.end || !after_prev {
+            return false;
+        }
+        self.ranges[len] = range;
+        self.len += 1;
+        true
+    }
+
+    pub fn ranges(&self) -> &[SackRange] {
+        &self.ranges[..self.len as usize]
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        ACK_FIXED_LEN + SACK_RANGE_LEN * self.len as usize
+    }
+}
+
+/// A validated ACK frame inside a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckFrame<'a> {
+    pub epoch: u32,
+    pub cumulative: u64,
+    raw_ranges: &'a [u8],
+}
+
+impl<'a> AckFrame<'a> {
+    /// The selective ranges, ascending and disjoint (validated by parse).
+    pub fn ranges(&self) -> impl Iterator<Item = SackRange> + 'a {
+        self.raw_ranges.chunks_exact(SACK_RANGE_LEN).map(|c| SackRange {
+            start: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            end: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+        })
+    }
+
+    pub fn to_repr(&self) -> AckRepr {
+        let mut repr = AckRepr::new(self.epoch, self.cumulative);
+        for r in self.ranges() {
+            repr.push_range(r);
+        }
+        repr
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame<'a> {
+    Data(DataFrame<'a>),
+    Ack(AckFrame<'a>),
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
+}
+
+/// Parse the frame at the start of `b`; returns it and its encoded length.
+/// Every length is checked against `b.len()` before it is used.
+pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+    match b.first().copied() {
+        Some(FRAME_DATA) => {
+            if b.len() < DATA_FIXED_LEN {
+                return Err(WireError::FrameTruncated);
+            }
+            if b[1] & !DataFlags::KNOWN != 0 {
+                return Err(WireError::MalformedFrame("unknown data flags"));
+            }
+            let flags = DataFlags(b[1]);
+            let len = u16_at(b, 2) as usize;
+            let seq = u64_at(b, 4);
+            let mut at = DATA_FIXED_LEN;
+            let total_len = if flags.carries_total_len() {
+                if b.len() < at + 4 {
+                    return Err(WireError::FrameTruncated);
+                }
+                let total = u32_at(b, at);
+                at += 4;
+                if (total as usize) <= len {
+                    return Err(WireError::MalformedFrame("message length not above fragment length"));
+                }
+                Some(total)
+            } else {
+                None
+            };
+            if b.len() < at + len {
+                return Err(WireError::FrameTruncated);
+            }
+            let payload = &b[at..at + len];
+            Ok((Frame::Data(DataFrame { seq, flags, total_len, payload }), at + len))
+        }
+        Some(FRAME_ACK) => {
+            if b.len() < ACK_FIXED_LEN {
+                return Err(WireError::FrameTruncated);
+            }
+            let n = b[1] as usize;
+            if n > MAX_SACK_RANGES {
+                return Err(WireError::MalformedFrame("too many SACK ranges"));
+            }
+            if u16_at(b, 2) != 0 {
+                return Err(WireError::MalformedFrame("reserved ACK bits set"));
+            }
+            let epoch = u32_at(b, 4);
+            let cumulative = u64_at(b, 8);
+            let total = ACK_FIXED_LEN + n * SACK_RANGE_LEN;
+            if b.len() < total {
+                return Err(WireError::FrameTruncated);
+            }
+            let ack = AckFrame { epoch, cumulative, raw_ranges: &b[ACK_FIXED_LEN..total] };
+            let mut prev_end = 0u32;
+            for r in ack.ranges() {
+                if r.start == 0 || r.start >= r.end || (r.start <= prev_end && prev_end != 0) {
+                    return Err(WireError::MalformedFrame("SACK ranges not ascending and disjoint"));
+                }
+                if cumulative.checked_add(r.end as u64).is_none() {
+                    return Err(WireError::MalformedFrame("SACK range overflows sequence space"));
+                }
+                prev_end = r.end;
+            }
+            Ok((Frame::Ack(ack), total))
+        }
+        Some(other) => Err(WireError::UnknownFrame(other)),
+        None => Err(WireError::FrameTruncated),
+    }
+}
+
+pub(crate) fn emit_data(
+    out: &mut [u8],
+    seq: u64,
+    flags: DataFlags,
+    total_len: u32,
+    payload: &[u8],
+) -> Result<usize, WireError> {
+    let need = DataFrame::encoded_len(payload.len(), flags);
+    if out.len() < need || payload.len() > u16::MAX as usize {
+        return Err(WireError::BufferTooSmall);
+    }
+    out[0] = FRAME_DATA;
+    out[1] = flags.0;
+    out[2..4].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    out[4..12].copy_from_slice(&seq.to_le_bytes());
+    let mut at = DATA_FIXED_LEN;
+    if flags.carries_total_len() {
+        out[at..at + 4].copy_from_slice(&total_len.to_le_bytes());
+        at += 4;
+    }
+    out[at..at + payload.len()].copy_from_slice(payload);
+    Ok(need)
+}
+
+pub(crate) fn emit_ack(out: &mut [u8], ack: &AckRepr) -> Result<usize, WireError> {
+    let need = ack.encoded_len();
+    if out.len() < need {
+        return Err(WireError::BufferTooSmall);
+    }
+    out[0] = FRAME_ACK;
+    out[1] = ack.len;
+    out[2..4].fill(0);
+    out[4..8].copy_from_slice(&ack.epoch.to_le_bytes());
+    out[8..16].copy_from_slice(&ack.cumulative.to_le_bytes());
+    for (i, r) in ack.ranges().iter().enumerate() {
+        let at = ACK_FIXED_LEN + i * SACK_RANGE_LEN;
+        out[at..at + 4].copy_from_slice(&r.start.to_le_bytes());
+        out[at + 4..at + 8].copy_from_slice(&r.end.to_le_bytes());
+    }
+    Ok(need)
+}

@@ -1,0 +1,27 @@
+//! tether's wire format: the bytes that cross the network.
+//!
+//! A datagram is a fixed 40-byte [`Header`] followed by a body of frames
+//! ([`Frame::Data`], [`Frame::Ack`]). Several frames share one datagram, which
+//! is how small messages are aggregated and how ACKs ride on reverse data
+//! (seeds/003 section 3, seeds/001 section 4.1.2).
+//!
+//! [`Packet::parse`] validates *everything* before it returns: magic,
+//! version, flags, every length field against the bytes actually received
+//! (seeds/002 section 6.1 is the cautionary tale), every frame, and the
+//! checksum. Once it succeeds no accessor can fail or panic. [`PacketWriter`]
+//! emits into a caller-owned buffer so the data path never allocates.
+//!
+//! The layout is documented byte by byte in `docs/PROTOCOL.md`.
+
+mod error;
+mod frame;
+pub mod integrity;
+mod packet;
+
+pub use error::WireError;
+pub use frame::{AckFrame, AckRepr, DataFlags, DataFrame, Frame, SackRange, MAX_SACK_RANGES};
+pub use integrity::ChecksumKind;
+pub use packet::{Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, VERSION};
+
+/// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.
+pub const MAX_DATAGRAM: usize = 65_507;

@@ -1,0 +1,339 @@
+//! The datagram: a fixed header, then frames.
+//!
+//! ```text
+//!  0      2     3      4         5        6         8          12
+//!  +------+-----+------+---------+--------+---------+----------+
+//!  | "TH" | ver | flags| cksum   | rsvd=0 | body_len| checksum |
+//!  +------+-----+------+---------+--------+---------+----------+
+//!  12          16          20         28         36        40
+//!  +-----------+-----------+----------+----------+---------+
+//!  | src_node  | dst_node  | src_inc  | dst_inc  | epoch   |  then body_len bytes of frames
+//!  +-----------+-----------+----------+----------+---------+
+//! ```
+//!
+//! All integers little-endian. `src_inc`/`dst_inc` are incarnations (a node
+//! restarted gets a new one; `dst_inc == 0` means "not known yet") and
+//! `epoch` is the sender's stream epoch toward `dst_node`, bumped when the
+//! sender abandons the stream: together they are the generations of
+//! seeds/001 section 4.2, so packets from an older life are recognised and
+//! dropped. The checksum covers the whole datagram with the checksum field
+//! itself skipped.
+
+use crate::frame::{self, parse_frame, AckRepr, DataFlags, Frame};
+use crate::{ChecksumKind, WireError, MAX_DATAGRAM};
+
+pub const MAGIC: [u8; 2] = *b"TH";
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 40;
+
+mod field {
+    use core::ops::Range;
+    pub const MAGIC: Range<usize> = 0..2;
+    pub const VERSION: usize = 2;
+    pub const FLAGS: usize = 3;
+    pub const CHECKSUM_KIND: usize = 4;
+    pub const RESERVED: usize = 5;
+    pub const BODY_LEN: Range<usize> = 6..8;
+    pub const CHECKSUM: Range<usize> = 8..12;
+    pub const SRC_NODE: Range<usize> = 12..16;
+    pub const DST_NODE: Range<usize> = 16..20;
+    pub const SRC_INC: Range<usize> = 20..28;
+    pub const DST_INC: Range<usize> = 28..36;
+    pub const EPOCH: Range<usize> = 36..40;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeaderFlags(u8);
+
+impl HeaderFlags {
+    /// The sender's window is filling: acknowledge at once rather than after
+    /// the delayed-ACK interval (seeds/001 section 4.1.2).
+    pub const ACK_REQUEST: u8 = 0x01;
+    const KNOWN: u8 = Self::ACK_REQUEST;
+
+    pub fn new(ack_request: bool) -> Self {
+        HeaderFlags(ack_request as u8 * Self::ACK_REQUEST)
+    }
+    pub fn ack_request(self) -> bool {
+        self.0 & Self::ACK_REQUEST != 0
+    }
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    pub flags: HeaderFlags,
+    pub checksum: ChecksumKind,
+    pub src_node: u32,
+    pub dst_node: u32,
+    pub src_inc: u64,
+    pub dst_inc: u64,
+    pub epoch: u32,
+}
+
+impl Header {
+    fn emit(&self, out: &mut [u8]) {
+        out[field::MAGIC].copy_from_slice(&MAGIC);
+        out[field::VERSION] = VERSION;
+        out[field::FLAGS] = self.flags.0;
+        out[field::CHECKSUM_KIND] = self.checksum as u8;
+        out[field::RESERVED] = 0;
+        out[field::BODY_LEN].fill(0);
+        out[field::CHECKSUM].fill(0);
+        out[field::SRC_NODE].copy_from_slice(&self.src_node.to_le_bytes());
+        out[field::DST_NODE].copy_from_slice(&self.dst_node.to_le_bytes());
+        out[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
+        out[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
+        out[field::EPOCH].copy_from_slice(&self.epoch.to_le_bytes());
+    }
+}
+
+fn checksum_of(kind: ChecksumKind, datagram: &[u8]) -> u32 {
+    kind.compute(&[&datagram[..field::CHECKSUM.start], &datagram[field::CHECKSUM.end..]])
+}
+
+/// A received datagram that passed every check.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet<'a> {
+    pub header: Header,
+    body: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// Validate a received datagram completely: header fields, the body
+    /// length against the received length, every frame, and the checksum.
+    pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
+        if datagram.len() < HEADER_LEN {
+            return Err(WireError::Truncated { needed: HEADER_LEN, got: datagram.len() });
+        }
+        if datagram.len() > MAX_DATAGRAM {
+            return Err(WireError::Oversized);
+        }
+        if datagram[field::MAGIC] != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if datagram[field::VERSION] != VERSION {
+            return Err(WireError::BadVersion(datagram[field::VERSION]));
+        }
+        let flags = datagram[field::FLAGS];
+        if flags & !HeaderFlags::KNOWN != 0 || datagram[field::RESERVED] != 0 {
+            return Err(WireError::BadFlags(flags));
+        }
+        let kind_raw = datagram[field::CHECKSUM_KIND];
+        let checksum = ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
+        let claimed = u16::from_le_bytes([datagram[6], datagram[7]]) as usize;
+        let actual = datagram.len() - HEADER_LEN;
+        if claimed != actual {
+            return Err(WireError::LengthMismatch { claimed, actual });
+        }
+        let stored = u32::from_le_bytes(datagram[field::CHECKSUM].try_into().expect("4 bytes"));
+        if checksum != ChecksumKind::None && stored != checksum_of(checksum, datagram) {
+            return Err(WireError::ChecksumMismatch);
+        }
+        let body = &datagram[HEADER_LEN..];
+        let mut rest = body;
+        while !rest.is_empty() {
+            let (_, len) = parse_frame(rest)?;
+            rest = &rest[len..];
+        }
+        let le32 = |r: core::ops::Range<usize>| u32::from_le_bytes(datagram[r].try_into().expect("4 bytes"));
+        let le64 = |r: core::ops::Range<usize>| u64::from_le_bytes(datagram[r].try_into().expect("8 bytes"));
+        let header = Header {
+            flags: HeaderFlags(flags),
+            checksum,
+            src_node: le32(field::SRC_NODE),
+            dst_node: le32(field::DST_NODE),
+            src_inc: le64(field::SRC_INC),
+            dst_inc: le64(field::DST_INC),
+            epoch: le32(field::EPOCH),
+        };
+        Ok(Packet { header, body })
+    }
+
+    /// The frames, in order. Cannot fail: `parse` validated them.
+    pub fn frames(&self) -> Frames<'a> {
+        Frames { rest: self.body }
+    }
+
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+}
+
+pub struct Frames<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        // `Packet::parse` walked these exact bytes successfully, so an error
+        // here is impossible; stopping is the safe answer regardless.
+        let (frame, len) = parse_frame(self.rest).ok()?;
+        self.rest = &self.rest[len..];
+        Some(frame)
+    }
+}
+
+/// Builds one datagram in a caller-owned buffer: header first, then frames,
+/// then `finish` fills in the body length and the checksum.
+pub struct PacketWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+    checksum: ChecksumKind,
+}
+
+impl<'a> PacketWriter<'a> {
+    /// `buf` bounds the datagram size; it is clamped to [`MAX_DATAGRAM`].
+    pub fn new(buf: &'a mut [u8], header: &Header) -> Result<Self, WireError> {
+        let cap = buf.len().min(MAX_DATAGRAM);
+        let buf = &mut buf[..cap];
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::BufferTooSmall);
+        }
+        header.emit(buf);
+        Ok(PacketWriter { buf, len: HEADER_LEN, checksum: header.checksum })
+    }
+
+    /// Bytes still free for frames.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == HEADER_LEN
+    }
+
+    pub fn set_ack_request(&mut self, on: bool) {
+        let bit = HeaderFlags::ACK_REQUEST;
+        let f = &mut self.buf[field::FLAGS];
+        *f = if on { *f | bit } else { *f & !bit };
+    }
+
+    pub fn push_data(
+        &mut self,
+        seq: u64,
+        flags: DataFlags,
+        total_len: u32,
+        payload: &[u8],
+    ) -> Result<(), WireError> {
+        self.len += frame::emit_data(&mut self.buf[self.len..], seq, flags, total_len, payload)?;
+        Ok(())
+    }
+
+    pub fn push_ack(&mut self, ack: &AckRepr) -> Result<(), WireError> {
+        self.len += frame::emit_ack(&mut self.buf[self.len..], ack)?;
+        Ok(())
+    }
+
+    /// Write the body length and checksum; returns the datagram length.
+    pub fn finish(self) -> usize {
+        let body_len = (self.len - HEADER_LEN) as u16;
+        self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
+        let datagram = &mut self.buf[..self.len];
+        let sum = checksum_of(self.checksum, datagram);
+        datagram[field::CHECKSUM].copy_from_slice(&sum.to_le_bytes());
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SackRange;
+
+    fn header() -> Header {
+        Header {
+            flags: HeaderFlags::new(true),
+            checksum: ChecksumKind::Crc32c,
+            src_node: 7,
+            dst_node: 9,
+            src_inc: 0x0102_0304_0506_0708,
+            dst_inc: 42,
+            epoch: 3,
+        }
+    }
+
+    fn sample(buf: &mut [u8]) -> usize {
+        let mut w = PacketWriter::new(buf, &header()).unwrap();
+        w.push_data(5, DataFlags::new(true, true), 0, b"hello").unwrap();
+        let mut ack = AckRepr::new(1, 100);
+        assert!(ack.push_range(SackRange { start: 2, end: 4 }));
+        w.push_ack(&ack).unwrap();
+        w.finish()
+    }
+
+    #[test]
+    fn round_trip_fixture() {
+        let mut buf = [0u8; 256];
+        let n = sample(&mut buf);
+        assert_eq!(n, HEADER_LEN + 12 + 5 + 16 + 8);
+        assert_eq!(&buf[..4], &[b'T', b'H', VERSION, HeaderFlags::ACK_REQUEST]);
+        let p = Packet::parse(&buf[..n]).unwrap();
+        assert_eq!(p.header, header());
+        let frames: Vec<_> = p.frames().collect();
+        assert_eq!(frames.len(), 2);
+        match frames[0] {
+            Frame::Data(d) => {
+                assert_eq!((d.seq, d.payload, d.total_len), (5, &b"hello"[..], None));
+                assert!(d.flags.first() && d.flags.last());
+            }
+            _ => panic!("expected data"),
+        }
+        match frames[1] {
+            Frame::Ack(a) => {
+                assert_eq!((a.epoch, a.cumulative), (1, 100));
+                assert_eq!(a.ranges().collect::<Vec<_>>(), vec![SackRange { start: 2, end: 4 }]);
+            }
+            _ => panic!("expected ack"),
+        }
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_datagram() {
+        let mut buf = [0u8; 256];
+        let n = sample(&mut buf);
+        let good = buf[..n].to_vec();
+        let with = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = good.clone();
+            f(&mut d);
+            Packet::parse(&d).unwrap_err()
+        };
+        assert!(matches!(Packet::parse(&good[..10]), Err(WireError::Truncated { .. })));
+        assert_eq!(with(&|d| d[0] = b'X'), WireError::BadMagic);
+        assert_eq!(with(&|d| d[2] = 9), WireError::BadVersion(9));
+        assert_eq!(with(&|d| d[3] = 0x80), WireError::BadFlags(0x80));
+        assert_eq!(with(&|d| d[4] = 77), WireError::UnknownChecksum(77));
+        assert!(matches!(with(&|d| d.truncate(n - 1)), WireError::LengthMismatch { .. }));
+        assert!(matches!(with(&|d| d.push(0)), WireError::LengthMismatch { .. }));
+        assert_eq!(with(&|d| d[HEADER_LEN + 14] ^= 1), WireError::ChecksumMismatch);
+    }
+
+    #[test]
+    fn frame_lengths_are_never_trusted() {
+        // With checksum `none` a lying length field reaches frame parsing:
+        // it must be caught there, not read past the buffer.
+        let mut h = header();
+        h.checksum = ChecksumKind::None;
+        let mut buf = [0u8; 128];
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.push_data(1, DataFlags::new(true, true), 0, b"abcd").unwrap();
+        let n = w.finish();
+        buf[HEADER_LEN + 2] = 200; // claims a 200-byte payload
+        assert_eq!(Packet::parse(&buf[..n]).unwrap_err(), WireError::FrameTruncated);
+        buf[HEADER_LEN] = 0x55;
+        assert_eq!(Packet::parse(&buf[..n]).unwrap_err(), WireError::UnknownFrame(0x55));
+    }
+
+    #[test]
+    fn writer_refuses_to_overflow() {
+        let mut buf = [0u8; HEADER_LEN + 20];
+        let mut w = PacketWriter::new(&mut buf, &header()).unwrap();
+        assert_eq!(w.push_data(1, DataFlags::new(true, true), 0, &[0; 9]), Err(WireError::BufferTooSmall));
+        assert!(w.is_empty());
+        w.push_data(1, DataFlags::new(true, true), 0, &[0; 8]).unwrap();
+        assert_eq!(w.remaining(), 0);
+    }
+}
