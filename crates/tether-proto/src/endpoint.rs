@@ -1,0 +1,320 @@
+//! The endpoint: one node's protocol state toward all its peers.
+//!
+//! This is the sans-IO core's public face (quinn-proto style): `handle_*`
+//! take input with `now` first, `poll_*` give output. See the crate docs
+//! for the polling order.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use tether_wire::{Frame, Header, HeaderFlags, Packet, PacketWriter};
+use thiserror::Error;
+
+use crate::event::{Event, FailReason, MessageId, MessageState};
+use crate::peer::Peer;
+use crate::recv_stream::{copy_to_bytes, DeliveryQueue};
+use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
+
+/// Most peers one endpoint keeps state for: a flood of forged source ids
+/// must not grow memory without bound.
+pub const MAX_PEERS: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SendError {
+    #[error("message of {len} bytes exceeds the limit of {max}")]
+    MessageTooLarge { len: usize, max: usize },
+    /// The send buffer for this peer is full: back-pressure, try again after progress.
+    #[error("send buffer full")]
+    WouldBlock,
+    #[error("cannot send to this endpoint itself")]
+    SelfSend,
+    #[error("too many peers")]
+    TooManyPeers,
+}
+
+/// A datagram for the driver to send: `buf[..len]` to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: NodeId,
+    pub len: usize,
+}
+
+pub struct Endpoint {
+    config: Config,
+    node: NodeId,
+    incarnation: u64,
+    peers: BTreeMap<NodeId, Peer>,
+    /// Round-robin start for `poll_transmit`, so no peer starves another.
+    next_peer: NodeId,
+    deliveries: DeliveryQueue,
+    events: VecDeque<Event>,
+    stats: Stats,
+    send_arena: BytesMut,
+    recv_arena: BytesMut,
+}
+
+impl Endpoint {
+    /// `incarnation` must be non-zero and larger than any earlier
+    /// incarnation of the same node (a restart), e.g. a start timestamp.
+    pub fn new(config: Config, node: NodeId, incarnation: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if incarnation == 0 {
+            return Err(ConfigError { field: "incarnation", why: "must be non-zero" });
+        }
+        Ok(Endpoint {
+            deliveries: DeliveryQueue::new(config.delivery_queue_bytes),
+            config,
+            node,
+            incarnation,
+            peers: BTreeMap::new(),
+            next_peer: 0,
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            send_arena: BytesMut::new(),
+            recv_arena: BytesMut::new(),
+        })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn peer_mut(&mut self, id: NodeId) -> Option<&mut Peer> {
+        if !self.peers.contains_key(&id) && self.peers.len() >= MAX_PEERS {
+            return None;
+        }
+        let config = &self.config;
+        Some(self.peers.entry(id).or_insert_with(|| Peer::new(config)))
+    }
+
+    /// Queue a message for `peer`. The bytes are copied once, into the
+    /// sender-based log that retransmissions are served from.
+    pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        let data = copy_to_bytes(&mut self.send_arena, msg);
+        self.send_bytes(now, peer, data)
+    }
+
+    /// Like `send`, taking ownership of the bytes: no copy at all.
+    pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        let max_fragment = self.config.max_fragment();
+        let p = self.peer_mut(peer).ok_or(SendError::TooManyPeers)?;
+        let seq = p.send.push_message(now, msg, max_fragment);
+        self.stats.messages_sent += 1;
+        Ok(MessageId { peer, seq })
+    }
+
+    fn check_send(&self, peer: NodeId, len: usize) -> Result<(), SendError> {
+        if peer == self.node {
+            return Err(SendError::SelfSend);
+        }
+        if len > self.config.max_message_len {
+            return Err(SendError::MessageTooLarge { len, max: self.config.max_message_len });
+        }
+        let buffered = self.peers.get(&peer).map_or(0, |p| p.send.bytes_buffered());
+        if buffered > 0 && buffered + len > self.config.send_buffer_bytes {
+            return Err(SendError::WouldBlock);
+        }
+        Ok(())
+    }
+
+    /// Room for another `len`-byte message to `peer` right now.
+    pub fn can_send(&self, peer: NodeId, len: usize) -> bool {
+        self.check_send(peer, len).is_ok()
+    }
+
+    /// Take in one received datagram. Anything wrong with it is a counted drop.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        let packet = match Packet::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => return self.stats.count_wire_error(e),
+        };
+        let h = packet.header;
+        if h.dst_node != self.node || h.src_node == self.node {
+            self.stats.misdirected += 1;
+            return;
+        }
+        if h.src_inc == 0 {
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        let Some(peer) = self.peer_mut(h.src_node) else {
+            self.stats.protocol_violations += 1;
+            return;
+        };
+        if h.src_inc < peer.incarnation {
+            self.stats.stale_dropped += 1;
+            return;
+        }
+        if h.src_inc > peer.incarnation {
+            let restarted = peer.incarnation != 0;
+            peer.incarnation = h.src_inc;
+            if restarted {
+                self.on_peer_restart(h.src_node);
+            }
+        }
+        let peer = self.peers.get_mut(&h.src_node).expect("created above");
+        if h.dst_inc != 0 && h.dst_inc != self.incarnation {
+            // Meant for an earlier life of ours. Answer at once so the peer
+            // learns our new incarnation and settles its old stream.
+            self.stats.stale_dropped += 1;
+            peer.recv.request_ack(now, true);
+            return;
+        }
+        if peer.unreachable {
+            peer.unreachable = false;
+            self.events.push_back(Event::PeerReachable { peer: h.src_node });
+        }
+        let mut data_admitted = None;
+        for frame in packet.frames() {
+            match frame {
+                Frame::Data(d) => {
+                    let admitted = *data_admitted.get_or_insert_with(|| peer.recv.admit_epoch(h.epoch));
+                    if !admitted {
+                        self.stats.stale_dropped += 1;
+                        continue;
+                    }
+                    peer.recv.on_data(
+                        now,
+                        h.src_node,
+                        &d,
+                        &self.config,
+                        &mut self.deliveries,
+                        &mut self.recv_arena,
+                        &mut self.stats,
+                    );
+                }
+                Frame::Ack(a) => {
+                    if a.epoch != peer.send.epoch {
+                        continue;
+                    }
+                    match peer.send.on_ack(now, a.cumulative, a.ranges(), self.config.retransmit) {
+                        Ok(outcome) => self.stats.messages_acked += outcome.messages_acked,
+                        Err(_) => self.stats.protocol_violations += 1,
+                    }
+                }
+            }
+        }
+        if h.flags.ack_request() && data_admitted.is_some() {
+            peer.recv.request_ack(now, true);
+        }
+    }
+
+    fn on_peer_restart(&mut self, id: NodeId) {
+        let peer = self.peers.get_mut(&id).expect("caller holds the peer");
+        let failed = peer.send.abandon(id, FailReason::PeerRestarted);
+        peer.recv.reset(None);
+        self.stats.messages_failed += failed.len();
+        self.events.push_back(Event::PeerRestarted { peer: id, failed });
+    }
+
+    /// Run the timers that have expired by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for (&id, peer) in self.peers.iter_mut() {
+            peer.send.on_timer(now, self.config.retransmit, &mut self.stats);
+            if peer.send.should_abandon(now, &self.config) {
+                let failed = peer.send.abandon(id, FailReason::PeerUnreachable);
+                self.stats.messages_failed += failed.len();
+                peer.unreachable = true;
+                self.events.push_back(Event::PeerUnreachable { failed });
+            }
+        }
+    }
+
+    /// The earliest time `handle_timeout` must be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.peers.values().flat_map(|p| [p.send.deadline(&self.config), p.recv.deadline()]).flatten().min()
+    }
+
+    /// Build the next datagram into `buf` (at most `config.max_datagram`
+    /// bytes are used). ACKs ride on data when there is any; small messages
+    /// queued for the same peer share one datagram.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let config = &self.config;
+        let id = self
+            .peers
+            .range(self.next_peer..)
+            .chain(self.peers.range(..self.next_peer))
+            .find(|(_, p)| p.wants_transmit(now, config))
+            .map(|(&id, _)| id)?;
+        self.next_peer = id.wrapping_add(1);
+        let peer = self.peers.get_mut(&id).expect("found above");
+        let header = Header {
+            flags: HeaderFlags::default(),
+            checksum: config.checksum,
+            src_node: self.node,
+            dst_node: id,
+            src_inc: self.incarnation,
+            dst_inc: peer.incarnation,
+            epoch: peer.send.epoch,
+        };
+        let cap = buf.len().min(config.max_datagram);
+        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        let mut acked = false;
+        if peer.recv.ack_pending() {
+            let ack = peer.recv.take_ack();
+            // Config validation guarantees room for a full ACK in any datagram.
+            acked = w.push_ack(&ack).is_ok();
+            self.stats.acks_sent += acked as u64;
+        }
+        let frames = peer.send.fill(&mut w, now, config, &mut self.stats);
+        if frames == 0 && !acked {
+            return None;
+        }
+        if frames == 0 {
+            self.stats.standalone_acks += 1;
+        }
+        let len = w.finish();
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        Some(Transmit { dst: id, len })
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The next message delivered to this endpoint, in per-peer send order.
+    pub fn recv(&mut self) -> Option<Delivery> {
+        self.deliveries.pop()
+    }
+
+    /// Messages waiting in the delivery queue.
+    pub fn pending_deliveries(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    pub fn message_state(&self, id: MessageId) -> MessageState {
+        match self.peers.get(&id.peer) {
+            Some(p) => p.send.message_state(id.seq),
+            None => MessageState::Unknown,
+        }
+    }
+
+    /// Bytes accepted for `peer` and not yet acknowledged.
+    pub fn buffered_bytes(&self, peer: NodeId) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.send.bytes_buffered())
+    }
+
+    /// Smoothed RTT toward `peer`, once measured.
+    pub fn rtt(&self, peer: NodeId) -> Option<core::time::Duration> {
+        self.peers.get(&peer).and_then(|p| p.send.rtt.smoothed())
+    }
+
+    /// True when nothing is owed to any peer: no unacknowledged data, no ACK pending.
+    pub fn is_idle(&self) -> bool {
+        self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
+    }
+}

@@ -18,13 +18,19 @@
 
 mod config;
 
+mod endpoint;
 mod event;
+mod peer;
+mod recv_stream;
+mod rtt;
+mod send_stream;
 
 mod stats;
 mod time;
 
 pub use config::{Config, ConfigError, RetransmitMode};
 
+pub use endpoint::{Endpoint, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use stats::Stats;
 pub use time::Instant;

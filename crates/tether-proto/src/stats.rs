@@ -12,6 +12,8 @@ pub struct Stats {
     pub messages_sent: u64,
     pub messages_delivered: u64,
     pub messages_failed: u64,
+    /// Messages the peer acknowledged (sender side).
+    pub messages_acked: u64,
     pub data_frames_sent: u64,
     /// Data frames sent again after a timeout or a SACK gap.
     pub retransmits: u64,
@@ -44,7 +46,7 @@ impl Stats {
     }
 
     /// Every counter with its stable name, for tables and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 20] {
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("datagrams_sent", self.datagrams_sent),
             ("datagrams_received", self.datagrams_received),
@@ -53,6 +55,7 @@ impl Stats {
             ("messages_sent", self.messages_sent),
             ("messages_delivered", self.messages_delivered),
             ("messages_failed", self.messages_failed),
+            ("messages_acked", self.messages_acked),
             ("data_frames_sent", self.data_frames_sent),
             ("retransmits", self.retransmits),
             ("timeouts", self.timeouts),
