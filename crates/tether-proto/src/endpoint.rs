@@ -142,6 +142,12 @@ impl Endpoint {
             Err(e) => return self.stats.count_wire_error(e),
         };
         let h = packet.header;
+        if h.checksum != self.config.checksum {
+            // Only the configured algorithm is accepted: a sender (or a bit
+            // flip) must not be able to downgrade integrity checking.
+            self.stats.checksum_refused += 1;
+            return;
+        }
         if h.dst_node != self.node || h.src_node == self.node {
             self.stats.misdirected += 1;
             return;

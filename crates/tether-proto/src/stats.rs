@@ -31,6 +31,8 @@ pub struct Stats {
     /// Packets addressed to another node.
     pub misdirected: u64,
     pub checksum_failures: u64,
+    /// Packets naming a checksum algorithm this endpoint does not accept.
+    pub checksum_refused: u64,
     /// Packets rejected by the parser for anything but the checksum.
     pub malformed: u64,
     /// Well-formed frames that break the protocol (ACK for unsent data, oversized message).
@@ -46,7 +48,7 @@ impl Stats {
     }
 
     /// Every counter with its stable name, for tables and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 21] {
+    pub fn fields(&self) -> [(&'static str, u64); 22] {
         [
             ("datagrams_sent", self.datagrams_sent),
             ("datagrams_received", self.datagrams_received),
@@ -67,6 +69,7 @@ impl Stats {
             ("stale_dropped", self.stale_dropped),
             ("misdirected", self.misdirected),
             ("checksum_failures", self.checksum_failures),
+            ("checksum_refused", self.checksum_refused),
             ("malformed", self.malformed),
             ("protocol_violations", self.protocol_violations),
         ]

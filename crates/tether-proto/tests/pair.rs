@@ -244,3 +244,17 @@ fn restarted_peer_gets_a_fresh_stream_and_old_packets_are_dropped() {
     assert_eq!(p.drain_b(), vec![b"after".to_vec()]);
     assert!(p.b.stats().stale_dropped >= 1);
 }
+
+#[test]
+fn a_checksum_downgrade_is_refused() {
+    let mut p = Pair::new(Config::default());
+    let weak = Config { checksum: tether_wire::ChecksumKind::None, ..Config::default() };
+    let mut forger = Endpoint::new(weak, A, 1).unwrap();
+    forger.send(p.now, B, b"unchecked").unwrap();
+    let mut buf = vec![0u8; 2048];
+    let t = forger.poll_transmit(p.now, &mut buf).unwrap();
+    let now = p.now;
+    p.b.handle_datagram(now, &buf[..t.len]);
+    assert_eq!(p.b.stats().checksum_refused, 1);
+    assert!(p.b.recv().is_none());
+}

@@ -13,6 +13,8 @@ pub enum WireError {
     BadVersion(u8),
     #[error("unknown header flag bits {0:#04x}")]
     BadFlags(u8),
+    #[error("reserved header byte is not zero")]
+    ReservedBits,
     #[error("unknown checksum algorithm {0}")]
     UnknownChecksum(u8),
     #[error("body length field says {claimed} bytes, datagram carries {actual}")]
@@ -39,6 +41,7 @@ impl WireError {
             WireError::BadMagic => "bad_magic",
             WireError::BadVersion(_) => "bad_version",
             WireError::BadFlags(_) => "bad_flags",
+            WireError::ReservedBits => "reserved_bits",
             WireError::UnknownChecksum(_) => "unknown_checksum",
             WireError::LengthMismatch { .. } => "length_mismatch",
             WireError::ChecksumMismatch => "checksum_mismatch",

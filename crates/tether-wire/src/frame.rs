@@ -95,7 +95,8 @@ impl AckRepr {
     pub fn push_range(&mut self, range: SackRange) -> bool {
         let len = self.len as usize;
         let after_prev = len == 0 || self.ranges[len - 1].end < range.start;
-        if len == MAX_SACK_RANGES || range.start == 0 || range.start >= range.end || !after_prev {
+        let fits = self.cumulative.checked_add(range.end as u64).is_some();
+        if len == MAX_SACK_RANGES || range.start == 0 || range.start >= range.end || !after_prev || !fits {
             return false;
         }
         self.ranges[len] = range;
@@ -233,6 +234,10 @@ pub(crate) fn emit_data(
     let need = DataFrame::encoded_len(payload.len(), flags);
     if out.len() < need || payload.len() > u16::MAX as usize {
         return Err(WireError::BufferTooSmall);
+    }
+    if flags.carries_total_len() && total_len as usize <= payload.len() {
+        // The parser rejects this; never emit what we would not accept.
+        return Err(WireError::MalformedFrame("message length not above fragment length"));
     }
     out[0] = FRAME_DATA;
     out[1] = flags.0;

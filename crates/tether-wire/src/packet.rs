@@ -118,8 +118,11 @@ impl<'a> Packet<'a> {
             return Err(WireError::BadVersion(datagram[field::VERSION]));
         }
         let flags = datagram[field::FLAGS];
-        if flags & !HeaderFlags::KNOWN != 0 || datagram[field::RESERVED] != 0 {
+        if flags & !HeaderFlags::KNOWN != 0 {
             return Err(WireError::BadFlags(flags));
+        }
+        if datagram[field::RESERVED] != 0 {
+            return Err(WireError::ReservedBits);
         }
         let kind_raw = datagram[field::CHECKSUM_KIND];
         let checksum = ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
@@ -129,7 +132,13 @@ impl<'a> Packet<'a> {
             return Err(WireError::LengthMismatch { claimed, actual });
         }
         let stored = u32::from_le_bytes(datagram[field::CHECKSUM].try_into().expect("4 bytes"));
-        if checksum != ChecksumKind::None && stored != checksum_of(checksum, datagram) {
+        // With `none` the field must be zero, as the writer leaves it: else a
+        // single flipped bit in the kind byte would turn verification off.
+        let expected = match checksum {
+            ChecksumKind::None => 0,
+            kind => checksum_of(kind, datagram),
+        };
+        if stored != expected {
             return Err(WireError::ChecksumMismatch);
         }
         let body = &datagram[HEADER_LEN..];

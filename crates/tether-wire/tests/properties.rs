@@ -1,0 +1,322 @@
+//! Property tests for the wire format.
+//!
+//! They state what every datagram must satisfy, whatever its contents:
+//! emit-then-parse is the identity, CRC32C catches every single-bit error and
+//! every two-bit burst within 32 bits, and `Packet::parse` never panics and
+//! never accepts a truncated datagram (DESIGN.md, "Guarantees": bad input gets
+//! a typed error, never a panic).
+
+use proptest::collection::{btree_set, vec};
+use proptest::prelude::*;
+use tether_wire::{
+    AckRepr, ChecksumKind, DataFlags, Frame, Header, HeaderFlags, Packet, PacketWriter, SackRange,
+    HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_SACK_RANGES, VERSION,
+};
+
+/// An owned frame, so emitted and parsed frames can be compared with `==`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FrameModel {
+    Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
+    Ack { epoch: u32, cumulative: u64, ranges: Vec<SackRange> },
+}
+
+impl FrameModel {
+    fn from_frame(frame: &Frame<'_>) -> Self {
+        match frame {
+            Frame::Data(d) => FrameModel::Data {
+                seq: d.seq,
+                flags: d.flags,
+                total_len: d.total_len,
+                payload: d.payload.to_vec(),
+            },
+            Frame::Ack(a) => {
+                FrameModel::Ack { epoch: a.epoch, cumulative: a.cumulative, ranges: a.ranges().collect() }
+            }
+        }
+    }
+
+    /// Bytes this frame occupies on the wire (see docs/PROTOCOL.md).
+    fn encoded_len(&self) -> usize {
+        match self {
+            FrameModel::Data { total_len, payload, .. } => {
+                12 + if total_len.is_some() { 4 } else { 0 } + payload.len()
+            }
+            FrameModel::Ack { ranges, .. } => 16 + 8 * ranges.len(),
+        }
+    }
+
+    fn push_to(&self, w: &mut PacketWriter<'_>) -> Result<(), tether_wire::WireError> {
+        match self {
+            FrameModel::Data { seq, flags, total_len, payload } => {
+                w.push_data(*seq, *flags, total_len.unwrap_or(0), payload)
+            }
+            FrameModel::Ack { epoch, cumulative, ranges } => {
+                let mut ack = AckRepr::new(*epoch, *cumulative);
+                for r in ranges {
+                    assert!(ack.push_range(*r), "generator produced an invalid SACK range {r:?}");
+                }
+                w.push_ack(&ack)
+            }
+        }
+    }
+}
+
+fn header_strategy() -> impl Strategy<Value = Header> {
+    let kind = prop_oneof![Just(ChecksumKind::None), Just(ChecksumKind::Crc32c)];
+    (any::<bool>(), kind, any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
+        |(ack_request, checksum, src_node, dst_node, src_inc, dst_inc, epoch)| Header {
+            flags: HeaderFlags::new(ack_request),
+            checksum,
+            src_node,
+            dst_node,
+            src_inc,
+            dst_inc,
+            epoch,
+        },
+    )
+}
+
+fn crc_header_strategy() -> impl Strategy<Value = Header> {
+    header_strategy().prop_map(|h| Header { checksum: ChecksumKind::Crc32c, ..h })
+}
+
+fn data_strategy(max_payload: usize) -> impl Strategy<Value = FrameModel> {
+    (any::<u64>(), any::<bool>(), any::<bool>(), vec(any::<u8>(), 0..=max_payload)).prop_flat_map(
+        |(seq, first, last, payload)| {
+            let flags = DataFlags::new(first, last);
+            // The parser requires a multi-fragment message to be longer than its
+            // first fragment; other fragments carry no total length at all.
+            let total_len = if flags.carries_total_len() {
+                (payload.len() as u32 + 1..=u32::MAX).prop_map(Some).boxed()
+            } else {
+                Just(None).boxed()
+            };
+            total_len.prop_map(move |total_len| FrameModel::Data {
+                seq,
+                flags,
+                total_len,
+                payload: payload.clone(),
+            })
+        },
+    )
+}
+
+/// SACK ranges the parser accepts after `cumulative`: ascending, disjoint and
+/// not adjacent, `start >= 1`, and `cumulative + end` within `u64`.
+fn sack_ranges(cumulative: u64) -> BoxedStrategy<Vec<SackRange>> {
+    let max_end = (u64::MAX - cumulative).min(u32::MAX as u64) as u32;
+    if max_end < 2 {
+        return Just(Vec::new()).boxed();
+    }
+    // Strictly increasing bounds taken in pairs give ranges with a gap of at
+    // least one between neighbours. Mix small offsets (the common case) with
+    // offsets anywhere in the space (the edges).
+    let bound = prop_oneof![1..=max_end.min(64), 1..=max_end];
+    btree_set(bound, 0..=2 * MAX_SACK_RANGES)
+        .prop_map(|set| {
+            let b: Vec<u32> = set.into_iter().collect();
+            b.chunks_exact(2).map(|p| SackRange { start: p[0], end: p[1] }).collect()
+        })
+        .boxed()
+}
+
+fn ack_strategy() -> impl Strategy<Value = FrameModel> {
+    let cumulative = prop_oneof![any::<u64>(), 0..1_000u64, u64::MAX - 1_000..=u64::MAX];
+    (any::<u32>(), cumulative).prop_flat_map(|(epoch, cumulative)| {
+        sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack { epoch, cumulative, ranges })
+    })
+}
+
+/// Frames in order, cut to the longest prefix that fits one datagram.
+fn frames_strategy(max_frames: usize, max_payload: usize) -> impl Strategy<Value = Vec<FrameModel>> {
+    vec(prop_oneof![3 => data_strategy(max_payload), 1 => ack_strategy()], 0..=max_frames).prop_map(
+        |frames| {
+            let mut room = MAX_DATAGRAM - HEADER_LEN;
+            frames
+                .into_iter()
+                .take_while(|f| {
+                    let fits = f.encoded_len() <= room;
+                    room = room.saturating_sub(f.encoded_len());
+                    fits
+                })
+                .collect()
+        },
+    )
+}
+
+fn emit(header: &Header, frames: &[FrameModel]) -> Vec<u8> {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut w = PacketWriter::new(&mut buf, header).expect("a MAX_DATAGRAM buffer holds a header");
+    for f in frames {
+        f.push_to(&mut w).expect("frames_strategy only yields frames that fit");
+    }
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+fn parse_models(datagram: &[u8]) -> Result<(Header, Vec<FrameModel>), tether_wire::WireError> {
+    let p = Packet::parse(datagram)?;
+    Ok((p.header, p.frames().map(|f| FrameModel::from_frame(&f)).collect()))
+}
+
+fn flip(datagram: &[u8], bits: &[usize]) -> Vec<u8> {
+    let mut d = datagram.to_vec();
+    for &b in bits {
+        d[b / 8] ^= 1 << (b % 8);
+    }
+    d
+}
+
+/// A bit index, biased toward the header where one flipped bit changes the
+/// meaning of the whole datagram.
+fn bit_index(len_bits: usize) -> impl Strategy<Value = usize> {
+    prop_oneof![0..HEADER_LEN * 8, 0..len_bits]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// (a) Emit then parse gives back exactly the header and frames emitted.
+    #[test]
+    fn emit_then_parse_is_identity(header in header_strategy(), frames in frames_strategy(48, 1500)) {
+        let datagram = emit(&header, &frames);
+        let expected_len = HEADER_LEN + frames.iter().map(FrameModel::encoded_len).sum::<usize>();
+        prop_assert_eq!(datagram.len(), expected_len);
+        prop_assert_eq!(&datagram[..2], &MAGIC[..]);
+        prop_assert_eq!(datagram[2], VERSION);
+        let p = Packet::parse(&datagram).map_err(|e| TestCaseError::fail(format!("parse: {e}")))?;
+        prop_assert_eq!(p.header, header);
+        prop_assert_eq!(p.body_len(), datagram.len() - HEADER_LEN);
+        let parsed: Vec<FrameModel> = p.frames().map(|f| FrameModel::from_frame(&f)).collect();
+        prop_assert_eq!(parsed, frames);
+    }
+
+    /// (a) One data frame filling the datagram to the last byte round-trips,
+    /// and one byte more is refused by the writer instead of overflowing.
+    #[test]
+    fn largest_data_frame_round_trips(header in header_strategy(), seq in any::<u64>(), fill in any::<u8>()) {
+        let payload = vec![fill; MAX_DATAGRAM - HEADER_LEN - 12];
+        let frame = FrameModel::Data { seq, flags: DataFlags::new(true, true), total_len: None, payload };
+        let datagram = emit(&header, std::slice::from_ref(&frame));
+        prop_assert_eq!(datagram.len(), MAX_DATAGRAM);
+        prop_assert_eq!(parse_models(&datagram), Ok((header, vec![frame])));
+
+        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        let mut w = PacketWriter::new(&mut buf, &header).expect("buffer holds a header");
+        let too_big = vec![fill; MAX_DATAGRAM - HEADER_LEN - 12 + 1];
+        prop_assert_eq!(
+            w.push_data(seq, DataFlags::new(true, true), 0, &too_big),
+            Err(tether_wire::WireError::BufferTooSmall)
+        );
+        prop_assert!(w.is_empty());
+    }
+
+    /// (b) With CRC32C, every single-bit flip anywhere in a small datagram is
+    /// rejected (all bits tried).
+    #[test]
+    fn crc32c_rejects_every_single_bit_flip(header in crc_header_strategy(), frames in frames_strategy(4, 64)) {
+        let datagram = emit(&header, &frames);
+        for bit in 0..datagram.len() * 8 {
+            let result = parse_models(&flip(&datagram, &[bit]));
+            prop_assert!(result.is_err(), "flipping bit {} (byte {}) was accepted: {:?}", bit, bit / 8, result);
+        }
+    }
+
+    /// (b) The same for large datagrams, at sampled bit positions.
+    #[test]
+    fn crc32c_rejects_single_bit_flips_in_large_datagrams(
+        (datagram, bits) in (crc_header_strategy(), frames_strategy(48, 1500))
+            .prop_map(|(h, f)| emit(&h, &f))
+            .prop_flat_map(|d| { let n = d.len() * 8; (Just(d), vec(bit_index(n), 1..64)) })
+    ) {
+        for bit in bits {
+            let result = parse_models(&flip(&datagram, &[bit]));
+            prop_assert!(result.is_err(), "flipping bit {} (byte {}) was accepted: {:?}", bit, bit / 8, result);
+        }
+    }
+
+    /// (c) Arbitrary bytes never make the parser panic; when it accepts them,
+    /// every accessor works and the frames cover the whole body.
+    #[test]
+    fn parse_never_panics_on_arbitrary_bytes(bytes in vec(any::<u8>(), 0..2048)) {
+        check_accepted_is_consistent(&bytes)?;
+    }
+
+    /// (c) The same for bytes behind a valid checksum-`none` header, so the
+    /// frame parser (not the header checks) sees the arbitrary input.
+    #[test]
+    fn parse_never_panics_on_arbitrary_bodies(
+        header in header_strategy(),
+        body in vec(prop_oneof![
+            4 => any::<u8>(),
+            1 => Just(1u8),  // the DATA frame type
+            1 => Just(2u8),  // the ACK frame type
+            1 => Just(0u8),
+        ], 0..512),
+    ) {
+        let header = Header { checksum: ChecksumKind::None, ..header };
+        let mut datagram = emit(&header, &[]);
+        datagram[6..8].copy_from_slice(&(body.len() as u16).to_le_bytes());
+        datagram.extend_from_slice(&body);
+        check_accepted_is_consistent(&datagram)?;
+    }
+
+    /// (c) Every proper prefix of a valid datagram is rejected, with either
+    /// checksum kind (all prefixes tried).
+    #[test]
+    fn every_truncation_is_rejected(header in header_strategy(), frames in frames_strategy(6, 200)) {
+        let datagram = emit(&header, &frames);
+        for cut in 0..datagram.len() {
+            prop_assert!(Packet::parse(&datagram[..cut]).is_err(), "prefix of {} bytes was accepted", cut);
+        }
+    }
+
+    /// (d) With CRC32C, every two-bit burst (both flipped bits within a
+    /// 32-bit window) in a small datagram is rejected (all pairs tried).
+    #[test]
+    fn crc32c_rejects_every_two_bit_burst(header in crc_header_strategy(), frames in frames_strategy(3, 48)) {
+        let datagram = emit(&header, &frames);
+        let n = datagram.len() * 8;
+        for i in 0..n {
+            for j in i + 1..(i + 32).min(n) {
+                let result = parse_models(&flip(&datagram, &[i, j]));
+                prop_assert!(
+                    result.is_err(),
+                    "flipping bits {} and {} (bytes {} and {}) was accepted: {:?}", i, j, i / 8, j / 8, result
+                );
+            }
+        }
+    }
+
+    /// (d) Two flipped bits anywhere (not only in a burst) are rejected too:
+    /// CRC32C has Hamming distance 4 far beyond MAX_DATAGRAM bits, so this is
+    /// also a guarantee, and the case that would let a corrupted payload through.
+    #[test]
+    fn crc32c_rejects_two_bit_flips_anywhere(
+        (datagram, pairs) in (crc_header_strategy(), frames_strategy(8, 300))
+            .prop_map(|(h, f)| emit(&h, &f))
+            .prop_flat_map(|d| { let n = d.len() * 8; (Just(d), vec((bit_index(n), 0..n), 1..64)) })
+    ) {
+        for (i, j) in pairs {
+            if i == j {
+                continue;
+            }
+            let result = parse_models(&flip(&datagram, &[i, j]));
+            prop_assert!(
+                result.is_err(),
+                "flipping bits {} and {} (bytes {} and {}) was accepted: {:?}", i, j, i / 8, j / 8, result
+            );
+        }
+    }
+}
+
+fn check_accepted_is_consistent(datagram: &[u8]) -> Result<(), TestCaseError> {
+    if let Ok(p) = Packet::parse(datagram) {
+        let frames: Vec<FrameModel> = p.frames().map(|f| FrameModel::from_frame(&f)).collect();
+        let walked: usize = frames.iter().map(FrameModel::encoded_len).sum();
+        prop_assert_eq!(walked, p.body_len(), "the frame iterator stopped before the end of the body");
+        prop_assert_eq!(datagram.len(), HEADER_LEN + p.body_len());
+    }
+    Ok(())
+}
