@@ -36,6 +36,10 @@ pub struct Config {
     pub rto_initial: Duration,
     pub rto_min: Duration,
     pub rto_max: Duration,
+    /// How long new data may wait to be aggregated with more while earlier
+    /// data is still in flight (a bounded Nagle rule, seeds/003 section 3).
+    /// Zero sends every message at once.
+    pub coalesce_delay: Duration,
     /// How long a received segment may wait for reverse data to carry its ACK.
     pub ack_delay: Duration,
     /// Window fill fraction (in 1/256ths) at which the sender asks for an
@@ -60,6 +64,7 @@ impl Default for Config {
             rto_initial: Duration::from_millis(5),
             rto_min: Duration::from_millis(1),
             rto_max: Duration::from_millis(250),
+            coalesce_delay: Duration::from_micros(25),
             ack_delay: Duration::from_micros(200),
             ack_request_at: 128,
             abandon_after: Duration::from_secs(5),
@@ -106,6 +111,9 @@ impl Config {
         }
         if self.rto_initial < self.rto_min || self.rto_initial > self.rto_max {
             return bad("rto_initial", "must lie between rto_min and rto_max");
+        }
+        if self.coalesce_delay >= self.rto_min {
+            return bad("coalesce_delay", "must be below rto_min");
         }
         if self.abandon_after < self.rto_max {
             return bad("abandon_after", "must be at least rto_max");

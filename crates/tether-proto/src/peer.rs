@@ -32,6 +32,6 @@ impl Peer {
 
     /// Something should go on the wire to this peer at `now`.
     pub fn wants_transmit(&self, now: crate::Instant, config: &Config) -> bool {
-        self.recv.ack_due(now) || self.send.has_work(config.send_window)
+        self.recv.ack_due(now) || self.send.has_work(now, config)
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct SendStream {
     sent_upto: u64,
     lost_count: usize,
     bytes_buffered: usize,
+    /// Wire bytes of the segments never sent yet, for the coalescing rule.
+    unsent_wire_bytes: usize,
     next_msg: u64,
     /// Messages below this are settled: acknowledged or failed.
     settled_below: u64,
@@ -87,6 +89,7 @@ impl SendStream {
             sent_upto: 0,
             lost_count: 0,
             bytes_buffered: 0,
+            unsent_wire_bytes: 0,
             next_msg: 0,
             settled_below: 0,
             next_tx_order: 0,
@@ -111,9 +114,26 @@ impl SendStream {
         self.sent_upto - self.base_seq
     }
 
-    /// Something to put on the wire now: a lost segment, or a new one the window admits.
-    pub fn has_work(&self, window: usize) -> bool {
-        self.lost_count > 0 || (self.sent_upto < self.next_seq && self.in_flight() < window as u64)
+    /// Something to put on the wire now: a lost segment, or new data the
+    /// window admits and the coalescing rule lets go.
+    pub fn has_work(&self, now: Instant, config: &Config) -> bool {
+        self.lost_count > 0 || self.new_data_due(config).is_some_and(|due| due <= now)
+    }
+
+    /// When unsent data may go: at once if nothing is in flight (no one to
+    /// wait for) or a full datagram's worth is waiting, else after the
+    /// coalescing delay, so a burst of small messages shares datagrams but
+    /// no message waits longer than `coalesce_delay`. `None`: nothing to send
+    /// or the window is closed.
+    fn new_data_due(&self, config: &Config) -> Option<Instant> {
+        if self.sent_upto == self.next_seq || self.in_flight() >= config.send_window as u64 {
+            return None;
+        }
+        let oldest = &self.segments[(self.sent_upto - self.base_seq) as usize];
+        if self.in_flight() == 0 || self.unsent_wire_bytes >= config.max_fragment() {
+            return Some(Instant::ZERO);
+        }
+        Some(oldest.last_tx + config.coalesce_delay)
     }
 
     /// Queue one message, cut into fragments of at most `max_fragment` bytes.
@@ -131,6 +151,7 @@ impl SendStream {
         loop {
             let end = (offset + max_fragment).min(total);
             let flags = DataFlags::new(offset == 0, end == total);
+            self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
             self.segments.push_back(Segment {
                 seq: self.next_seq,
                 msg,
@@ -182,6 +203,8 @@ impl SendStream {
             if !self.write_segment(w, i, now, stats) {
                 break;
             }
+            let s = &self.segments[i];
+            self.unsent_wire_bytes -= DataFrame::encoded_len(s.data.len(), s.flags);
             self.sent_upto += 1;
             written += 1;
         }
@@ -295,10 +318,7 @@ impl SendStream {
 
     pub fn deadline(&self, config: &Config) -> Option<Instant> {
         let abandon = self.has_unacked().then(|| self.last_heard + config.abandon_after);
-        match (self.rto_deadline, abandon) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.rto_deadline, abandon, self.new_data_due(config)].into_iter().flatten().min()
     }
 
     pub fn should_abandon(&self, now: Instant, config: &Config) -> bool {
@@ -342,6 +362,7 @@ impl SendStream {
         self.sent_upto = 0;
         self.lost_count = 0;
         self.bytes_buffered = 0;
+        self.unsent_wire_bytes = 0;
         self.next_ack_request = 0;
         self.settled_below = self.next_msg;
         self.rto_deadline = None;

@@ -258,3 +258,25 @@ fn a_checksum_downgrade_is_refused() {
     assert_eq!(p.b.stats().checksum_refused, 1);
     assert!(p.b.recv().is_none());
 }
+
+#[test]
+fn coalescing_holds_small_messages_at_most_the_delay() {
+    let mut p = Pair::new(Config::default());
+    let now = p.now;
+    let mut buf = vec![0u8; 2048];
+    // Nothing in flight: the first message goes at once.
+    p.a.send(now, B, b"first").unwrap();
+    assert!(p.a.poll_transmit(now, &mut buf).is_some());
+    // Something in flight: a small message waits to be aggregated...
+    p.a.send(now, B, b"second").unwrap();
+    assert!(p.a.poll_transmit(now, &mut buf).is_none());
+    let due = p.a.poll_timeout().unwrap();
+    assert_eq!(due, now + Config::default().coalesce_delay);
+    // ...but no longer than the coalescing delay.
+    assert!(p.a.poll_transmit(due, &mut buf).is_some());
+    // A full datagram's worth never waits.
+    for _ in 0..200 {
+        p.a.send(due, B, &[7u8; 16]).unwrap();
+    }
+    assert!(p.a.poll_transmit(due, &mut buf).is_some());
+}
