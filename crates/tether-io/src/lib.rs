@@ -1,1 +1,114 @@
-//! placeholder: see DESIGN.md
+//! The unreliable datagram layer (DESIGN.md layer 2; the "CL" of seeds/002):
+//! non-blocking send to a node, receive into caller-owned buffers, typed
+//! errors from seeds/002 Table 1. Nothing here looks inside a datagram.
+//!
+//! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching.
+//! * [`MemNetwork`]: an in-memory network for tests.
+//! * [`FaultyTransport`]: any transport with seeded receive-side faults.
+
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod batch;
+mod error;
+mod faulty;
+mod mem;
+mod udp;
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+pub use batch::RecvBatch;
+pub use error::TransportError;
+pub use faulty::{FaultHandle, FaultyTransport};
+pub use mem::{MemNetwork, MemTransport};
+pub use tether_fault::{FaultCounters, FaultSpec};
+pub use udp::{AddressBook, UdpTransport};
+
+/// A node's identity (the same as `tether_proto::NodeId`).
+pub type NodeId = u32;
+
+/// What a transport did, for operators and for showing batching at work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    pub datagrams_received: u64,
+    pub bytes_received: u64,
+    pub send_errors: u64,
+    /// Datagrams dropped by this transport itself (a full in-memory inbox).
+    pub dropped: u64,
+    /// System calls made for sending and receiving.
+    pub syscalls: u64,
+}
+
+/// An unreliable, non-blocking datagram service addressed by node.
+pub trait Transport {
+    fn local_node(&self) -> NodeId;
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    /// A descriptor that polls readable when a datagram may be waiting.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Learn (or change) the address of a node.
+    fn add_peer(&mut self, _node: NodeId, _addr: SocketAddr) -> Result<(), TransportError> {
+        Err(TransportError::InvalidArgs)
+    }
+
+    fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError>;
+
+    /// Send a prefix of `batch`; returns its length. An error on the first
+    /// datagram is returned; an error later ends the prefix early.
+    fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
+        for (i, &(dst, d)) in batch.iter().enumerate() {
+            if let Err(e) = self.send_to(dst, d) {
+                return if i == 0 { Err(e) } else { Ok(i) };
+            }
+        }
+        Ok(batch.len())
+    }
+
+    /// Receive what is waiting into `batch` (cleared first), without
+    /// blocking. Returns how many datagrams were received; 0 when none.
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError>;
+
+    /// Block until a datagram may be waiting or `timeout` passes; true if readable.
+    fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError>;
+
+    fn counters(&self) -> TransportCounters;
+}
+
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn local_node(&self) -> NodeId {
+        (**self).local_node()
+    }
+    fn local_addr(&self) -> Option<SocketAddr> {
+        (**self).local_addr()
+    }
+    fn raw_fd(&self) -> Option<RawFd> {
+        (**self).raw_fd()
+    }
+    fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
+        (**self).add_peer(node, addr)
+    }
+    fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
+        (**self).send_to(dst, datagram)
+    }
+    fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
+        (**self).send_batch(batch)
+    }
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
+        (**self).recv_batch(batch)
+    }
+    fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
+        (**self).wait_readable(timeout)
+    }
+    fn counters(&self) -> TransportCounters {
+        (**self).counters()
+    }
+}

@@ -1,0 +1,190 @@
+//! The `tether` command (DESIGN.md layer 7): the demo, the measurements,
+//! the simulator. Tables for people, `--json` for machines.
+
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod bench;
+mod demo;
+mod net;
+mod pattern;
+mod pingpong;
+mod raw;
+mod stream;
+mod summary;
+mod table;
+
+use clap::{Parser, Subcommand};
+
+use net::NetOpts;
+
+#[derive(Parser)]
+#[command(
+    name = "tether",
+    version,
+    about = "Reliable messaging over unreliable networks: demo, benchmarks, simulation"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Verified all-to-all traffic among several endpoints through lossy, corrupting, reordering links.
+    Demo(demo::DemoOpts),
+    /// Round-trip latency (one command on loopback, or --listen / --connect across hosts).
+    Pingpong(NetOpts),
+    /// One-way throughput (one command on loopback, or --listen / --connect across hosts).
+    Stream(NetOpts),
+    /// Pingpong and stream, raw and reliable, over a size sweep, with ratios.
+    Bench(BenchOpts),
+}
+
+#[derive(clap::Args)]
+struct BenchOpts {
+    #[command(flatten)]
+    net: NetOpts,
+    /// Sizes to sweep (default: 8 B to 1 MiB).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(o) => run_demo(&o),
+        Command::Pingpong(o) => run_pingpong(&o),
+        Command::Stream(o) => run_stream(&o),
+        Command::Bench(o) => run_bench(&o),
+    };
+    if let Err(e) = result {
+        eprintln!("tether: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn run_demo(o: &demo::DemoOpts) -> anyhow::Result<()> {
+    let report = demo::run(o)?;
+    if o.json {
+        print_json(&report)?;
+    } else {
+        table::demo(o, &report);
+    }
+    anyhow::ensure!(report.ok, "the demo saw lost, duplicated, corrupted or failed messages");
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct Measured<R> {
+    mode: &'static str,
+    size: usize,
+    count: u64,
+    runs: Vec<R>,
+}
+
+fn two_process(o: &NetOpts) -> anyhow::Result<Option<(std::net::SocketAddr, std::net::SocketAddr, bool)>> {
+    match (o.listen, o.connect) {
+        (Some(l), None) => {
+            let peer = o
+                .peer
+                .or(o.bind)
+                .ok_or_else(|| anyhow::anyhow!("--listen needs --peer ADDR (the sender's address)"))?;
+            Ok(Some((l, peer, true)))
+        }
+        (None, Some(c)) => {
+            let bind =
+                o.bind.ok_or_else(|| anyhow::anyhow!("--connect needs --bind ADDR (this side's address)"))?;
+            Ok(Some((c, bind, false)))
+        }
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => anyhow::bail!("give --listen or --connect, not both"),
+    }
+}
+
+fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
+    let count = o.count.unwrap_or(pingpong::default_count(o.size));
+    let mode = if o.raw { "raw" } else { "tether" };
+    let runs =
+        match two_process(o)? {
+            Some((addr, peer, true)) => {
+                pingpong::listen(o, addr, peer, count)?;
+                return Ok(());
+            }
+            Some((addr, bind, false)) => vec![pingpong::connect(o, addr, bind, count)?],
+            None => (0..o.runs.max(1))
+                .map(|_| {
+                    if o.raw {
+                        pingpong::raw_loopback(o, count)
+                    } else {
+                        pingpong::reliable_loopback(o, count)
+                    }
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
+    let m = Measured { mode, size: o.size, count, runs };
+    if o.json {
+        print_json(&m)
+    } else {
+        table::pingpong(&m.runs, mode, o.size);
+        Ok(())
+    }
+}
+
+fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
+    let count = o.count.unwrap_or(stream::default_count(o.size));
+    let mode = if o.raw { "raw" } else { "tether" };
+    let runs = match two_process(o)? {
+        Some((addr, peer, true)) => vec![stream::listen(o, addr, peer, count)?],
+        Some((addr, bind, false)) => vec![stream::connect(o, addr, bind, count)?],
+        None => (0..o.runs.max(1))
+            .map(|_| if o.raw { stream::raw_loopback(o, count) } else { stream::reliable_loopback(o, count) })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    let verified =
+        o.raw || runs.iter().all(|r| r.corrupted == 0 && r.out_of_order == 0 && r.delivered == r.messages);
+    let m = Measured { mode, size: o.size, count, runs };
+    if o.json {
+        print_json(&m)?;
+    } else {
+        table::stream(&m.runs, mode, o.size);
+    }
+    anyhow::ensure!(verified, "verification failed: lost, reordered or corrupted messages");
+    Ok(())
+}
+
+fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
+    let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
+    let bar = (!o.net.json).then(|| {
+        let b = indicatif::ProgressBar::new(sizes.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"),
+        );
+        b
+    });
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        let say = |m: &str| {
+            if let Some(b) = &bar {
+                b.set_message(m.to_string());
+            }
+        };
+        rows.push(bench::row(&o.net, size, &say)?);
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if o.net.json {
+        print_json(&rows)
+    } else {
+        table::bench(&rows, &o.net);
+        Ok(())
+    }
+}

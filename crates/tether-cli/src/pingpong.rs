@@ -1,0 +1,189 @@
+//! `tether pingpong`: round-trip latency of one message at a time, echoed.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
+use crate::pattern;
+use crate::raw::RawPeer;
+use crate::summary::Summary;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const WARMUP: u64 = 200;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PingpongRun {
+    /// Round-trip times in microseconds.
+    pub rtt_us: Summary,
+    pub corrupted: u64,
+    pub retransmits: u64,
+}
+
+pub fn default_count(size: usize) -> u64 {
+    if size >= 256 * 1024 {
+        200
+    } else {
+        5_000
+    }
+}
+
+/// Echo `count + WARMUP` messages back to their sender.
+fn reliable_echo(ep: &tether::Endpoint, count: u64) -> anyhow::Result<()> {
+    for _ in 0..count + WARMUP {
+        let d = ep.recv(Some(TIMEOUT))?;
+        ep.send(d.from, &d.message)?;
+    }
+    ep.flush(Some(TIMEOUT))?;
+    Ok(())
+}
+
+fn reliable_client(ep: &tether::Endpoint, size: usize, count: u64) -> anyhow::Result<PingpongRun> {
+    let mut buf = vec![0u8; size];
+    let mut samples = Vec::with_capacity(count as usize);
+    let mut corrupted = 0;
+    for i in 0..count + WARMUP {
+        pattern::fill(&mut buf, SENDER, i);
+        let t0 = Instant::now();
+        ep.send(RECEIVER, &buf)?;
+        let d = ep.recv(Some(TIMEOUT))?;
+        let rtt = t0.elapsed();
+        if d.message.len() != size || !pattern::verify(&d.message, SENDER, i) {
+            corrupted += 1;
+        }
+        if i >= WARMUP {
+            samples.push(rtt.as_secs_f64() * 1e6);
+        }
+    }
+    ep.flush(Some(TIMEOUT))?;
+    let rtt_us = Summary::of(&samples).expect("count > 0");
+    Ok(PingpongRun { rtt_us, corrupted, retransmits: ep.stats().retransmits })
+}
+
+pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
+    let server = o.endpoint(RECEIVER, loopback(), &[])?;
+    let client = o.endpoint(SENDER, loopback(), &[(RECEIVER, server.local_addr().expect("udp"))])?;
+    server.add_peer(SENDER, client.local_addr().expect("udp"))?;
+    let echo = std::thread::spawn(move || reliable_echo(&server, count));
+    let run = reliable_client(&client, o.size, count)?;
+    echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    Ok(run)
+}
+
+/// Send a message as datagrams of at most `mtu` bytes and wait for all of
+/// them to come back: the raw transport's round trip for the same size.
+fn raw_round_trip(peer: &mut RawPeer, dst: u32, msg: &[u8], mtu: usize) -> anyhow::Result<usize> {
+    let chunks = msg.len().div_ceil(mtu).max(1);
+    raw_send(peer, dst, msg, mtu)?;
+    let mut got = 0;
+    let mut bytes = 0;
+    while got < chunks {
+        let n = peer.recv(TIMEOUT)?;
+        if n == 0 {
+            anyhow::bail!("raw round trip timed out (a datagram was lost)");
+        }
+        got += n;
+        bytes += peer.batch.iter().map(|(_, d)| d.len()).sum::<usize>();
+    }
+    Ok(bytes)
+}
+
+fn raw_echo(mut peer: RawPeer, count: u64, size: usize, mtu: usize) -> anyhow::Result<()> {
+    let chunks = size.div_ceil(mtu).max(1);
+    let mut buf = vec![0u8; size];
+    for _ in 0..count + WARMUP {
+        let mut got = 0;
+        let mut at = 0;
+        while got < chunks {
+            let n = peer.recv(TIMEOUT)?;
+            if n == 0 {
+                anyhow::bail!("raw echo timed out");
+            }
+            got += n;
+            for (_, d) in peer.batch.iter() {
+                let end = (at + d.len()).min(size);
+                buf[at..end].copy_from_slice(&d[..end - at]);
+                at = end;
+            }
+        }
+        raw_send(&mut peer, SENDER, &buf, mtu)?;
+    }
+    Ok(())
+}
+
+/// Send `msg` as datagrams of at most `mtu` bytes (one empty datagram if empty).
+fn raw_send(peer: &mut RawPeer, dst: u32, msg: &[u8], mtu: usize) -> anyhow::Result<()> {
+    let mut batch: [(u32, &[u8]); 32] = [(0, &[][..]); 32];
+    let mut k = 0;
+    for c in msg.chunks(mtu).chain(msg.is_empty().then_some(msg)) {
+        batch[k] = (dst, c);
+        k += 1;
+        if k == batch.len() {
+            peer.send_all(&batch)?;
+            k = 0;
+        }
+    }
+    peer.send_all(&batch[..k])?;
+    Ok(())
+}
+
+pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
+    let spin = Duration::from_micros(o.spin_us);
+    let server_t = o.transport(RECEIVER, loopback(), &[], o.seed)?;
+    let server_addr = server_t.local_addr().expect("udp");
+    let client_t = o.transport(SENDER, loopback(), &[(RECEIVER, server_addr)], o.seed + 1)?;
+    let client_addr = client_t.local_addr().expect("udp");
+    let mut server = RawPeer::new(server_t, o.mtu, spin);
+    server.t.add_peer(SENDER, client_addr)?;
+    let (size, mtu) = (o.size, o.mtu);
+    let echo = std::thread::spawn(move || raw_echo(server, count, size, mtu));
+    let mut client = RawPeer::new(client_t, o.mtu, spin);
+    let mut buf = vec![0u8; size];
+    let mut samples = Vec::with_capacity(count as usize);
+    for i in 0..count + WARMUP {
+        pattern::fill(&mut buf, SENDER, i);
+        let t0 = Instant::now();
+        raw_round_trip(&mut client, RECEIVER, &buf, mtu)?;
+        if i >= WARMUP {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    Ok(PingpongRun { rtt_us: Summary::of(&samples).expect("count > 0"), corrupted: 0, retransmits: 0 })
+}
+
+/// Two-process mode: the echo side.
+pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<()> {
+    if o.raw {
+        let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
+        return raw_echo(RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us)), count, o.size, o.mtu);
+    }
+    let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
+    reliable_echo(&ep, count)
+}
+
+/// Two-process mode: the measuring side.
+pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> anyhow::Result<PingpongRun> {
+    if o.raw {
+        let t = o.transport(SENDER, bind, &[(RECEIVER, addr)], o.seed)?;
+        let mut client = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
+        let mut buf = vec![0u8; o.size];
+        let mut samples = Vec::new();
+        for i in 0..count + WARMUP {
+            pattern::fill(&mut buf, SENDER, i);
+            let t0 = Instant::now();
+            raw_round_trip(&mut client, RECEIVER, &buf, o.mtu)?;
+            if i >= WARMUP {
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        return Ok(PingpongRun {
+            rtt_us: Summary::of(&samples).expect("count > 0"),
+            corrupted: 0,
+            retransmits: 0,
+        });
+    }
+    let ep = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
+    reliable_client(&ep, o.size, count)
+}

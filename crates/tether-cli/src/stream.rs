@@ -1,0 +1,236 @@
+//! `tether stream`: one-way bandwidth, messages of one size sent as fast as
+//! the window allows; every delivered byte is verified.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
+use crate::pattern;
+use crate::raw::RawPeer;
+
+const RECV_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamRun {
+    pub messages: u64,
+    pub delivered: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub goodput_mb_s: f64,
+    pub msgs_per_s: f64,
+    pub corrupted: u64,
+    pub out_of_order: u64,
+    pub retransmits: u64,
+}
+
+pub fn default_count(size: usize) -> u64 {
+    ((256u64 << 20) / size.max(1) as u64).clamp(2_000, 2_000_000)
+}
+
+/// Receive-side accounting shared by the raw and reliable paths.
+#[derive(Default)]
+struct Tally {
+    delivered: u64,
+    bytes: u64,
+    corrupted: u64,
+    out_of_order: u64,
+    next: u64,
+}
+
+impl Tally {
+    fn take(&mut self, msg: &[u8], expect_len: usize) {
+        self.delivered += 1;
+        self.bytes += msg.len() as u64;
+        let index =
+            if msg.len() >= 8 { pattern::index_of(msg, SENDER).unwrap_or(u64::MAX) } else { self.next };
+        if msg.len() != expect_len || !pattern::verify(msg, SENDER, index) {
+            self.corrupted += 1;
+        }
+        if index != self.next {
+            self.out_of_order += 1;
+        }
+        self.next = index.wrapping_add(1);
+    }
+}
+
+fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64) -> StreamRun {
+    StreamRun {
+        messages,
+        delivered: t.delivered,
+        bytes: t.bytes,
+        seconds,
+        goodput_mb_s: t.bytes as f64 / seconds / 1e6,
+        msgs_per_s: t.delivered as f64 / seconds,
+        corrupted: t.corrupted,
+        out_of_order: t.out_of_order,
+        retransmits,
+    }
+}
+
+/// Reliable stream over loopback, both endpoints in this process.
+pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
+    let rx = o.endpoint(RECEIVER, loopback(), &[])?;
+    let rx_addr = rx.local_addr().expect("UDP has an address");
+    let tx = o.endpoint(SENDER, loopback(), &[(RECEIVER, rx_addr)])?;
+    rx.add_peer(SENDER, tx.local_addr().expect("UDP has an address"))?;
+    let size = o.size;
+    let receiver = std::thread::spawn(move || -> anyhow::Result<(Tally, Instant)> {
+        let mut t = Tally::default();
+        for _ in 0..count {
+            let d = rx.recv(Some(RECV_TIMEOUT))?;
+            t.take(&d.message, size);
+        }
+        Ok((t, Instant::now()))
+    });
+    let mut buf = vec![0u8; size];
+    let start = Instant::now();
+    for i in 0..count {
+        pattern::fill(&mut buf, SENDER, i);
+        tx.send_blocking(RECEIVER, &buf, Some(RECV_TIMEOUT))?;
+    }
+    let (tally, end) = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    tx.flush(Some(RECV_TIMEOUT))?;
+    Ok(run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits))
+}
+
+/// Split each message into datagrams of at most `mtu` bytes, as tether would.
+fn raw_sender(mut peer: RawPeer, o: &NetOpts, count: u64) -> anyhow::Result<()> {
+    let size = o.size;
+    let chunk = o.mtu.min(size.max(1));
+    let per_batch = (32 * chunk / size.max(1)).clamp(1, 32);
+    let mut msgs = vec![vec![0u8; size]; per_batch];
+    let mut i = 0;
+    while i < count {
+        let n = per_batch.min((count - i) as usize);
+        for (k, m) in msgs.iter_mut().take(n).enumerate() {
+            pattern::fill(m, SENDER, i + k as u64);
+        }
+        // A stack array, not a Vec: the baseline must not pay for allocation either.
+        let mut batch: [(u32, &[u8]); 32] = [(0, &[][..]); 32];
+        let mut k = 0;
+        for m in &msgs[..n] {
+            for c in m.chunks(chunk.max(1)) {
+                batch[k] = (RECEIVER, c);
+                k += 1;
+                if k == batch.len() {
+                    peer.send_all(&batch)?;
+                    k = 0;
+                }
+            }
+        }
+        peer.send_all(&batch[..k])?;
+        i += n as u64;
+    }
+    Ok(())
+}
+
+/// Raw stream over loopback: counts what arrives; loss is possible and reported.
+pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
+    let spin = Duration::from_micros(o.spin_us);
+    let rx_t = o.transport(RECEIVER, loopback(), &[], o.seed)?;
+    let rx_addr = rx_t.local_addr().expect("UDP has an address");
+    let tx_t = o.transport(SENDER, loopback(), &[(RECEIVER, rx_addr)], o.seed + 1)?;
+    let mut rx = RawPeer::new(rx_t, o.mtu, spin);
+    let tx = RawPeer::new(tx_t, o.mtu, spin);
+    let size = o.size;
+    let chunk = o.mtu.min(size.max(1));
+    let per_msg = size.div_ceil(chunk).max(1) as u64;
+    let start = Arc::new(Instant::now());
+    let o2 = o.clone();
+    let sender = std::thread::spawn(move || raw_sender(tx, &o2, count));
+    let mut t = Tally::default();
+    let mut datagrams = 0u64;
+    let mut last = Instant::now();
+    while datagrams < count * per_msg {
+        let n = rx.recv(Duration::from_millis(300))?;
+        if n == 0 {
+            break; // The sender is done and the rest was lost.
+        }
+        last = Instant::now();
+        for (_, d) in rx.batch.iter() {
+            datagrams += 1;
+            // Only whole single-datagram messages can be verified in isolation.
+            if per_msg == 1 {
+                t.take(d, size);
+            } else {
+                t.bytes += d.len() as u64;
+            }
+        }
+    }
+    if per_msg > 1 {
+        t.delivered = datagrams / per_msg;
+    }
+    sender.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
+    Ok(run_from(t, count, (last - *start).as_secs_f64(), 0))
+}
+
+/// Two-process mode, receiving side.
+pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
+    let timeout = Duration::from_secs(60);
+    if o.raw {
+        let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
+        let mut rx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
+        let mut tally = Tally::default();
+        let first = rx.recv(timeout)?;
+        let start = Instant::now();
+        let mut last = start;
+        let mut n = first;
+        while n > 0 {
+            last = Instant::now();
+            for (_, d) in rx.batch.iter() {
+                tally.take(d, o.size.min(o.mtu));
+            }
+            if tally.delivered >= count {
+                break;
+            }
+            n = rx.recv(Duration::from_millis(500))?;
+        }
+        return Ok(run_from(tally, count, (last - start).as_secs_f64().max(1e-9), 0));
+    }
+    let rx = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
+    let mut tally = Tally::default();
+    let first = rx.recv(Some(timeout))?;
+    let start = Instant::now();
+    tally.take(&first.message, o.size);
+    for _ in 1..count {
+        let d = rx.recv(Some(RECV_TIMEOUT))?;
+        tally.take(&d.message, o.size);
+    }
+    let end = Instant::now();
+    // Linger so the last ACKs reach the sender before this endpoint goes away.
+    let linger = Instant::now();
+    while linger.elapsed() < Duration::from_millis(300) {
+        rx.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0))
+}
+
+/// Two-process mode, sending side: done when everything is acknowledged.
+pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
+    if o.raw {
+        let t = o.transport(SENDER, bind, &[(RECEIVER, addr)], o.seed)?;
+        let tx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
+        let start = Instant::now();
+        raw_sender(tx, o, count)?;
+        let secs = start.elapsed().as_secs_f64();
+        let t = Tally { delivered: count, bytes: count * o.size as u64, ..Tally::default() };
+        return Ok(run_from(t, count, secs, 0));
+    }
+    let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
+    let mut buf = vec![0u8; o.size];
+    let start = Instant::now();
+    for i in 0..count {
+        pattern::fill(&mut buf, SENDER, i);
+        tx.send_blocking(RECEIVER, &buf, Some(Duration::from_secs(60)))?;
+    }
+    tx.flush(Some(Duration::from_secs(60)))?;
+    let secs = start.elapsed().as_secs_f64();
+    let s = tx.stats();
+    let t =
+        Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
+    Ok(run_from(t, count, secs, s.retransmits))
+}

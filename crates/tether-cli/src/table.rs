@@ -1,0 +1,185 @@
+//! Terminal tables (comfy-table) for the commands' reports.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+
+use crate::bench::BenchRow;
+use crate::demo::{DemoOpts, DemoReport, NodeReport};
+use crate::net::NetOpts;
+use crate::pingpong::PingpongRun;
+use crate::stream::StreamRun;
+use crate::summary::Summary;
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header.iter().map(Cell::new));
+    t
+}
+
+fn right(t: &mut Table) {
+    for i in 1..t.column_count() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+fn spread(s: &Summary, digits: usize) -> String {
+    format!("{:.d$} ({:.d$}-{:.d$})", s.median, s.min, s.max, d = digits)
+}
+
+pub fn demo(o: &DemoOpts, r: &DemoReport) {
+    println!(
+        "tether demo: {} nodes all-to-all over UDP loopback, {} messages per stream; links drop {:.1}%, duplicate {:.1}%, corrupt {:.1}%, reorder {:.1}% (seed {})",
+        o.nodes,
+        o.messages,
+        o.loss * 100.0,
+        o.duplicate * 100.0,
+        o.corrupt * 100.0,
+        o.reorder * 100.0,
+        o.seed
+    );
+    let mut t = table(&[
+        "node",
+        "sent",
+        "delivered",
+        "lost",
+        "duplicated",
+        "corrupted",
+        "failed",
+        "retransmits",
+        "dup discarded",
+        "cksum fail",
+        "injected drop/dup/corrupt/reorder",
+    ]);
+    let row = |t: &mut Table, name: String, n: &NodeReport| {
+        let i = &n.injected;
+        t.add_row(vec![
+            name,
+            n.sent.to_string(),
+            n.delivered.to_string(),
+            n.lost.to_string(),
+            n.duplicated.to_string(),
+            n.corrupted.to_string(),
+            n.failed.to_string(),
+            n.retransmits.to_string(),
+            n.duplicates_discarded.to_string(),
+            n.checksum_failures.to_string(),
+            format!("{}/{}/{}/{}", i.dropped, i.duplicated, i.corrupted, i.reordered),
+        ]);
+    };
+    for n in &r.nodes {
+        row(&mut t, n.node.to_string(), n);
+    }
+    row(&mut t, "total".into(), &r.total);
+    right(&mut t);
+    println!("{t}");
+    if let Some(l) = &r.latency_us {
+        println!(
+            "one-way latency (us): median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
+            l.median, l.p99, l.min, l.max
+        );
+    }
+    println!(
+        "throughput: {:.0} messages/s, {:.1} MB/s delivered in {:.2} s",
+        r.msgs_per_s, r.mb_per_s, r.seconds
+    );
+    println!(
+        "{}",
+        if r.ok {
+            "OK: every message delivered exactly once, in order, with its exact bytes"
+        } else {
+            "FAILED: see the lost / duplicated / corrupted / failed columns"
+        }
+    );
+}
+
+pub fn pingpong(runs: &[PingpongRun], mode: &str, size: usize) {
+    let mut t = table(&["run", "median us", "p99 us", "min us", "max us", "retransmits", "corrupted"]);
+    for (i, r) in runs.iter().enumerate() {
+        let s = &r.rtt_us;
+        t.add_row(vec![
+            (i + 1).to_string(),
+            format!("{:.2}", s.median),
+            format!("{:.2}", s.p99),
+            format!("{:.2}", s.min),
+            format!("{:.2}", s.max),
+            r.retransmits.to_string(),
+            r.corrupted.to_string(),
+        ]);
+    }
+    right(&mut t);
+    println!("pingpong {mode}, {size} B, round trip:\n{t}");
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.rtt_us.median).collect::<Vec<_>>()) {
+        println!("median of run medians: {:.2} us (min {:.2}, max {:.2})", m.median, m.min, m.max);
+    }
+}
+
+pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
+    let mut t = table(&[
+        "run",
+        "MB/s",
+        "msgs/s",
+        "delivered",
+        "sent",
+        "corrupted",
+        "out of order",
+        "retransmits",
+        "s",
+    ]);
+    for (i, r) in runs.iter().enumerate() {
+        t.add_row(vec![
+            (i + 1).to_string(),
+            format!("{:.1}", r.goodput_mb_s),
+            format!("{:.0}", r.msgs_per_s),
+            r.delivered.to_string(),
+            r.messages.to_string(),
+            r.corrupted.to_string(),
+            r.out_of_order.to_string(),
+            r.retransmits.to_string(),
+            format!("{:.3}", r.seconds),
+        ]);
+    }
+    right(&mut t);
+    println!("stream {mode}, {size} B messages:\n{t}");
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.goodput_mb_s).collect::<Vec<_>>()) {
+        println!("median goodput: {:.1} MB/s (min {:.1}, max {:.1})", m.median, m.min, m.max);
+    }
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.msgs_per_s).collect::<Vec<_>>()) {
+        println!("median rate: {:.0} messages/s (min {:.0}, max {:.0})", m.median, m.min, m.max);
+    }
+}
+
+pub fn bench(rows: &[BenchRow], o: &NetOpts) {
+    println!(
+        "tether bench on UDP loopback: mtu {} B, window {}, checksum {:?}, {:?}, {} runs each; figures are median (min-max) over runs",
+        o.mtu, o.window, o.checksum, o.mode, o.runs
+    );
+    let mut t = table(&[
+        "size",
+        "RTT raw us",
+        "RTT tether us",
+        "ratio",
+        "raw MB/s",
+        "tether MB/s",
+        "ratio",
+        "tether msgs/s",
+        "raw delivered",
+    ]);
+    for r in rows {
+        t.add_row(vec![
+            r.size.to_string(),
+            spread(&r.pingpong_raw_us, 1),
+            spread(&r.pingpong_tether_us, 1),
+            format!("{:.3}", r.pingpong_ratio),
+            spread(&r.stream_raw_mb_s, 0),
+            spread(&r.stream_tether_mb_s, 0),
+            format!("{:.3}", r.stream_ratio),
+            format!("{:.0}", r.stream_tether_msgs_s),
+            format!("{:.1}%", r.stream_raw_delivered_fraction * 100.0),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!("ratio: tether / raw (RTT: lower is better, <1.15 is the bar; stream: higher is better, >0.85 is the bar)");
+}

@@ -1,0 +1,308 @@
+//! UDP transport: one non-blocking socket, datagrams batched through
+//! `sendmmsg`/`recvmmsg` so a burst costs one system call, not one per
+//! datagram. The address book maps nodes to socket addresses both ways.
+
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::{NodeId, RecvBatch, Transport, TransportCounters, TransportError};
+
+/// Datagrams per `sendmmsg`/`recvmmsg` call.
+const MMSG_BATCH: usize = 64;
+/// Socket buffer size asked for; loopback bursts overrun the default 208 KiB.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Which address each node is reached at, and which node an address is.
+#[derive(Debug, Clone, Default)]
+pub struct AddressBook {
+    by_node: BTreeMap<NodeId, (SocketAddr, SockAddr)>,
+    by_addr: BTreeMap<SocketAddr, NodeId>,
+}
+
+impl AddressBook {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, node: NodeId, addr: SocketAddr) {
+        if let Some((old, _)) = self.by_node.insert(node, (addr, SockAddr::from(addr))) {
+            self.by_addr.remove(&old);
+        }
+        self.by_addr.insert(addr, node);
+    }
+
+    pub fn addr(&self, node: NodeId) -> Option<SocketAddr> {
+        self.by_node.get(&node).map(|(a, _)| *a)
+    }
+
+    pub fn node(&self, addr: &SocketAddr) -> Option<NodeId> {
+        self.by_addr.get(addr).copied()
+    }
+
+    fn sockaddr(&self, node: NodeId) -> Option<&SockAddr> {
+        self.by_node.get(&node).map(|(_, s)| s)
+    }
+}
+
+pub struct UdpTransport {
+    node: NodeId,
+    socket: Socket,
+    local: SocketAddr,
+    book: AddressBook,
+    counters: TransportCounters,
+}
+
+impl UdpTransport {
+    /// Bind a non-blocking UDP socket at `addr` for `node`.
+    pub fn bind(node: NodeId, addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_nonblocking(true)?;
+        grow_buffers(&socket);
+        socket.bind(&addr.into())?;
+        let local = socket.local_addr()?.as_socket().ok_or(TransportError::InvalidArgs)?;
+        Ok(UdpTransport { node, socket, local, book, counters: TransportCounters::default() })
+    }
+
+    pub fn book(&self) -> &AddressBook {
+        &self.book
+    }
+
+    pub fn book_mut(&mut self) -> &mut AddressBook {
+        &mut self.book
+    }
+}
+
+/// Ask for large socket buffers; as root, past the sysctl limit too. What
+/// the kernel grants is accepted either way.
+fn grow_buffers(socket: &Socket) {
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let size = SOCKET_BUFFER as libc::c_int;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+        // SAFETY: passes a pointer to a live c_int and its exact size; the
+        // call fails harmlessly (EPERM) when not privileged.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+fn zeroed_mmsg() -> libc::mmsghdr {
+    // SAFETY: mmsghdr is a plain C struct for which all-zero bytes is a valid value.
+    unsafe { MaybeUninit::<libc::mmsghdr>::zeroed().assume_init() }
+}
+
+impl Transport for UdpTransport {
+    fn local_node(&self) -> NodeId {
+        self.node
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        Some(self.local)
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.socket.as_raw_fd())
+    }
+
+    fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
+        self.book.insert(node, addr);
+        Ok(())
+    }
+
+    fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
+        self.send_batch(&[(dst, datagram)]).map(|_| ())
+    }
+
+    fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
+        let n = batch.len().min(MMSG_BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
+        let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
+        for (i, &(dst, data)) in batch[..n].iter().enumerate() {
+            let Some(addr) = self.book.sockaddr(dst) else {
+                // Send what precedes the unknown destination; report it when it is first.
+                if i == 0 {
+                    self.counters.send_errors += 1;
+                    return Err(TransportError::InvalidEndpoint);
+                }
+                return self.send_prepared(&mut msgs[..i], &mut iov[..i], &batch[..i]);
+            };
+            iov[i] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+            msgs[i].msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+            msgs[i].msg_hdr.msg_namelen = addr.len();
+        }
+        self.send_prepared(&mut msgs[..n], &mut iov[..n], &batch[..n])
+    }
+
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
+        batch.clear();
+        let n = batch.capacity().min(MMSG_BATCH);
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
+        let mut names = [MaybeUninit::<libc::sockaddr_storage>::zeroed(); MMSG_BATCH];
+        let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
+        for (i, slot) in batch.slots_mut().take(n).enumerate() {
+            iov[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_name = names[i].as_mut_ptr().cast();
+            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        self.counters.syscalls += 1;
+        // SAFETY: `msgs[..n]` point at `n` live iovecs over distinct slots of
+        // `batch` and at `n` live sockaddr_storage buffers, all of which
+        // outlive the call; the kernel writes at most the sizes given.
+        let got = unsafe {
+            libc::recvmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            return match TransportError::last_os_error() {
+                TransportError::WouldBlock => Ok(0),
+                e => Err(e),
+            };
+        }
+        let got = got as usize;
+        for i in 0..got {
+            let len = msgs[i].msg_len as usize;
+            // SAFETY: the kernel initialised `msg_namelen` bytes of names[i]
+            // (a sockaddr_storage, large enough for any address).
+            let addr =
+                unsafe { SockAddr::new(names[i].assume_init(), msgs[i].msg_hdr.msg_namelen) }.as_socket();
+            let from = addr.and_then(|a| self.book.node(&a));
+            batch.set(i, len, from, addr);
+            self.counters.datagrams_received += 1;
+            self.counters.bytes_received += len as u64;
+        }
+        batch.set_filled(got);
+        Ok(got)
+    }
+
+    fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
+        let mut fd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
+        // SAFETY: one live pollfd.
+        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+        match n {
+            n if n > 0 => Ok(true),
+            0 => Ok(false),
+            _ => match TransportError::last_os_error() {
+                TransportError::Interrupted => Ok(false),
+                e => Err(e),
+            },
+        }
+    }
+
+    fn counters(&self) -> TransportCounters {
+        self.counters
+    }
+}
+
+impl UdpTransport {
+    fn send_prepared(
+        &mut self,
+        msgs: &mut [libc::mmsghdr],
+        iov: &mut [libc::iovec],
+        batch: &[(NodeId, &[u8])],
+    ) -> Result<usize, TransportError> {
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        self.counters.syscalls += 1;
+        // SAFETY: every header points at one live iovec over a caller slice
+        // and at a live sockaddr in the address book; nothing is written.
+        let sent = unsafe {
+            libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0)
+        };
+        if sent < 0 {
+            let e = TransportError::last_os_error();
+            if e != TransportError::WouldBlock {
+                self.counters.send_errors += 1;
+            }
+            return Err(e);
+        }
+        let sent = sent as usize;
+        self.counters.datagrams_sent += sent as u64;
+        self.counters.bytes_sent += batch[..sent].iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+        Ok(sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (UdpTransport, UdpTransport) {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut a = UdpTransport::bind(1, any, AddressBook::new()).unwrap();
+        let mut b = UdpTransport::bind(2, any, AddressBook::new()).unwrap();
+        a.add_peer(2, b.local_addr().unwrap()).unwrap();
+        b.add_peer(1, a.local_addr().unwrap()).unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn batch_of_64_in_one_syscall_arrives_exactly() {
+        let (mut a, mut b) = pair();
+        let msgs: Vec<Vec<u8>> = (0..64u32).map(|i| vec![i as u8; 1 + (i as usize * 37) % 1400]).collect();
+        let batch: Vec<(NodeId, &[u8])> = msgs.iter().map(|m| (2, &m[..])).collect();
+        assert_eq!(a.send_batch(&batch).unwrap(), 64);
+        assert_eq!(a.counters().syscalls, 1);
+        let mut rx = RecvBatch::new(64, 2048);
+        let mut got = Vec::new();
+        while got.len() < 64 {
+            assert!(b.wait_readable(Some(Duration::from_secs(2))).unwrap());
+            b.recv_batch(&mut rx).unwrap();
+            got.extend(rx.iter().map(|(from, d)| (from, d.to_vec())));
+        }
+        assert!(b.counters().syscalls < 64);
+        let want: Vec<_> = msgs.into_iter().map(|m| (Some(1), m)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn typed_errors_not_panics() {
+        let (mut a, mut b) = pair();
+        assert_eq!(a.send_to(99, b"x"), Err(TransportError::InvalidEndpoint));
+        let big = vec![0u8; 70_000];
+        assert_eq!(a.send_to(2, &big), Err(TransportError::InvalidBuffer));
+        let mut rx = RecvBatch::new(4, 2048);
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 0);
+        let t = std::time::Instant::now();
+        assert!(!b.wait_readable(Some(Duration::from_millis(20))).unwrap());
+        assert!(t.elapsed() >= Duration::from_millis(15));
+    }
+
+    #[test]
+    fn unknown_source_is_received_without_a_node() {
+        let (mut a, _) = pair();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut stranger = UdpTransport::bind(7, any, AddressBook::new()).unwrap();
+        stranger.add_peer(1, a.local_addr().unwrap()).unwrap();
+        stranger.send_to(1, b"hi").unwrap();
+        let mut rx = RecvBatch::new(4, 64);
+        assert!(a.wait_readable(Some(Duration::from_secs(2))).unwrap());
+        assert_eq!(a.recv_batch(&mut rx).unwrap(), 1);
+        assert_eq!(rx.iter().next().unwrap(), (None, &b"hi"[..]));
+        assert_eq!(rx.addr(0), stranger.local_addr());
+    }
+}

@@ -1,0 +1,22 @@
+//! The one place the runtime reads the wall clock, converting it into the
+//! core's `Instant` (DESIGN.md: the core itself never reads a clock).
+
+use std::time::Instant as StdInstant;
+
+use tether_proto::Instant;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    origin: StdInstant,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock { origin: StdInstant::now() }
+    }
+
+    pub fn now(&self) -> Instant {
+        // Start at 1 s so no timestamp is ever zero (zero reads as "unset" in logs).
+        Instant::from_nanos(1_000_000_000 + self.origin.elapsed().as_nanos() as u64)
+    }
+}
