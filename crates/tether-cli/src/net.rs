@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tether::{ChecksumKind, Config, Endpoint, NodeId, Options, RetransmitMode};
+use tether::{ChecksumKind, Config, Endpoint, NodeId, Options, Progress, RetransmitMode};
 use tether_io::{AddressBook, FaultSpec, FaultyTransport, Transport, UdpTransport};
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -55,6 +55,10 @@ pub struct NetOpts {
     /// Busy-poll this long before sleeping in the kernel, in microseconds.
     #[arg(long, default_value_t = 50)]
     pub spin_us: u64,
+    /// No progress thread: the calling thread drives the protocol (inside
+    /// its blocking calls) instead.
+    #[arg(long)]
+    pub polling: bool,
     /// Two-process mode, receiving side: bind this address.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -97,7 +101,13 @@ impl NetOpts {
     }
 
     pub fn options(&self) -> Options {
-        Options { config: self.config(), spin: Duration::from_micros(self.spin_us), ..Options::default() }
+        let progress = if self.polling { Progress::Polling } else { Progress::Thread };
+        Options {
+            config: self.config(),
+            spin: Duration::from_micros(self.spin_us),
+            progress,
+            ..Options::default()
+        }
     }
 
     /// A UDP transport for `node` at `bind`, with loss injected on receive if asked.

@@ -16,7 +16,12 @@ impl Clock {
     }
 
     pub fn now(&self) -> Instant {
+        self.at(StdInstant::now())
+    }
+
+    /// The core's time for a wall-clock reading the caller already has.
+    pub fn at(&self, t: StdInstant) -> Instant {
         // Start at 1 s so no timestamp is ever zero (zero reads as "unset" in logs).
-        Instant::from_nanos(1_000_000_000 + self.origin.elapsed().as_nanos() as u64)
+        Instant::from_nanos(1_000_000_000 + t.saturating_duration_since(self.origin).as_nanos() as u64)
     }
 }

@@ -35,6 +35,10 @@ pub enum Progress {
 /// Longest the progress thread sleeps without a deadline, so a stop request
 /// or a newly queued message is never left waiting long.
 const IDLE_SLICE: Duration = Duration::from_millis(20);
+/// Longest the progress thread leaves the endpoint undriven after the
+/// application stops driving it: below the 1 ms retransmission floor, so a
+/// computing application costs its peers no spurious retransmission.
+const HANDOVER: Duration = Duration::from_micros(500);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -89,10 +93,10 @@ impl<'a> Active<'a> {
 
 impl Drop for Active<'_> {
     fn drop(&mut self) {
-        if self.0.app_active.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // Hand driving back to the progress thread at once.
-            self.0.waiter.wake();
-        }
+        // No wake-up for the progress thread: an application that calls in
+        // again at once (a pingpong) would pay a thread switch per call. The
+        // progress thread looks again within `HANDOVER` instead.
+        self.0.app_active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -292,29 +296,34 @@ fn block_on<R>(
     let start = StdInstant::now();
     let deadline = timeout.map(|t| start + t);
     loop {
+        // One clock reading per turn: it is on the hot path of every spin.
+        let wall = StdInstant::now();
+        let now = shared.clock.at(wall);
         let next_timer = {
             let mut d = shared.lock();
-            let now = shared.clock.now();
+            // What is already queued is served without a system call.
+            if let Some(r) = ready(&mut d) {
+                return Ok(r);
+            }
             d.step(now);
             if let Some(r) = ready(&mut d) {
                 return Ok(r);
             }
-            d.core.poll_timeout().map(|t| t.saturating_since(shared.clock.now()))
+            d.next_deadline().map(|t| t.saturating_since(now))
         };
-        let elapsed = start.elapsed();
-        if deadline.is_some_and(|d| StdInstant::now() >= d) {
+        if deadline.is_some_and(|d| wall >= d) {
             return Err(Error::TimedOut);
         }
         if shared.stop.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        if elapsed < shared.spin {
+        if wall - start < shared.spin {
             std::hint::spin_loop();
             continue;
         }
         let mut sleep = next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
         if let Some(d) = deadline {
-            sleep = sleep.min(d.saturating_duration_since(StdInstant::now()));
+            sleep = sleep.min(d.saturating_duration_since(wall));
         }
         shared.waiter.wait(sleep);
     }
@@ -323,8 +332,9 @@ fn block_on<R>(
 fn progress_loop(shared: &Shared) {
     while !shared.stop.load(Ordering::SeqCst) {
         if shared.app_active.load(Ordering::SeqCst) > 0 {
-            // An application thread is driving; stay out of its way until it leaves.
-            shared.waiter.wait(IDLE_SLICE);
+            // An application thread is driving; stay out of its way (and off
+            // the socket, whose every datagram would wake us) until it leaves.
+            shared.waiter.wait_for_wake(HANDOVER);
             continue;
         }
         let next_timer = {

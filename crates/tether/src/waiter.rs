@@ -37,9 +37,19 @@ impl Waiter {
     /// Block until the socket is readable, `wake` is called, or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
         let timeout = if self.socket.is_none() { timeout.min(NO_FD_SLICE) } else { timeout };
+        self.poll(timeout, self.socket.unwrap_or(-1));
+    }
+
+    /// Block until `wake` is called or `timeout` passes, ignoring the socket:
+    /// for a thread that must not be woken by traffic someone else handles.
+    pub fn wait_for_wake(&self, timeout: Duration) {
+        self.poll(timeout, -1);
+    }
+
+    fn poll(&self, timeout: Duration, socket: RawFd) {
         let mut fds = [
             libc::pollfd { fd: self.event, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.socket.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: socket, events: libc::POLLIN, revents: 0 },
         ];
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live array of two pollfd structs; a negative fd
