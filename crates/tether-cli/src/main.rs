@@ -38,6 +38,24 @@ enum Command {
     Stream(NetOpts),
     /// Pingpong and stream, raw and reliable, over a size sweep, with ratios.
     Bench(BenchOpts),
+    /// Run the deterministic simulator over many seeds and check every guarantee.
+    Sim(SimOpts),
+}
+
+#[derive(clap::Args)]
+struct SimOpts {
+    /// Fault mixes to run (default: all): clean, loss_20pct, heavy_reorder,
+    /// duplicate, corrupt, dead_link, flaky, go_back_n, restart.
+    #[arg(long, value_delimiter = ',')]
+    mix: Vec<String>,
+    /// Seeds per mix.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed (a failure prints the seed to replay with --first-seed N --seeds 1).
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -56,6 +74,7 @@ fn main() {
         Command::Pingpong(o) => run_pingpong(&o),
         Command::Stream(o) => run_stream(&o),
         Command::Bench(o) => run_bench(&o),
+        Command::Sim(o) => run_sim(&o),
     };
     if let Err(e) = result {
         eprintln!("tether: {e:#}");
@@ -154,6 +173,52 @@ fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
         table::stream(&m.runs, mode, o.size);
     }
     anyhow::ensure!(verified, "verification failed: lost, reordered or corrupted messages");
+    Ok(())
+}
+
+fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
+    let mixes: Vec<tether_sim::FaultMix> = if o.mix.is_empty() {
+        tether_sim::FaultMix::ALL.to_vec()
+    } else {
+        o.mix
+            .iter()
+            .map(|m| tether_sim::FaultMix::from_name(m).ok_or_else(|| anyhow::anyhow!("unknown mix {m}")))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let bar = (!o.json).then(|| {
+        let b = indicatif::ProgressBar::new(o.seeds * mixes.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for mix in mixes {
+        let reports = tether_sim::swarm(mix, o.first_seed..o.first_seed + o.seeds, |r| {
+            if let Some(b) = &bar {
+                b.set_message(mix.name());
+                b.inc(1);
+            }
+            if !r.ok() {
+                failures.push(format!("{}: {:?}", tether_sim::replay_line(r), r.violations.first()));
+            }
+        });
+        rows.push(table::SimRow::of(mix, &reports));
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if o.json {
+        print_json(&rows)?;
+    } else {
+        table::sim(&rows);
+    }
+    for f in &failures {
+        eprintln!("{f}");
+    }
+    anyhow::ensure!(failures.is_empty(), "{} runs violated a guarantee", failures.len());
     Ok(())
 }
 

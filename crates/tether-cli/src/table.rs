@@ -183,3 +183,81 @@ pub fn bench(rows: &[BenchRow], o: &NetOpts) {
     println!("{t}");
     println!("ratio: tether / raw (RTT: lower is better, <1.15 is the bar; stream: higher is better, >0.85 is the bar)");
 }
+
+/// One line of `tether sim`: a fault mix summed over its seeds.
+#[derive(Debug, serde::Serialize)]
+pub struct SimRow {
+    pub mix: &'static str,
+    pub runs: usize,
+    pub failed_runs: usize,
+    pub sent: u64,
+    pub delivered: u64,
+    pub failed: u64,
+    pub in_doubt_delivered: u64,
+    pub lost_in_crash: u64,
+    pub retransmits: u64,
+    pub checksum_failures: u64,
+    pub datagrams_dropped: u64,
+    pub datagrams_corrupted: u64,
+    pub datagrams_duplicated: u64,
+    pub datagrams_cut: u64,
+}
+
+impl SimRow {
+    pub fn of(mix: tether_sim::FaultMix, reports: &[tether_sim::SimReport]) -> SimRow {
+        let sum = |f: &dyn Fn(&tether_sim::SimReport) -> u64| reports.iter().map(f).sum::<u64>();
+        SimRow {
+            mix: mix.name(),
+            runs: reports.len(),
+            failed_runs: reports.iter().filter(|r| !r.ok()).count(),
+            sent: sum(&|r| r.sent),
+            delivered: sum(&|r| r.delivered),
+            failed: sum(&|r| r.failed),
+            in_doubt_delivered: sum(&|r| r.in_doubt_delivered),
+            lost_in_crash: sum(&|r| r.lost_in_crash),
+            retransmits: sum(&|r| r.stats.retransmits),
+            checksum_failures: sum(&|r| r.stats.checksum_failures),
+            datagrams_dropped: sum(&|r| r.links.dropped),
+            datagrams_corrupted: sum(&|r| r.links.corrupted),
+            datagrams_duplicated: sum(&|r| r.links.duplicated),
+            datagrams_cut: sum(&|r| r.links.cut),
+        }
+    }
+}
+
+pub fn sim(rows: &[SimRow]) {
+    let mut t = table(&[
+        "mix",
+        "runs",
+        "violating",
+        "sent",
+        "delivered",
+        "failed",
+        "in doubt",
+        "crash-lost",
+        "retransmits",
+        "cksum fail",
+        "dropped/corrupt/dup/cut",
+    ]);
+    for r in rows {
+        t.add_row(vec![
+            r.mix.to_string(),
+            r.runs.to_string(),
+            r.failed_runs.to_string(),
+            r.sent.to_string(),
+            r.delivered.to_string(),
+            r.failed.to_string(),
+            r.in_doubt_delivered.to_string(),
+            r.lost_in_crash.to_string(),
+            r.retransmits.to_string(),
+            r.checksum_failures.to_string(),
+            format!(
+                "{}/{}/{}/{}",
+                r.datagrams_dropped, r.datagrams_corrupted, r.datagrams_duplicated, r.datagrams_cut
+            ),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!("in doubt: delivered, then reported failed because the ACK died with the link (allowed, see FailedMessages)");
+}

@@ -1,0 +1,413 @@
+//! The discrete-event driver: a virtual clock, one seeded RNG, a network
+//! of simulated links between real `tether_proto::Endpoint`s, a workload,
+//! and the checker watching every delivery and failure report.
+//!
+//! Determinism: the only randomness is the run's `Pcg64Mcg`; events at the
+//! same instant run in the order they were scheduled; nothing iterates an
+//! unordered container. One seed is one exact replay.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use rand::{Rng, RngCore, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use serde::Serialize;
+use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, SendError, Stats};
+
+use crate::checker::{Checker, Violation, MESSAGE_HEADER};
+use crate::config::SimConfig;
+
+/// What happened to datagrams on the links.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LinkCounters {
+    pub datagrams: u64,
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub cut: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    pub seed: u64,
+    pub mix: &'static str,
+    pub config: String,
+    pub sent: u64,
+    pub delivered: u64,
+    pub failed: u64,
+    pub in_doubt_delivered: u64,
+    pub lost_in_crash: u64,
+    pub violations: Vec<Violation>,
+    pub retransmits: u64,
+    pub checksum_failures: u64,
+    pub duplicates_discarded: u64,
+    pub stale_dropped: u64,
+    pub links: LinkCounters,
+    /// Every core counter, summed over all endpoints (crashed ones included).
+    pub stats: Stats,
+    pub virtual_ms: f64,
+    pub events: u64,
+}
+
+impl SimReport {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+enum Ev {
+    Arrive { dst: NodeId, bytes: Vec<u8> },
+    Wake { node: NodeId, at: u64 },
+    Tick { node: NodeId },
+    Restart { node: NodeId },
+}
+
+struct Scheduled {
+    at: u64,
+    order: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.order) == (o.at, o.order)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(o.at, o.order))
+    }
+}
+
+struct Node {
+    ep: Endpoint,
+    incarnation: u64,
+    wake_at: Option<u64>,
+    /// Messages of the workload sent to each peer, over all incarnations.
+    sent_to: Vec<u64>,
+    /// Next message number toward each peer in this incarnation.
+    next_seq: Vec<u64>,
+}
+
+/// Virtual time starts at 1 s so no core timestamp is zero.
+const ORIGIN_NS: u64 = 1_000_000_000;
+/// Messages a node sends to one peer per turn.
+const BURST: u64 = 2;
+
+struct World<'a> {
+    cfg: &'a SimConfig,
+    rng: Pcg64Mcg,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    order: u64,
+    now: u64,
+    nodes: Vec<Node>,
+    checker: Checker,
+    links: LinkCounters,
+    /// Counters of crashed incarnations, so nothing they did is forgotten.
+    dead_stats: Stats,
+    buf: Vec<u8>,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+impl<'a> World<'a> {
+    fn new(cfg: &'a SimConfig) -> Self {
+        let nodes = (0..cfg.nodes)
+            .map(|id| Node {
+                ep: Endpoint::new(cfg.proto.clone(), id, 1).expect("simulation config is valid"),
+                incarnation: 1,
+                wake_at: None,
+                sent_to: vec![0; cfg.nodes as usize],
+                next_seq: vec![0; cfg.nodes as usize],
+            })
+            .collect();
+        let mut w = World {
+            cfg,
+            rng: Pcg64Mcg::seed_from_u64(cfg.seed),
+            queue: BinaryHeap::new(),
+            order: 0,
+            now: 0,
+            nodes,
+            checker: Checker::default(),
+            links: LinkCounters::default(),
+            dead_stats: Stats::default(),
+            buf: vec![0; 65_536],
+        };
+        for node in 0..cfg.nodes {
+            let offset = w.rng.gen_range(0..ns(cfg.pace).max(1));
+            w.schedule(offset, Ev::Tick { node });
+        }
+        for &(node, at) in &cfg.restarts {
+            w.schedule(ns(at), Ev::Restart { node });
+        }
+        w
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.order += 1;
+        self.queue.push(Reverse(Scheduled { at, order: self.order, ev }));
+    }
+
+    fn instant(&self) -> Instant {
+        Instant::from_nanos(ORIGIN_NS + self.now)
+    }
+
+    fn run(&mut self) -> u64 {
+        let mut events = 0;
+        while let Some(Reverse(s)) = self.queue.pop() {
+            if s.at > ns(self.cfg.time_limit) {
+                break;
+            }
+            self.now = s.at;
+            events += 1;
+            let now = self.instant();
+            let node = match s.ev {
+                Ev::Arrive { dst, bytes } => {
+                    self.nodes[dst as usize].ep.handle_datagram(now, &bytes);
+                    dst
+                }
+                Ev::Wake { node, at } => {
+                    if self.nodes[node as usize].wake_at != Some(at) {
+                        continue; // superseded by a later scheduling
+                    }
+                    self.nodes[node as usize].wake_at = None;
+                    self.nodes[node as usize].ep.handle_timeout(now);
+                    node
+                }
+                Ev::Tick { node } => {
+                    self.send_turn(node);
+                    node
+                }
+                Ev::Restart { node } => {
+                    self.restart(node);
+                    node
+                }
+            };
+            self.after(node);
+        }
+        events
+    }
+
+    /// One sending turn of the workload: a few messages to each peer,
+    /// stopping at back-pressure, never dropping one.
+    fn send_turn(&mut self, id: NodeId) {
+        let now = self.instant();
+        let total = self.cfg.messages_per_stream;
+        let mut more = false;
+        for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
+            for _ in 0..BURST {
+                let node = &self.nodes[id as usize];
+                if node.sent_to[peer as usize] >= total {
+                    break;
+                }
+                let seq = node.next_seq[peer as usize];
+                let msg = message(&mut self.rng, seq, node.incarnation);
+                let node = &mut self.nodes[id as usize];
+                match node.ep.send(now, peer, &msg) {
+                    Ok(MessageId { seq: got, .. }) => {
+                        debug_assert_eq!(got, seq);
+                        node.next_seq[peer as usize] += 1;
+                        node.sent_to[peer as usize] += 1;
+                        self.checker.on_send((id, node.incarnation, peer), seq, &msg);
+                    }
+                    Err(SendError::WouldBlock) => break,
+                    Err(e) => panic!("unexpected send error {e}"),
+                }
+            }
+            more |= self.nodes[id as usize].sent_to[peer as usize] < total;
+        }
+        if more {
+            self.schedule(self.now + ns(self.cfg.pace), Ev::Tick { node: id });
+        }
+    }
+
+    /// The node crashes and comes back as a new incarnation.
+    fn restart(&mut self, id: NodeId) {
+        let node = &mut self.nodes[id as usize];
+        for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
+            let key = (id, node.incarnation, peer);
+            let ep = &node.ep;
+            let pending = (0..node.next_seq[peer as usize])
+                .filter(|&seq| ep.message_state(MessageId { peer, seq }) == MessageState::Pending);
+            self.checker.on_crash(key, pending);
+            node.next_seq[peer as usize] = 0;
+        }
+        self.dead_stats.accumulate(node.ep.stats());
+        node.incarnation += 1;
+        node.ep = Endpoint::new(self.cfg.proto.clone(), id, node.incarnation).expect("valid config");
+        node.wake_at = None;
+    }
+
+    /// After a node did anything: send what it has, hand deliveries and
+    /// events to the checker, and schedule its next timer.
+    fn after(&mut self, id: NodeId) {
+        let now = self.instant();
+        let mut buf = std::mem::take(&mut self.buf);
+        while let Some(t) = self.nodes[id as usize].ep.poll_transmit(now, &mut buf) {
+            self.transmit(id, t.dst, &buf[..t.len]);
+        }
+        self.buf = buf;
+        let node = &mut self.nodes[id as usize];
+        while let Some(d) = node.ep.recv() {
+            self.checker.on_deliver(d.from, id, &d.message);
+        }
+        while let Some(ev) = node.ep.poll_event() {
+            match ev {
+                Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
+                    self.checker.on_failed(id, node.incarnation, failed)
+                }
+                Event::PeerReachable { .. } => {}
+            }
+        }
+        if let Some(t) = node.ep.poll_timeout() {
+            let at = t.as_nanos().saturating_sub(ORIGIN_NS).max(self.now);
+            if node.wake_at != Some(at) {
+                node.wake_at = Some(at);
+                self.schedule(at, Ev::Wake { node: id, at });
+            }
+        }
+    }
+
+    fn cut(&self, a: NodeId, b: NodeId) -> bool {
+        self.cfg.cuts.iter().any(|c| {
+            ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
+                && self.now >= ns(c.at)
+                && c.until.is_none_or(|u| self.now < ns(u))
+        })
+    }
+
+    fn transmit(&mut self, src: NodeId, dst: NodeId, datagram: &[u8]) {
+        self.links.datagrams += 1;
+        if self.cut(src, dst) {
+            self.links.cut += 1;
+            return;
+        }
+        let f = &self.cfg.faults;
+        let faulty = self.now < ns(self.cfg.safety_phase);
+        let chance = |rng: &mut Pcg64Mcg, p: f64| faulty && p > 0.0 && rng.gen_bool(p);
+        if chance(&mut self.rng, f.loss) {
+            self.links.dropped += 1;
+            return;
+        }
+        let mut bytes = datagram.to_vec();
+        if chance(&mut self.rng, f.corrupt) {
+            self.links.corrupted += 1;
+            if self.rng.gen_range(0..4) == 0 {
+                bytes.truncate(self.rng.gen_range(0..bytes.len()));
+            } else {
+                for _ in 0..self.rng.gen_range(1..=3) {
+                    let bit = self.rng.gen_range(0..bytes.len() * 8);
+                    bytes[bit / 8] ^= 1 << (bit % 8);
+                }
+            }
+        }
+        let copies = if chance(&mut self.rng, f.duplicate) {
+            self.links.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let jitter = if faulty && !f.jitter.is_zero() { self.rng.gen_range(0..ns(f.jitter)) } else { 0 };
+            let at = self.now + ns(f.latency) + jitter;
+            self.schedule(at, Ev::Arrive { dst, bytes: bytes.clone() });
+        }
+    }
+
+    fn report(mut self, events: u64) -> SimReport {
+        let nodes = &self.nodes;
+        self.checker.finish(|(src, inc, dst), seq| {
+            let n = &nodes[src as usize];
+            (n.incarnation == inc).then(|| n.ep.message_state(MessageId { peer: dst, seq }))
+        });
+        let mut stats = self.dead_stats.clone();
+        for n in &self.nodes {
+            stats.accumulate(n.ep.stats());
+        }
+        let expected = self.cfg.messages_per_stream * self.cfg.nodes as u64 * (self.cfg.nodes as u64 - 1);
+        let unsent = expected - self.checker.sent();
+        if unsent > 0 {
+            self.checker.violations.push(Violation::NotConverged { pending: unsent });
+        }
+        let c = &self.checker;
+        SimReport {
+            seed: self.cfg.seed,
+            mix: self.cfg.mix,
+            config: self.cfg.to_string(),
+            sent: c.sent(),
+            delivered: c.delivered,
+            failed: c.failed,
+            in_doubt_delivered: c.in_doubt_delivered,
+            lost_in_crash: c.lost_in_crash,
+            violations: c.violations.clone(),
+            retransmits: stats.retransmits,
+            checksum_failures: stats.checksum_failures,
+            duplicates_discarded: stats.duplicates_discarded,
+            stale_dropped: stats.stale_dropped,
+            links: self.links,
+            stats,
+            virtual_ms: self.now as f64 / 1e6,
+            events,
+        }
+    }
+}
+
+/// A workload message: sequence number and sender incarnation, then bytes
+/// from the run's RNG; sizes mostly small, some multi-fragment, a few large.
+fn message(rng: &mut Pcg64Mcg, seq: u64, incarnation: u64) -> Vec<u8> {
+    let len = match rng.gen_range(0..100) {
+        0..=69 => rng.gen_range(MESSAGE_HEADER..=256),
+        70..=94 => rng.gen_range(1024..=8192),
+        _ => rng.gen_range(20_000..=100_000),
+    };
+    let mut m = vec![0u8; len];
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    m[8..16].copy_from_slice(&incarnation.to_le_bytes());
+    rng.fill_bytes(&mut m[MESSAGE_HEADER..]);
+    m
+}
+
+/// Run one simulation. A panic anywhere in the core becomes a violation
+/// carrying the seed, not a crash of the caller.
+pub fn run(cfg: &SimConfig) -> SimReport {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut world = World::new(cfg);
+        let events = world.run();
+        world.report(events)
+    }));
+    outcome.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        SimReport {
+            seed: cfg.seed,
+            mix: cfg.mix,
+            config: cfg.to_string(),
+            sent: 0,
+            delivered: 0,
+            failed: 0,
+            in_doubt_delivered: 0,
+            lost_in_crash: 0,
+            violations: vec![Violation::Panicked { message }],
+            retransmits: 0,
+            checksum_failures: 0,
+            duplicates_discarded: 0,
+            stale_dropped: 0,
+            links: LinkCounters::default(),
+            stats: Stats::default(),
+            virtual_ms: 0.0,
+            events: 0,
+        }
+    })
+}

@@ -1,0 +1,106 @@
+//! Many seeds per fault mix: every run must end with zero violations of the
+//! guarantees, and where no link dies and no node restarts, with every
+//! message delivered. A failure prints the seed to replay it.
+
+use tether_sim::{replay_line, swarm, FaultMix, SimReport};
+
+/// Seeds per mix: 9 mixes x 100 = 900 runs per `cargo test`.
+const SEEDS: u64 = 100;
+
+fn check_mix(mix: FaultMix) -> Vec<SimReport> {
+    let reports = swarm(mix, 0..SEEDS, |_| {});
+    let mut failures = Vec::new();
+    for r in &reports {
+        if !r.ok() {
+            failures.push(format!(
+                "{}: {:?}\n  {}",
+                replay_line(r),
+                &r.violations[..r.violations.len().min(3)],
+                r.config
+            ));
+        } else if !mix.may_fail() && (r.failed > 0 || r.delivered != r.sent) {
+            failures.push(format!(
+                "{}: {} of {} delivered, {} failed",
+                replay_line(r),
+                r.delivered,
+                r.sent,
+                r.failed
+            ));
+        }
+    }
+    let sum = |f: fn(&SimReport) -> u64| reports.iter().map(f).sum::<u64>();
+    eprintln!(
+        "{:>14}: {} runs, sent {} delivered {} failed {} in-doubt-delivered {} retransmits {} checksum failures {} dropped {} cut {}",
+        mix.name(),
+        reports.len(),
+        sum(|r| r.sent),
+        sum(|r| r.delivered),
+        sum(|r| r.failed),
+        sum(|r| r.in_doubt_delivered),
+        sum(|r| r.retransmits),
+        sum(|r| r.checksum_failures),
+        sum(|r| r.links.dropped),
+        sum(|r| r.links.cut),
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs failed:\n{}",
+        failures.len(),
+        reports.len(),
+        failures.join("\n")
+    );
+    reports
+}
+
+#[test]
+fn clean() {
+    let r = check_mix(FaultMix::Clean);
+    assert!(r.iter().all(|r| r.retransmits == 0), "no faults, no retransmission");
+}
+
+#[test]
+fn loss_20pct() {
+    let r = check_mix(FaultMix::Loss20);
+    assert!(r.iter().all(|r| r.links.dropped > 0 && r.retransmits > 0));
+}
+
+#[test]
+fn heavy_reorder() {
+    check_mix(FaultMix::HeavyReorder);
+}
+
+#[test]
+fn duplicate() {
+    let r = check_mix(FaultMix::Duplicate);
+    assert!(r.iter().map(|r| r.duplicates_discarded).sum::<u64>() > 0);
+}
+
+#[test]
+fn corrupt() {
+    let r = check_mix(FaultMix::Corrupt);
+    assert!(r.iter().all(|r| r.links.corrupted > 0));
+    assert!(r.iter().map(|r| r.checksum_failures).sum::<u64>() > 0);
+}
+
+#[test]
+fn dead_link() {
+    let r = check_mix(FaultMix::DeadLink);
+    // The cut streams fail their tail; every other stream delivers in full.
+    assert!(r.iter().all(|r| r.failed > 0 && r.links.cut > 0), "the cut must bite in every run");
+}
+
+#[test]
+fn flaky() {
+    check_mix(FaultMix::Flaky);
+}
+
+#[test]
+fn go_back_n() {
+    check_mix(FaultMix::GoBackN);
+}
+
+#[test]
+fn restart() {
+    let r = check_mix(FaultMix::Restart);
+    assert!(r.iter().map(|r| r.stale_dropped + r.failed + r.lost_in_crash).sum::<u64>() > 0);
+}
