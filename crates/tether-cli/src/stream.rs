@@ -77,13 +77,15 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     let tx = o.endpoint(SENDER, loopback(), &[(RECEIVER, rx_addr)])?;
     rx.add_peer(SENDER, tx.local_addr().expect("UDP has an address"))?;
     let size = o.size;
-    let receiver = std::thread::spawn(move || -> anyhow::Result<(Tally, Instant)> {
+    // The receiver endpoint is handed back, not dropped, so its last
+    // (delayed) ACK still goes out while the sender flushes.
+    let receiver = std::thread::spawn(move || -> anyhow::Result<(Tally, Instant, tether::Endpoint)> {
         let mut t = Tally::default();
         for _ in 0..count {
             let d = rx.recv(Some(RECV_TIMEOUT))?;
             t.take(&d.message, size);
         }
-        Ok((t, Instant::now()))
+        Ok((t, Instant::now(), rx))
     });
     let mut buf = vec![0u8; size];
     let start = Instant::now();
@@ -91,8 +93,26 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         pattern::fill(&mut buf, SENDER, i);
         tx.send_blocking(RECEIVER, &buf, Some(RECV_TIMEOUT))?;
     }
-    let (tally, end) = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
-    tx.flush(Some(RECV_TIMEOUT))?;
+    // Keep driving the sender until everything is acknowledged, and the
+    // receiver once its thread is done: with --polling there is no progress
+    // thread, so a coalesced tail or a delayed last ACK waits for us.
+    let waiting = Instant::now();
+    let mut receiver = Some(receiver);
+    let mut done = None;
+    loop {
+        let flushed = tx.flush(Some(Duration::from_millis(1))).is_ok();
+        if done.is_none() && receiver.as_ref().is_some_and(|r| r.is_finished()) {
+            let r = receiver.take().expect("checked above");
+            done = Some(r.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??);
+        }
+        match &done {
+            Some(_) if flushed => break,
+            Some((_, _, rx)) => rx.progress(),
+            None => {}
+        }
+        anyhow::ensure!(waiting.elapsed() < RECV_TIMEOUT, "the last messages were never acknowledged");
+    }
+    let (tally, end, _rx) = done.expect("loop ends with the receiver done");
     Ok(run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits))
 }
 

@@ -101,12 +101,17 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        self.send_bytes(now, peer, data)
+        self.push(now, peer, data)
     }
 
     /// Like `send`, taking ownership of the bytes: no copy at all.
     pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
+        self.push(now, peer, msg)
+    }
+
+    /// Queue checked bytes into the peer's sender-based log.
+    fn push(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         let max_fragment = self.config.max_fragment();
         let p = self.peer_mut(peer).ok_or(SendError::TooManyPeers)?;
         let seq = p.send.push_message(now, msg, max_fragment);

@@ -9,13 +9,15 @@
 //! the application calls `progress()` itself.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use tether_io::{AddressBook, Transport, UdpTransport};
-use tether_proto::{Config, Delivery, Endpoint as Core, Event, MessageId, MessageState, NodeId, Stats};
+use tether_proto::{
+    Config, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, SendError, Stats,
+};
 
 use crate::clock::Clock;
 use crate::driver::Driver;
@@ -69,6 +71,8 @@ struct Shared {
     clock: Clock,
     /// Application threads currently driving progress inside a blocking call.
     app_active: AtomicUsize,
+    /// When the last application thread left a blocking call, in clock nanoseconds.
+    app_left_ns: AtomicU64,
     stop: AtomicBool,
     spin: Duration,
 }
@@ -94,8 +98,10 @@ impl<'a> Active<'a> {
 impl Drop for Active<'_> {
     fn drop(&mut self) {
         // No wake-up for the progress thread: an application that calls in
-        // again at once (a pingpong) would pay a thread switch per call. The
-        // progress thread looks again within `HANDOVER` instead.
+        // again at once (a pingpong, a stream) would pay a thread switch per
+        // call. The progress thread takes over once the application has been
+        // away for `HANDOVER`.
+        self.0.app_left_ns.store(self.0.clock.now().as_nanos(), Ordering::SeqCst);
         self.0.app_active.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -161,6 +167,7 @@ impl Endpoint {
             waiter,
             clock: Clock::new(),
             app_active: AtomicUsize::new(0),
+            app_left_ns: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             spin: options.spin,
         });
@@ -210,6 +217,11 @@ impl Endpoint {
         msg: &[u8],
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
+        // Fast path: room now, no blocking-call bookkeeping.
+        match self.send(peer, msg) {
+            Err(Error::Send(SendError::WouldBlock)) => {}
+            done => return done,
+        }
         let shared = &self.shared;
         let id = block_on(shared, timeout, |d| {
             if !d.core.can_send(peer, msg.len()) {
@@ -235,6 +247,10 @@ impl Endpoint {
 
     /// Wait for the next delivered message.
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+        // Fast path: a message already queued costs one lock, nothing more.
+        if let Some(d) = self.shared.lock().core.recv() {
+            return Ok(d);
+        }
         block_on(&self.shared, timeout, |d| d.core.recv())
     }
 
@@ -331,10 +347,15 @@ fn block_on<R>(
 
 fn progress_loop(shared: &Shared) {
     while !shared.stop.load(Ordering::SeqCst) {
-        if shared.app_active.load(Ordering::SeqCst) > 0 {
-            // An application thread is driving; stay out of its way (and off
-            // the socket, whose every datagram would wake us) until it leaves.
-            shared.waiter.wait_for_wake(HANDOVER);
+        let away = shared
+            .clock
+            .now()
+            .saturating_since(Instant::from_nanos(shared.app_left_ns.load(Ordering::SeqCst)));
+        if shared.app_active.load(Ordering::SeqCst) > 0 || away < HANDOVER {
+            // An application thread is driving, or was a moment ago and will
+            // likely be back: stay out of its way (and off the socket, whose
+            // every datagram would wake us) until it has been away a while.
+            shared.waiter.wait_for_wake(HANDOVER.saturating_sub(away).max(HANDOVER / 4));
             continue;
         }
         let next_timer = {
