@@ -172,11 +172,14 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         last = Instant::now();
         for (_, d) in rx.batch.iter() {
             datagrams += 1;
-            // Only whole single-datagram messages can be verified in isolation.
             if per_msg == 1 {
                 t.take(d, size);
             } else {
+                // Every chunk starts on a word boundary of its message's
+                // pattern, so the baseline verifies every byte as tether does.
                 t.bytes += d.len() as u64;
+                let ok = pattern::index_of(d, SENDER).is_some_and(|i| pattern::verify(d, SENDER, i));
+                t.corrupted += (!ok) as u64;
             }
         }
     }

@@ -81,15 +81,19 @@ pub struct ConfigError {
     pub why: &'static str,
 }
 
-/// Room a datagram must have beyond the header: one ACK with every SACK
-/// range plus one data frame with at least one payload byte.
-pub(crate) const MIN_BODY: usize = 16 + 8 * tether_wire::MAX_SACK_RANGES + 16 + 1;
+/// A fragment leaves room in its datagram for an ACK without SACK ranges
+/// (16 bytes) and the data frame's own 16-byte header. An ACK with ranges
+/// that does not fit beside a full fragment goes in a datagram of its own:
+/// reserving room for 16 ranges in every datagram cost 13% more datagrams.
+const FRAGMENT_OVERHEAD: usize = 16 + 16;
+/// The smallest datagram must hold an ACK with every SACK range.
+const MIN_DATAGRAM: usize = HEADER_LEN + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
 
 impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, why| Err(ConfigError { field, why });
-        if self.max_datagram < HEADER_LEN + MIN_BODY || self.max_datagram > MAX_DATAGRAM {
-            return bad("max_datagram", "must be between 200 and 65507 bytes");
+        if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {
+            return bad("max_datagram", "must be between 216 and 65507 bytes");
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");
@@ -121,9 +125,8 @@ impl Config {
         Ok(())
     }
 
-    /// Payload bytes one data frame can carry in a datagram that also holds
-    /// a full ACK and a total-length field.
+    /// Payload bytes one data frame carries at most.
     pub fn max_fragment(&self) -> usize {
-        (self.max_datagram - HEADER_LEN - (MIN_BODY - 1)).min(u16::MAX as usize)
+        (self.max_datagram - HEADER_LEN - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
     }
 }

@@ -152,7 +152,9 @@ fn repairs_every_loss_pattern_in_both_modes() {
             for m in &want {
                 p.a.send(p.now, B, m).unwrap();
             }
-            p.run(Duration::from_secs(30));
+            // Virtual time: go-back-N at 20% loss each way needs most of it
+            // (one timeout round per loss), selective a fraction of a second.
+            p.run(Duration::from_secs(120));
             check(&p.drain_b(), &want, &format!("{mode:?} drop_every={drop_every}"));
             assert!(p.a.stats().retransmits > 0);
         }

@@ -26,7 +26,8 @@ pub(crate) struct Driver {
     /// Datagrams the transport refused with an error other than back-pressure.
     pub send_errors: u64,
     pub last_send_error: Option<TransportError>,
-    next_deadline: Option<Instant>,
+    /// `None`: not known, recompute; `Some(d)`: the core's `poll_timeout()`.
+    next_deadline: Option<Option<Instant>>,
 }
 
 impl Driver {
@@ -61,7 +62,7 @@ impl Driver {
         // A turn that brought nothing, with no timer due and nothing queued,
         // has nothing more to do: spinning receivers take this path millions
         // of times, so it must cost no more than the receive call.
-        if received == 0 && self.tx_start == self.tx_len && self.next_deadline.is_none_or(|t| now < t) {
+        if received == 0 && self.tx_start == self.tx_len && self.next_deadline().is_none_or(|t| now < t) {
             return;
         }
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -70,14 +71,15 @@ impl Driver {
         self.transmit(now);
     }
 
-    /// The core's next deadline, as of the last change the driver made.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.next_deadline
+    /// The core's next deadline, recomputed only after something changed:
+    /// computing it visits every peer, too much to do per message sent.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        *self.next_deadline.get_or_insert_with(|| self.core.poll_timeout())
     }
 
-    /// Call after changing the core from outside `step` (send, recv).
+    /// Call after changing the core (a send, a step).
     pub fn refresh_deadline(&mut self) {
-        self.next_deadline = self.core.poll_timeout();
+        self.next_deadline = None;
     }
 
     fn receive(&mut self, now: Instant) -> usize {
