@@ -130,7 +130,11 @@ impl SendStream {
             return None;
         }
         let oldest = &self.segments[(self.sent_upto - self.base_seq) as usize];
-        if self.in_flight() == 0 || self.unsent_wire_bytes >= config.max_fragment() {
+        // Only whole small messages wait: a fragment of a larger message
+        // gains nothing from company, and holding the short tail of a
+        // message whose other fragments just left would only delay it.
+        let small_message = oldest.flags.first() && oldest.flags.last();
+        if !small_message || self.in_flight() == 0 || self.unsent_wire_bytes >= config.max_fragment() {
             return Some(Instant::ZERO);
         }
         Some(oldest.last_tx + config.coalesce_delay)

@@ -282,3 +282,17 @@ fn coalescing_holds_small_messages_at_most_the_delay() {
     }
     assert!(p.a.poll_transmit(due, &mut buf).is_some());
 }
+
+#[test]
+fn the_tail_of_a_large_message_is_never_held_back() {
+    let mut p = Pair::new(Config::default());
+    let now = p.now;
+    let mut buf = vec![0u8; 2048];
+    // Three fragments: all leave at once, the short last one included.
+    p.a.send(now, B, &msg(1, 4096)).unwrap();
+    let mut datagrams = 0;
+    while p.a.poll_transmit(now, &mut buf).is_some() {
+        datagrams += 1;
+    }
+    assert_eq!(datagrams, 3);
+}
