@@ -114,17 +114,7 @@ fn raw_echo(mut peer: RawPeer, count: u64, size: usize, mtu: usize) -> anyhow::R
 
 /// Send `msg` as datagrams of at most `mtu` bytes (one empty datagram if empty).
 fn raw_send(peer: &mut RawPeer, dst: u32, msg: &[u8], mtu: usize) -> anyhow::Result<()> {
-    let mut batch: [(u32, &[u8]); 32] = [(0, &[][..]); 32];
-    let mut k = 0;
-    for c in msg.chunks(mtu).chain(msg.is_empty().then_some(msg)) {
-        batch[k] = (dst, c);
-        k += 1;
-        if k == batch.len() {
-            peer.send_all(&batch)?;
-            k = 0;
-        }
-    }
-    peer.send_all(&batch[..k])?;
+    peer.send_chunks(dst, msg.chunks(mtu).chain(msg.is_empty().then_some(msg)))?;
     Ok(())
 }
 

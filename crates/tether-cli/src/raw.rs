@@ -31,6 +31,26 @@ impl RawPeer {
         Ok(())
     }
 
+    /// Send every chunk as one datagram to `dst`, in batches of 32 built on
+    /// the stack: the baseline must not pay for allocation either.
+    pub fn send_chunks<'a>(
+        &mut self,
+        dst: NodeId,
+        chunks: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<(), TransportError> {
+        let mut batch: [(NodeId, &[u8]); 32] = [(0, &[][..]); 32];
+        let mut k = 0;
+        for c in chunks {
+            batch[k] = (dst, c);
+            k += 1;
+            if k == batch.len() {
+                self.send_all(&batch)?;
+                k = 0;
+            }
+        }
+        self.send_all(&batch[..k])
+    }
+
     /// Wait for at least one datagram (spin, then sleep), up to `timeout`.
     /// Returns how many are in `self.batch`.
     pub fn recv(&mut self, timeout: Duration) -> Result<usize, TransportError> {

@@ -128,20 +128,7 @@ fn raw_sender(mut peer: RawPeer, o: &NetOpts, count: u64) -> anyhow::Result<()> 
         for (k, m) in msgs.iter_mut().take(n).enumerate() {
             pattern::fill(m, SENDER, i + k as u64);
         }
-        // A stack array, not a Vec: the baseline must not pay for allocation either.
-        let mut batch: [(u32, &[u8]); 32] = [(0, &[][..]); 32];
-        let mut k = 0;
-        for m in &msgs[..n] {
-            for c in m.chunks(chunk.max(1)) {
-                batch[k] = (RECEIVER, c);
-                k += 1;
-                if k == batch.len() {
-                    peer.send_all(&batch)?;
-                    k = 0;
-                }
-            }
-        }
-        peer.send_all(&batch[..k])?;
+        peer.send_chunks(RECEIVER, msgs[..n].iter().flat_map(|m| m.chunks(chunk.max(1))))?;
         i += n as u64;
     }
     Ok(())
