@@ -76,7 +76,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
     println!("{t}");
     if let Some(l) = &r.latency_us {
         println!(
-            "one-way latency (us): median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
+            "send-to-delivery time (us), queueing behind earlier messages included: median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
             l.median, l.p99, l.min, l.max
         );
     }
