@@ -10,19 +10,17 @@
 
 use libfuzzer_sys::fuzz_target;
 use tether_wire::{
-    AckRepr, ChecksumKind, DataFrame, Frame, Packet, PacketWriter, SackRange, HEADER_LEN, MAX_DATAGRAM,
+    AckRepr, ChecksumKind, DataFrame, Frame, Packet, PacketWriter, SackRange, MAX_DATAGRAM, OVERHEAD, TRAILER_LEN,
 };
-
-/// Bytes 8..12 of the header hold the checksum (docs/PROTOCOL.md).
-const CHECKSUM_FIELD: core::ops::Range<usize> = 8..12;
 
 fuzz_target!(|data: &[u8]| {
     check(data);
-    if data.len() >= HEADER_LEN && data[4] == ChecksumKind::Crc32c as u8 {
+    if data.len() >= OVERHEAD && data[4] == ChecksumKind::Crc32c as u8 {
+        // The checksum is the trailer over everything before it (docs/PROTOCOL.md).
         let mut fixed = data.to_vec();
-        let sum =
-            ChecksumKind::Crc32c.compute(&[&fixed[..CHECKSUM_FIELD.start], &fixed[CHECKSUM_FIELD.end..]]);
-        fixed[CHECKSUM_FIELD].copy_from_slice(&sum.to_le_bytes());
+        let at = fixed.len() - TRAILER_LEN;
+        let sum = ChecksumKind::Crc32c.compute(&[&fixed[..at]]);
+        fixed[at..].copy_from_slice(&sum.to_le_bytes());
         check(&fixed);
     }
 });
@@ -30,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(data: &[u8]) {
     let Ok(packet) = Packet::parse(data) else { return };
     assert!(data.len() <= MAX_DATAGRAM);
-    assert_eq!(data.len(), HEADER_LEN + packet.body_len());
+    assert_eq!(data.len(), OVERHEAD + packet.body_len());
 
     let frames: Vec<Frame<'_>> = packet.frames().collect();
     let walked: usize = frames.iter().map(walk).sum();
@@ -54,13 +52,9 @@ fn check(data: &[u8]) {
     assert_eq!(again.header, packet.header);
     assert!(again.frames().eq(frames.iter().copied()), "re-emitted frames differ");
 
-    // Every byte is determined by the parsed values, except the checksum
-    // field of a checksum-`none` datagram, which the parser ignores.
-    assert_eq!(buf[..CHECKSUM_FIELD.start], data[..CHECKSUM_FIELD.start]);
-    assert_eq!(buf[CHECKSUM_FIELD.end..], data[CHECKSUM_FIELD.end..]);
-    if packet.header.checksum != ChecksumKind::None {
-        assert_eq!(buf[CHECKSUM_FIELD], data[CHECKSUM_FIELD]);
-    }
+    // Every byte, the checksum trailer included, is determined by the
+    // parsed values (with `none` the trailer must be zero, as written).
+    assert_eq!(buf[..n], data[..]);
 }
 
 /// Check one frame's invariants; returns its encoded length.

@@ -2,7 +2,7 @@
 //! (TigerBeetle's rule), with defaults from the papers' parameter studies.
 
 use core::time::Duration;
-use tether_wire::{ChecksumKind, HEADER_LEN, MAX_DATAGRAM};
+use tether_wire::{ChecksumKind, MAX_DATAGRAM, OVERHEAD};
 use thiserror::Error;
 
 /// How lost segments are repaired.
@@ -87,7 +87,7 @@ pub struct ConfigError {
 /// reserving room for 16 ranges in every datagram cost 13% more datagrams.
 const FRAGMENT_OVERHEAD: usize = 16 + 16;
 /// The smallest datagram must hold an ACK with every SACK range.
-const MIN_DATAGRAM: usize = HEADER_LEN + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
+const MIN_DATAGRAM: usize = OVERHEAD + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
 
 impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -127,6 +127,6 @@ impl Config {
 
     /// Payload bytes one data frame carries at most.
     pub fn max_fragment(&self) -> usize {
-        (self.max_datagram - HEADER_LEN - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
+        (self.max_datagram - OVERHEAD - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
     }
 }

@@ -1,7 +1,7 @@
 //! tether's wire format: the bytes that cross the network.
 //!
-//! A datagram is a fixed 40-byte [`Header`] followed by a body of frames
-//! ([`Frame::Data`], [`Frame::Ack`]). Several frames share one datagram, which
+//! A datagram is a fixed 36-byte [`Header`], a body of frames
+//! ([`Frame::Data`], [`Frame::Ack`]) and a 4-byte checksum trailer. Several frames share one datagram, which
 //! is how small messages are aggregated and how ACKs ride on reverse data
 //! (seeds/003 section 3, seeds/001 section 4.1.2).
 //!
@@ -21,7 +21,9 @@ mod packet;
 pub use error::WireError;
 pub use frame::{AckFrame, AckRepr, DataFlags, DataFrame, Frame, SackRange, MAX_SACK_RANGES};
 pub use integrity::ChecksumKind;
-pub use packet::{Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, VERSION};
+pub use packet::{
+    Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, OVERHEAD, TRAILER_LEN, VERSION,
+};
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.
 pub const MAX_DATAGRAM: usize = 65_507;
