@@ -7,58 +7,84 @@
 
 use core::time::Duration;
 
+/// Integer nanoseconds throughout: `Duration` arithmetic normalises seconds
+/// and nanoseconds on every operation, and this runs on every ACK.
 #[derive(Debug, Clone)]
 pub(crate) struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    min: Duration,
-    max: Duration,
-    initial: Duration,
+    srtt_ns: Option<u64>,
+    rttvar_ns: u64,
+    min_ns: u64,
+    max_ns: u64,
+    initial_ns: u64,
     backoff_shift: u32,
+    /// `rto()` as of the last change: read on every deadline computation.
+    rto_ns: u64,
 }
+
+/// Floor of the variance term, so a perfectly steady RTT still leaves room.
+const MIN_VARIANCE_NS: u64 = 100_000;
 
 impl RttEstimator {
     pub fn new(initial: Duration, min: Duration, max: Duration) -> Self {
-        RttEstimator { srtt: None, rttvar: Duration::ZERO, min, max, initial, backoff_shift: 0 }
+        let ns = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        let mut r = RttEstimator {
+            srtt_ns: None,
+            rttvar_ns: 0,
+            min_ns: ns(min),
+            max_ns: ns(max),
+            initial_ns: ns(initial),
+            backoff_shift: 0,
+            rto_ns: 0,
+        };
+        r.update();
+        r
+    }
+
+    fn update(&mut self) {
+        let base = match self.srtt_ns {
+            None => self.initial_ns,
+            Some(srtt) => srtt + (self.rttvar_ns * 4).max(MIN_VARIANCE_NS),
+        };
+        self.rto_ns = base.saturating_mul(1 << self.backoff_shift).clamp(self.min_ns, self.max_ns);
     }
 
     /// Feed one sample. Callers follow Karn's rule: never a sample from a
     /// retransmitted segment, whose ACK is ambiguous.
     pub fn on_sample(&mut self, sample: Duration) {
-        match self.srtt {
+        let sample = sample.as_nanos().min(u64::MAX as u128 / 8) as u64;
+        match self.srtt_ns {
             None => {
-                self.srtt = Some(sample);
-                self.rttvar = sample / 2;
+                self.srtt_ns = Some(sample);
+                self.rttvar_ns = sample / 2;
             }
             Some(srtt) => {
-                let err = srtt.abs_diff(sample);
-                self.rttvar = (self.rttvar * 3 + err) / 4;
-                self.srtt = Some((srtt * 7 + sample) / 8);
+                self.rttvar_ns = (self.rttvar_ns * 3 + srtt.abs_diff(sample)) / 4;
+                self.srtt_ns = Some((srtt * 7 + sample) / 8);
             }
         }
+        self.update();
     }
 
     /// An acknowledgement made progress: the path works, stop backing off.
     pub fn on_progress(&mut self) {
-        self.backoff_shift = 0;
+        if self.backoff_shift != 0 {
+            self.backoff_shift = 0;
+            self.update();
+        }
     }
 
     pub fn on_timeout(&mut self) {
         self.backoff_shift = (self.backoff_shift + 1).min(16);
+        self.update();
     }
 
     pub fn smoothed(&self) -> Option<Duration> {
-        self.srtt
+        self.srtt_ns.map(Duration::from_nanos)
     }
 
     /// Current timeout, back-off included.
     pub fn rto(&self) -> Duration {
-        let base = match self.srtt {
-            None => self.initial,
-            Some(srtt) => srtt + (self.rttvar * 4).max(Duration::from_micros(100)),
-        };
-        let backed = base.saturating_mul(1 << self.backoff_shift);
-        backed.clamp(self.min, self.max)
+        Duration::from_nanos(self.rto_ns)
     }
 }
 
