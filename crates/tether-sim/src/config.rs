@@ -117,10 +117,13 @@ pub enum FaultMix {
     Flaky,
     GoBackN,
     Restart,
+    /// Every limit at its smallest: tiny windows, 256-byte datagrams, send
+    /// buffer and delivery queue just one largest message, under faults.
+    Tight,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 9] = [
+    pub const ALL: [FaultMix; 10] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -130,6 +133,7 @@ impl FaultMix {
         FaultMix::Flaky,
         FaultMix::GoBackN,
         FaultMix::Restart,
+        FaultMix::Tight,
     ];
 
     pub fn name(self) -> &'static str {
@@ -143,6 +147,7 @@ impl FaultMix {
             FaultMix::Flaky => "flaky",
             FaultMix::GoBackN => "go_back_n",
             FaultMix::Restart => "restart",
+            FaultMix::Tight => "tight",
         }
     }
 
@@ -184,6 +189,16 @@ impl FaultMix {
             FaultMix::Restart => {
                 c.faults.loss = 0.02;
                 c.restarts.push((1, Duration::from_millis(1)));
+            }
+            FaultMix::Tight => {
+                c.faults =
+                    LinkFaults { jitter: us(60), loss: 0.05, duplicate: 0.02, corrupt: 0.02, ..c.faults };
+                c.proto.max_datagram = 256;
+                c.proto.send_window = 2;
+                c.proto.recv_window = 4;
+                c.proto.max_message_len = 128 * 1024;
+                c.proto.send_buffer_bytes = 128 * 1024;
+                c.proto.delivery_queue_bytes = 128 * 1024;
             }
         }
         c

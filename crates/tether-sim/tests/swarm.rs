@@ -4,7 +4,7 @@
 
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 9 mixes x 100 = 900 runs per `cargo test`.
+/// Seeds per mix: 10 mixes x 100 = 1000 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 fn check_mix(mix: FaultMix) -> Vec<SimReport> {
@@ -103,4 +103,10 @@ fn go_back_n() {
 fn restart() {
     let r = check_mix(FaultMix::Restart);
     assert!(r.iter().map(|r| r.stale_dropped + r.failed + r.lost_in_crash).sum::<u64>() > 0);
+}
+
+#[test]
+fn tight() {
+    let r = check_mix(FaultMix::Tight);
+    assert!(r.iter().all(|r| r.retransmits > 0), "faults and tiny windows force repair");
 }
