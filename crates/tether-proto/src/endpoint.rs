@@ -299,7 +299,20 @@ impl Endpoint {
 
     /// The next message delivered to this endpoint, in per-peer send order.
     pub fn recv(&mut self) -> Option<Delivery> {
-        self.deliveries.pop()
+        let was_full = !self.deliveries.has_room();
+        let d = self.deliveries.pop()?;
+        if was_full {
+            // Room again: segments that waited for it go in now, and their
+            // senders hear so at once.
+            for (&id, peer) in self.peers.iter_mut() {
+                let (config, dq, arena, stats) =
+                    (&self.config, &mut self.deliveries, &mut self.recv_arena, &mut self.stats);
+                if peer.recv.drain(id, config, dq, arena, stats) {
+                    peer.recv.request_ack_now();
+                }
+            }
+        }
+        Some(d)
     }
 
     /// Messages waiting in the delivery queue.

@@ -29,7 +29,7 @@ impl DeliveryQueue {
     pub fn new(limit: usize) -> Self {
         DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit }
     }
-    fn has_room(&self) -> bool {
+    pub fn has_room(&self) -> bool {
         // One message may overshoot the limit, so the largest allowed message always fits.
         self.bytes < self.limit
     }
@@ -157,8 +157,16 @@ impl RecvStream {
             self.request_ack(now, true);
             return Arrival::Irregular;
         }
-        if seq > self.expected {
-            if config.retransmit == RetransmitMode::GoBackN {
+        let full = !dq.has_room();
+        if seq > self.expected || full {
+            if full {
+                // The commit point: nothing is consumed, so nothing new is
+                // acknowledged, until the application reads. The segment
+                // waits here (unacknowledged) so that reading alone, with
+                // no retransmission, lets the stream continue: see `drain`.
+                stats.out_of_window += 1;
+            }
+            if config.retransmit == RetransmitMode::GoBackN && seq > self.expected {
                 stats.out_of_window += 1;
             } else {
                 let stashed = Stashed {
@@ -171,18 +179,37 @@ impl RecvStream {
             self.request_ack(now, true);
             return Arrival::Irregular;
         }
-        if !dq.has_room() {
-            stats.out_of_window += 1;
-            self.request_ack(now, true);
-            return Arrival::Irregular;
-        }
         self.consume(from, frame.flags, frame.total_len, frame.payload, None, config, dq, arena, stats);
+        self.drain(from, config, dq, arena, stats);
+        self.request_ack(now, !self.out_of_order.is_empty());
+        Arrival::InOrder
+    }
+
+    /// Consume stashed segments that are now in order, while the delivery
+    /// queue has room. Called after an in-order arrival and after the
+    /// application reads: a stashed segment may already be selectively
+    /// acknowledged, and then its sender will never send it again.
+    pub fn drain(
+        &mut self,
+        from: NodeId,
+        config: &Config,
+        dq: &mut DeliveryQueue,
+        arena: &mut BytesMut,
+        stats: &mut Stats,
+    ) -> bool {
+        let mut progressed = false;
         while dq.has_room() {
             let Some(s) = self.out_of_order.remove(&self.expected) else { break };
             self.consume(from, s.flags, s.total_len, &s.data, Some(&s.data), config, dq, arena, stats);
+            progressed = true;
         }
-        self.request_ack(now, !self.out_of_order.is_empty());
-        Arrival::InOrder
+        progressed
+    }
+
+    /// An ACK is owed at once, whatever the time: for callers without a clock.
+    pub fn request_ack_now(&mut self) {
+        self.ack.pending = true;
+        self.ack.due = Some(Instant::ZERO);
     }
 
     /// Take the in-order segment `self.expected` into reassembly or delivery.
@@ -299,6 +326,12 @@ impl RecvStream {
     }
 
     fn push_range(&self, ack: &mut AckRepr, start: u64, end: u64) -> bool {
+        // A segment at the cumulative point waits for delivery-queue room:
+        // it is not acknowledged (the commit point), so no range covers it.
+        let start = start.max(self.expected + 1);
+        if start >= end {
+            return true;
+        }
         // Offsets fit in u32: the receive window is at most 2^20 segments.
         let range = SackRange { start: (start - self.expected) as u32, end: (end - self.expected) as u32 };
         ack.push_range(range)

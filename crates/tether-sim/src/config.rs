@@ -58,6 +58,10 @@ pub struct SimConfig {
     pub time_limit: Duration,
     /// Gap between a node's sending turns.
     pub pace: Duration,
+    /// A slow application: it reads at most this many messages per
+    /// millisecond (None: it reads everything at once). Fills delivery
+    /// queues, so the commit point's back-pressure is exercised.
+    pub reader_batch: Option<usize>,
     pub mix: &'static str,
 }
 
@@ -75,6 +79,7 @@ impl SimConfig {
             safety_phase: Duration::from_millis(50),
             time_limit: Duration::from_secs(30),
             pace: Duration::from_micros(100),
+            reader_batch: None,
             mix: "custom",
         }
     }
@@ -86,7 +91,8 @@ impl fmt::Display for SimConfig {
         write!(
             f,
             "seed={} mix={} nodes={} messages_per_stream={} faults={:?} cuts={:?} restarts={:?} \
-             safety_phase={:?} time_limit={:?} pace={:?} window={} rto_min={:?} abandon_after={:?} mode={:?}",
+             safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} window={} rto_min={:?} \
+             abandon_after={:?} mode={:?}",
             self.seed,
             self.mix,
             self.nodes,
@@ -97,6 +103,7 @@ impl fmt::Display for SimConfig {
             self.safety_phase,
             self.time_limit,
             self.pace,
+            self.reader_batch,
             p.send_window,
             p.rto_min,
             p.abandon_after,
@@ -199,6 +206,7 @@ impl FaultMix {
                 c.proto.max_message_len = 128 * 1024;
                 c.proto.send_buffer_bytes = 128 * 1024;
                 c.proto.delivery_queue_bytes = 128 * 1024;
+                c.reader_batch = Some(1);
             }
         }
         c

@@ -57,10 +57,24 @@ impl SimReport {
 }
 
 enum Ev {
-    Arrive { dst: NodeId, bytes: Vec<u8> },
-    Wake { node: NodeId, at: u64 },
-    Tick { node: NodeId },
-    Restart { node: NodeId },
+    Arrive {
+        dst: NodeId,
+        bytes: Vec<u8>,
+    },
+    Wake {
+        node: NodeId,
+        at: u64,
+    },
+    Tick {
+        node: NodeId,
+    },
+    Restart {
+        node: NodeId,
+    },
+    /// A slow application's turn to read.
+    Read {
+        node: NodeId,
+    },
 }
 
 struct Scheduled {
@@ -94,6 +108,7 @@ struct Node {
     sent_to: Vec<u64>,
     /// Next message number toward each peer in this incarnation.
     next_seq: Vec<u64>,
+    read_scheduled: bool,
 }
 
 /// Virtual time starts at 1 s so no core timestamp is zero.
@@ -113,6 +128,8 @@ struct World<'a> {
     /// Counters of crashed incarnations, so nothing they did is forgotten.
     dead_stats: Stats,
     buf: Vec<u8>,
+    /// `TETHER_SIM_TRACE` set: print every datagram sent (for debugging a seed).
+    trace: bool,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -128,6 +145,7 @@ impl<'a> World<'a> {
                 wake_at: None,
                 sent_to: vec![0; cfg.nodes as usize],
                 next_seq: vec![0; cfg.nodes as usize],
+                read_scheduled: false,
             })
             .collect();
         let mut w = World {
@@ -141,6 +159,7 @@ impl<'a> World<'a> {
             links: LinkCounters::default(),
             dead_stats: Stats::default(),
             buf: vec![0; 65_536],
+            trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
         };
         for node in 0..cfg.nodes {
             let offset = w.rng.gen_range(0..ns(cfg.pace).max(1));
@@ -189,6 +208,11 @@ impl<'a> World<'a> {
                 }
                 Ev::Restart { node } => {
                     self.restart(node);
+                    node
+                }
+                Ev::Read { node } => {
+                    self.nodes[node as usize].read_scheduled = false;
+                    self.read(node, self.cfg.reader_batch.unwrap_or(usize::MAX));
                     node
                 }
             };
@@ -256,10 +280,17 @@ impl<'a> World<'a> {
             self.transmit(id, t.dst, &buf[..t.len]);
         }
         self.buf = buf;
-        let node = &mut self.nodes[id as usize];
-        while let Some(d) = node.ep.recv() {
-            self.checker.on_deliver(d.from, id, &d.message);
+        match self.cfg.reader_batch {
+            None => self.read(id, usize::MAX),
+            Some(_) => {
+                let node = &mut self.nodes[id as usize];
+                if node.ep.pending_deliveries() > 0 && !node.read_scheduled {
+                    node.read_scheduled = true;
+                    self.schedule(self.now + 1_000_000, Ev::Read { node: id });
+                }
+            }
         }
+        let node = &mut self.nodes[id as usize];
         while let Some(ev) = node.ep.poll_event() {
             match ev {
                 Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
@@ -277,6 +308,15 @@ impl<'a> World<'a> {
         }
     }
 
+    /// The application reads up to `max` delivered messages.
+    fn read(&mut self, id: NodeId, max: usize) {
+        let node = &mut self.nodes[id as usize];
+        for _ in 0..max {
+            let Some(d) = node.ep.recv() else { break };
+            self.checker.on_deliver(d.from, id, &d.message);
+        }
+    }
+
     fn cut(&self, a: NodeId, b: NodeId) -> bool {
         self.cfg.cuts.iter().any(|c| {
             ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
@@ -287,6 +327,9 @@ impl<'a> World<'a> {
 
     fn transmit(&mut self, src: NodeId, dst: NodeId, datagram: &[u8]) {
         self.links.datagrams += 1;
+        if self.trace {
+            eprintln!("{:>12} {src}->{dst} {}", self.now, describe(datagram));
+        }
         if self.cut(src, dst) {
             self.links.cut += 1;
             return;
@@ -359,6 +402,32 @@ impl<'a> World<'a> {
             events,
         }
     }
+}
+
+/// One line about a datagram, for traces.
+fn describe(datagram: &[u8]) -> String {
+    use std::fmt::Write;
+    let Ok(p) = tether_wire::Packet::parse(datagram) else { return "unparseable".into() };
+    let mut out = format!("epoch={} req={}", p.header.epoch, p.header.flags.ack_request());
+    for f in p.frames() {
+        let _ = match f {
+            tether_wire::Frame::Data(d) => write!(
+                out,
+                " D{}{}{}",
+                d.seq,
+                if d.flags.first() { "F" } else { "" },
+                if d.flags.last() { "L" } else { "" }
+            ),
+            tether_wire::Frame::Ack(a) => write!(
+                out,
+                " A{}/{}{:?}",
+                a.epoch,
+                a.cumulative,
+                a.ranges().map(|r| (r.start, r.end)).collect::<Vec<_>>()
+            ),
+        };
+    }
+    out
 }
 
 /// A workload message: sequence number and sender incarnation, then bytes

@@ -28,3 +28,17 @@ fn regression_clean_seed_1_counts_no_retransmission() {
     assert_eq!(r.stats.messages_acked, r.sent);
     assert_eq!(r.stats.datagrams_sent, r.stats.datagrams_received);
 }
+
+/// Pinned: `tight` seed 3 stalled a stream forever. The in-order segment
+/// met a full delivery queue while its successor waited, already selectively
+/// acknowledged, in the out-of-order buffer; the buffer was drained only
+/// when an in-order segment arrived, and the sender never resends a SACKed
+/// one. Reading now drains what has become deliverable.
+#[test]
+fn regression_tight_seed_3_full_delivery_queue_does_not_stall() {
+    let r = run(&FaultMix::Tight.config(3));
+    assert!(r.ok(), "{:?}", &r.violations[..r.violations.len().min(3)]);
+    assert_eq!(r.delivered, r.sent);
+    assert!(r.stats.out_of_window > 0, "the queue did fill");
+    assert!(r.virtual_ms < 1000.0, "no timeout-driven crawl: {} ms", r.virtual_ms);
+}

@@ -109,4 +109,6 @@ fn restart() {
 fn tight() {
     let r = check_mix(FaultMix::Tight);
     assert!(r.iter().all(|r| r.retransmits > 0), "faults and tiny windows force repair");
+    // The slow reader fills delivery queues: data is refused, not acknowledged, and resent.
+    assert!(r.iter().map(|r| r.stats.out_of_window).sum::<u64>() > 0, "the commit point must push back");
 }
