@@ -315,6 +315,12 @@ impl Endpoint {
         Some(d)
     }
 
+    /// The delivery queue is at its limit: new data waits unacknowledged
+    /// until the application reads (the commit point's back-pressure).
+    pub fn delivery_queue_full(&self) -> bool {
+        !self.deliveries.has_room()
+    }
+
     /// Messages waiting in the delivery queue.
     pub fn pending_deliveries(&self) -> usize {
         self.deliveries.len()

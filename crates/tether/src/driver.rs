@@ -77,6 +77,17 @@ impl Driver {
         *self.next_deadline.get_or_insert_with(|| self.core.poll_timeout())
     }
 
+    /// The next delivered message. Reading from a full delivery queue lets
+    /// waiting data in and owes its sender an ACK at once: a new deadline.
+    pub fn recv(&mut self) -> Option<tether_proto::Delivery> {
+        let was_full = self.core.delivery_queue_full();
+        let d = self.core.recv();
+        if was_full {
+            self.refresh_deadline();
+        }
+        d
+    }
+
     /// Call after changing the core (a send, a step).
     pub fn refresh_deadline(&mut self) {
         self.next_deadline = None;

@@ -242,16 +242,16 @@ impl Endpoint {
         if self.thread.is_none() {
             d.step(self.shared.clock.now());
         }
-        d.core.recv()
+        d.recv()
     }
 
     /// Wait for the next delivered message.
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
         // Fast path: a message already queued costs one lock, nothing more.
-        if let Some(d) = self.shared.lock().core.recv() {
+        if let Some(d) = self.shared.lock().recv() {
             return Ok(d);
         }
-        block_on(&self.shared, timeout, |d| d.core.recv())
+        block_on(&self.shared, timeout, |d| d.recv())
     }
 
     pub fn poll_event(&self) -> Option<Event> {

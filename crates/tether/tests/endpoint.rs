@@ -1,0 +1,100 @@
+//! The public endpoint over real UDP sockets on loopback: delivery and
+//! handle states, failure reports, back-pressure from a slow reader, and
+//! the polling mode.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tether::{Config, Endpoint, Event, FailReason, MessageState, Options, Progress};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+
+fn any() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Two endpoints, 1 and 2, that know each other.
+fn pair(a: Options, b: Options) -> (Endpoint, Endpoint) {
+    let ea = Endpoint::udp(1, any(), &[], a).unwrap();
+    let eb = Endpoint::udp(2, any(), &[(1, ea.local_addr().unwrap())], b).unwrap();
+    ea.add_peer(2, eb.local_addr().unwrap()).unwrap();
+    (ea, eb)
+}
+
+fn msg(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 7 + j) as u8).collect()
+}
+
+#[test]
+fn delivers_in_order_and_handles_say_delivered() {
+    let (a, b) = pair(Options::default(), Options::default());
+    let sizes = [0usize, 8, 1500, 70_000, 3];
+    let handles: Vec<_> =
+        sizes.iter().enumerate().map(|(i, &n)| a.send(2, &msg(i as u32, n)).unwrap()).collect();
+    for (i, &n) in sizes.iter().enumerate() {
+        let d = b.recv(WAIT).unwrap();
+        assert_eq!((d.from, d.message.to_vec()), (1, msg(i as u32, n)));
+    }
+    for h in &handles {
+        assert_eq!(h.wait(WAIT).unwrap(), MessageState::Delivered);
+    }
+    a.flush(WAIT).unwrap();
+    assert_eq!(a.stats().messages_acked, sizes.len() as u64);
+}
+
+#[test]
+fn an_unreachable_peer_fails_exactly_the_unacknowledged_messages() {
+    let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
+    let opts = Options { config, ..Options::default() };
+    // Nobody listens at the peer's address: a socket bound and dropped.
+    let gone = std::net::UdpSocket::bind(any()).unwrap().local_addr().unwrap();
+    let a = Endpoint::udp(1, any(), &[(2, gone)], opts).unwrap();
+    let h = a.send(2, b"into the void").unwrap();
+    match a.next_event(WAIT).unwrap() {
+        Event::PeerUnreachable { failed } => {
+            assert_eq!((failed.peer, failed.first, failed.end), (2, 0, 1));
+        }
+        other => panic!("expected PeerUnreachable, got {other:?}"),
+    }
+    assert_eq!(h.state(), MessageState::Failed(FailReason::PeerUnreachable));
+}
+
+#[test]
+fn a_slow_reader_pushes_back_and_loses_nothing() {
+    // A delivery queue of one largest message: most arrivals must wait.
+    let config = Config { max_message_len: 8192, delivery_queue_bytes: 8192, ..Config::default() };
+    let (a, b) = pair(
+        Options { config: config.clone(), ..Options::default() },
+        Options { config, ..Options::default() },
+    );
+    let n = 400u32;
+    for i in 0..n {
+        a.send_blocking(2, &msg(i, 4000), WAIT).unwrap();
+    }
+    for i in 0..n {
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(5)); // the application is busy
+        }
+        let d = b.recv(WAIT).unwrap();
+        assert_eq!(d.message.to_vec(), msg(i, 4000), "message {i}");
+    }
+    a.flush(WAIT).unwrap();
+    assert!(b.stats().out_of_window > 0, "the full queue refused data");
+}
+
+#[test]
+fn polling_mode_works_without_a_progress_thread() {
+    let polling = Options { progress: Progress::Polling, ..Options::default() };
+    let (a, b) = pair(polling.clone(), polling);
+    let h = a.send(2, b"polled").unwrap();
+    let d = b.recv(WAIT).unwrap();
+    assert_eq!(&d.message[..], b"polled");
+    // The sender must be driven to learn of the acknowledgement.
+    let start = std::time::Instant::now();
+    while h.state() == MessageState::Pending {
+        a.progress();
+        b.progress();
+        assert!(start.elapsed() < Duration::from_secs(10), "never acknowledged");
+    }
+    assert_eq!(h.state(), MessageState::Delivered);
+}
