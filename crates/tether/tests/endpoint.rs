@@ -1,4 +1,7 @@
 //! The public endpoint over real UDP sockets on loopback: delivery and
+
+// Tests measure wall-clock bounds on real sockets; only the pure crates ban the clock.
+#![allow(clippy::disallowed_methods)]
 //! handle states, failure reports, back-pressure from a slow reader, and
 //! the polling mode.
 
