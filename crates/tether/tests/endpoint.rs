@@ -1,9 +1,9 @@
 //! The public endpoint over real UDP sockets on loopback: delivery and
+//! handle states, failure reports, back-pressure from a slow reader, and
+//! the polling mode.
 
 // Tests measure wall-clock bounds on real sockets; only the pure crates ban the clock.
 #![allow(clippy::disallowed_methods)]
-//! handle states, failure reports, back-pressure from a slow reader, and
-//! the polling mode.
 
 use std::net::SocketAddr;
 use std::time::Duration;
