@@ -15,7 +15,8 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tether::{Config, Endpoint, NodeId, Options};
-use tether_io::{AddressBook, FaultCounters, FaultSpec, FaultyTransport, Transport, UdpTransport};
+use tether::{FaultCounters, FaultPlan};
+use tether_io::{AddressBook, Transport, UdpTransport};
 
 use crate::net::loopback;
 use crate::pattern;
@@ -41,6 +42,13 @@ pub struct DemoOpts {
     /// Fraction of datagrams held back and delivered after later ones.
     #[arg(long, default_value_t = 0.05)]
     pub reorder: f64,
+    /// Fraction of datagrams held back for an exponentially distributed
+    /// time (mean 200 us) before delivery.
+    #[arg(long, default_value_t = 0.01)]
+    pub delay: f64,
+    /// More faults, in the compact form (e.g. `--fault inject:p=0.01,side=send`).
+    #[arg(long = "fault", value_name = "RULE")]
+    pub faults: Vec<String>,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
     /// Print one JSON document instead of tables.
@@ -116,21 +124,28 @@ impl Check {
     }
 }
 
-fn node_options() -> Options {
+fn node_options(faults: FaultPlan) -> Options {
     // A small retransmission floor suits loopback; the defaults target real networks.
     let config = Config { rto_min: Duration::from_micros(500), ..Config::default() };
-    Options { config, ..Options::default() }
+    Options { config, faults, ..Options::default() }
+}
+
+/// The demo's receive-side faults, plus any given with `--fault`.
+fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
+    let mut rules = vec![
+        format!("drop:p={}", o.loss),
+        format!("duplicate:p={}", o.duplicate),
+        format!("modify:p={},bits=1", o.corrupt),
+        format!("reorder:p={}", o.reorder),
+        format!("delay:p={},mean=200us", o.delay),
+    ];
+    rules.extend(o.faults.iter().cloned());
+    Ok(FaultPlan::parse_rules(o.seed, &rules)?)
 }
 
 pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     anyhow::ensure!(o.nodes >= 2, "the demo needs at least two nodes");
-    let spec = FaultSpec {
-        recv_loss: o.loss,
-        recv_duplicate: o.duplicate,
-        recv_corrupt: o.corrupt,
-        recv_reorder: o.reorder,
-        ..FaultSpec::default()
-    };
+    let plan = plan(o)?;
     // Bind every socket first, then tell each endpoint every other's address.
     let mut sockets = Vec::new();
     for node in 0..o.nodes {
@@ -138,16 +153,14 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     }
     let addrs: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().expect("bound")).collect();
     let mut endpoints = Vec::new();
-    let mut counters = Vec::new();
     for (node, mut udp) in sockets.into_iter().enumerate() {
         for (peer, &addr) in addrs.iter().enumerate() {
             if peer != node {
                 udp.book_mut().insert(peer as NodeId, addr);
             }
         }
-        let faulty = FaultyTransport::new(udp, spec.clone(), o.seed.wrapping_add(node as u64));
-        counters.push(faulty.counters_handle());
-        endpoints.push(Arc::new(Endpoint::with_transport(node as NodeId, Box::new(faulty), node_options())?));
+        let options = node_options(plan.clone());
+        endpoints.push(Arc::new(Endpoint::with_transport(node as NodeId, Box::new(udp), options)?));
     }
 
     let total_expected = o.messages * (o.nodes as u64) * (o.nodes as u64 - 1);
@@ -224,7 +237,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         r.retransmits = stats.retransmits;
         r.checksum_failures = stats.checksum_failures;
         r.duplicates_discarded = stats.duplicates_discarded;
-        r.injected = counters[node].snapshot();
+        r.injected = endpoints[node].fault_counters();
         accumulate(&mut total, r);
         latencies.append(&mut check.latencies);
         nodes.push(check.report);

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tether::{ChecksumKind, Config, Endpoint, NodeId, Options, Progress, RetransmitMode};
-use tether_io::{AddressBook, FaultSpec, FaultyTransport, Transport, UdpTransport};
+use tether::{ChecksumKind, Config, Endpoint, FaultPlan, NodeId, Options, Progress, RetransmitMode};
+use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Mode {
@@ -46,7 +46,15 @@ pub struct NetOpts {
     /// Fraction of datagrams dropped at random on receive (e.g. 0.01).
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
-    /// Seed for the loss generator.
+    /// Faults to inject, in the compact form, repeatable: `--fault
+    /// drop:p=0.01 --fault delay:p=0.001,mean=2ms` (kinds: drop, delay,
+    /// modify, reorder, duplicate, inject, invocation, operation).
+    #[arg(long = "fault", value_name = "RULE")]
+    pub faults: Vec<String>,
+    /// A TOML fault plan file (`[[fault]]` tables with the same keys).
+    #[arg(long, value_name = "FILE")]
+    pub fault_plan: Option<std::path::PathBuf>,
+    /// Seed for the fault injector.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Measure the bare transport: no header, no reliability.
@@ -100,45 +108,77 @@ impl NetOpts {
         }
     }
 
-    pub fn options(&self) -> Options {
+    /// The fault plan: the file's rules, then `--fault` rules, then `--loss`.
+    pub fn plan(&self) -> anyhow::Result<FaultPlan> {
+        let mut plan = match &self.fault_plan {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+                FaultPlan::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            }
+            None => FaultPlan::new(self.seed),
+        };
+        let mut rules = self.faults.clone();
+        if self.loss > 0.0 {
+            rules.push(format!("drop:p={}", self.loss));
+        }
+        let first = plan.rules.len();
+        for (i, r) in rules.iter().enumerate() {
+            plan.rules.push(FaultPlan::parse_rule(r, first + i)?);
+        }
+        Ok(plan)
+    }
+
+    pub fn options(&self) -> anyhow::Result<Options> {
         let progress = if self.polling { Progress::Polling } else { Progress::Thread };
-        Options {
+        Ok(Options {
             config: self.config(),
             spin: Duration::from_micros(self.spin_us),
             progress,
+            faults: self.plan()?,
             ..Options::default()
-        }
+        })
     }
 
-    /// A UDP transport for `node` at `bind`, with loss injected on receive if asked.
+    fn udp(
+        &self,
+        node: NodeId,
+        bind: SocketAddr,
+        peers: &[(NodeId, SocketAddr)],
+    ) -> Result<UdpTransport, tether_io::TransportError> {
+        let mut book = AddressBook::new();
+        for &(id, addr) in peers {
+            book.insert(id, addr);
+        }
+        UdpTransport::bind(node, bind, book)
+    }
+
+    /// A bare UDP transport for the raw baselines, with the fault plan
+    /// applied the same way an endpoint applies it, drawing from `seed`.
     pub fn transport(
         &self,
         node: NodeId,
         bind: SocketAddr,
         peers: &[(NodeId, SocketAddr)],
         seed: u64,
-    ) -> Result<Box<dyn Transport + Send>, tether_io::TransportError> {
-        let mut book = AddressBook::new();
-        for &(id, addr) in peers {
-            book.insert(id, addr);
+    ) -> anyhow::Result<Box<dyn Transport + Send>> {
+        let udp = self.udp(node, bind, peers)?;
+        let plan = self.plan()?;
+        if plan.is_empty() {
+            return Ok(Box::new(udp));
         }
-        let udp = UdpTransport::bind(node, bind, book)?;
-        if self.loss > 0.0 {
-            let spec = FaultSpec { recv_loss: self.loss, ..FaultSpec::default() };
-            Ok(Box::new(FaultyTransport::new(udp, spec, seed)))
-        } else {
-            Ok(Box::new(udp))
-        }
+        Ok(Box::new(FaultyTransport::new(udp, &plan, seed)?))
     }
 
+    /// An endpoint with this command's options and fault plan.
     pub fn endpoint(
         &self,
         node: NodeId,
         bind: SocketAddr,
         peers: &[(NodeId, SocketAddr)],
-    ) -> Result<Endpoint, tether::Error> {
-        let t = self.transport(node, bind, peers, self.seed ^ node as u64)?;
-        Endpoint::with_transport(node, t, self.options())
+    ) -> anyhow::Result<Endpoint> {
+        let udp = self.udp(node, bind, peers)?;
+        Ok(Endpoint::with_transport(node, Box::new(udp), self.options()?)?)
     }
 }
 

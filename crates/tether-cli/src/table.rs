@@ -50,7 +50,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "retransmits",
         "dup discarded",
         "cksum fail",
-        "injected drop/dup/corrupt/reorder",
+        "injected drop/dup/modify/reorder/delay",
     ]);
     let row = |t: &mut Table, name: String, n: &NodeReport| {
         let i = &n.injected;
@@ -65,7 +65,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
             n.retransmits.to_string(),
             n.duplicates_discarded.to_string(),
             n.checksum_failures.to_string(),
-            format!("{}/{}/{}/{}", i.dropped, i.duplicated, i.corrupted, i.reordered),
+            format!("{}/{}/{}/{}/{}", i.dropped, i.duplicated, i.modified, i.reordered, i.delayed),
         ]);
     };
     for n in &r.nodes {

@@ -4,7 +4,7 @@
 //!
 //! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching.
 //! * [`MemNetwork`]: an in-memory network for tests.
-//! * [`FaultyTransport`]: any transport with seeded receive-side faults.
+//! * [`FaultyTransport`]: any transport with a seeded fault plan (seeds/002).
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -20,9 +20,9 @@ use std::time::Duration;
 
 pub use batch::RecvBatch;
 pub use error::TransportError;
-pub use faulty::{FaultHandle, FaultyTransport};
+pub use faulty::{error_of, FaultHandle, FaultyTransport};
 pub use mem::{MemNetwork, MemTransport};
-pub use tether_fault::{FaultCounters, FaultSpec};
+pub use tether_fault::{FaultCounters, FaultPlan};
 pub use udp::{AddressBook, UdpTransport};
 
 /// A node's identity (the same as `tether_proto::NodeId`).
@@ -80,6 +80,13 @@ pub trait Transport {
     /// Block until a datagram may be waiting or `timeout` passes; true if readable.
     fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError>;
 
+    /// How soon the transport will have a datagram that no descriptor
+    /// signals (one held back by a fault injector); `None`: only the
+    /// descriptor tells. A driver sleeping on `raw_fd` sleeps no longer.
+    fn next_wakeup(&self) -> Option<Duration> {
+        None
+    }
+
     fn counters(&self) -> TransportCounters;
 }
 
@@ -107,6 +114,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
         (**self).wait_readable(timeout)
+    }
+    fn next_wakeup(&self) -> Option<Duration> {
+        (**self).next_wakeup()
     }
     fn counters(&self) -> TransportCounters {
         (**self).counters()

@@ -333,6 +333,11 @@ impl Endpoint {
         }
     }
 
+    /// The peers this endpoint has state for, in id order.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers.keys().copied()
+    }
+
     /// Bytes accepted for `peer` and not yet acknowledged.
     pub fn buffered_bytes(&self, peer: NodeId) -> usize {
         self.peers.get(&peer).map_or(0, |p| p.send.bytes_buffered())

@@ -6,6 +6,9 @@
 //! where the transport supports it) from buffers allocated once at start-up:
 //! the data path does not allocate.
 
+use std::time::Duration;
+
+use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
 use tether_proto::{Endpoint as Core, Instant};
 
@@ -28,10 +31,12 @@ pub(crate) struct Driver {
     pub last_send_error: Option<TransportError>,
     /// `None`: not known, recompute; `Some(d)`: the core's `poll_timeout()`.
     next_deadline: Option<Option<Instant>>,
+    /// Faults on the application's calls, and the time they count from.
+    api: Option<(Injector, Instant)>,
 }
 
 impl Driver {
-    pub fn new(core: Core, transport: Box<dyn Transport + Send>) -> Self {
+    pub fn new(core: Core, transport: Box<dyn Transport + Send>, api: Option<(Injector, Instant)>) -> Self {
         let slot = core.config().max_datagram;
         Driver {
             rx: RecvBatch::new(BATCH, slot),
@@ -45,6 +50,27 @@ impl Driver {
             send_errors: 0,
             last_send_error: None,
             next_deadline: None,
+            api,
+        }
+    }
+
+    /// Whether an injected fault strikes this application call.
+    pub fn api_fault(&mut self, now: Instant) -> CallVerdict {
+        match &mut self.api {
+            None => CallVerdict::Proceed,
+            Some((inj, origin)) => {
+                inj.on_call(Duration::from_nanos(now.saturating_since(*origin).as_nanos() as u64))
+            }
+        }
+    }
+
+    pub fn api_fault_counters(&self) -> FaultCounters {
+        self.api.as_ref().map(|(i, _)| i.counters()).unwrap_or_default()
+    }
+
+    pub fn set_api_faults_enabled(&mut self, on: bool) {
+        if let Some((i, _)) = &mut self.api {
+            i.set_enabled(on);
         }
     }
 
@@ -86,6 +112,16 @@ impl Driver {
             self.refresh_deadline();
         }
         d
+    }
+
+    /// How long the driver may sleep before there is work: the core's next
+    /// deadline, or a datagram a fault injector holds back until then.
+    pub fn idle_for(&mut self, now: Instant) -> Option<Duration> {
+        let timer = self.next_deadline().map(|t| t.saturating_since(now));
+        match (timer, self.transport.next_wakeup()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Call after changing the core (a send, a step).

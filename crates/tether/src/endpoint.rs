@@ -7,6 +7,11 @@
 //! and retransmissions flow and failures are detected within a bounded time
 //! (seeds/003 section 4). With `Progress::Polling` there is no thread and
 //! the application calls `progress()` itself.
+//!
+//! A fault plan in `Options` (seeds/002) is applied here too: its send and
+//! receive rules by wrapping the transport, its `api` rules to the
+//! application's own calls, so an application can prove it survives
+//! failed sends and failed operations.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -14,9 +19,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
-use tether_io::{AddressBook, Transport, UdpTransport};
+use tether_fault::{CallVerdict, FaultCounters, FaultPlan, Injector, Side};
+use tether_io::{error_of, AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
 use tether_proto::{
-    Config, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, SendError, Stats,
+    Config, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState, NodeId,
+    SendError, Stats,
 };
 
 use crate::clock::Clock;
@@ -52,6 +59,9 @@ pub struct Options {
     pub spin: Duration,
     /// `None`: derived from the wall clock, so a restart gets a larger one.
     pub incarnation: Option<u64>,
+    /// Faults to inject (empty: none). Each endpoint draws from its own
+    /// seed, derived from the plan's seed and its node id.
+    pub faults: FaultPlan,
 }
 
 impl Default for Options {
@@ -61,6 +71,7 @@ impl Default for Options {
             progress: Progress::Thread,
             spin: Duration::from_micros(50),
             incarnation: None,
+            faults: FaultPlan::default(),
         }
     }
 }
@@ -75,6 +86,8 @@ struct Shared {
     app_left_ns: AtomicU64,
     stop: AtomicBool,
     spin: Duration,
+    /// The transport's fault injector, when the plan has send or receive rules.
+    faults: Option<FaultHandle>,
 }
 
 impl Shared {
@@ -114,18 +127,31 @@ pub struct Endpoint {
 /// A sent message: ask it how it fared.
 #[derive(Clone)]
 pub struct SendHandle {
-    pub id: MessageId,
+    id: Option<MessageId>,
+    /// Set when an injected operation fault decided the outcome.
+    injected: Option<FailReason>,
     shared: Arc<Shared>,
 }
 
 impl SendHandle {
+    /// The message's number in its stream; `None` when an injected
+    /// operation fault kept it from ever entering one.
+    pub fn id(&self) -> Option<MessageId> {
+        self.id
+    }
+
     pub fn state(&self) -> MessageState {
-        self.shared.lock().core.message_state(self.id)
+        match (self.injected, self.id) {
+            (Some(reason), _) => MessageState::Failed(reason),
+            (None, Some(id)) => self.shared.lock().core.message_state(id),
+            (None, None) => MessageState::Unknown,
+        }
     }
 
     /// Block until the message is delivered or failed, or `timeout` passes.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<MessageState, Error> {
-        block_on(&self.shared, timeout, |d| match d.core.message_state(self.id) {
+        let (None, Some(id)) = (self.injected, self.id) else { return Ok(self.state()) };
+        block_on(&self.shared, timeout, |d| match d.core.message_state(id) {
             MessageState::Pending => None,
             settled => Some(settled),
         })
@@ -161,15 +187,28 @@ impl Endpoint {
     ) -> Result<Self, Error> {
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let core = Core::new(options.config, node, incarnation)?;
+        let plan = &options.faults;
+        let seed = plan.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(node);
+        let (transport, faults): (Box<dyn Transport + Send>, _) =
+            if plan.touches(Side::Send) || plan.touches(Side::Recv) {
+                let faulty = FaultyTransport::new(transport, plan, seed)?;
+                let handle = faulty.handle();
+                (Box::new(faulty), Some(handle))
+            } else {
+                (transport, None)
+            };
+        let api = if plan.touches(Side::Api) { Some(Injector::with_seed(plan, seed ^ 0xA91)?) } else { None };
         let waiter = Waiter::new(transport.raw_fd())?;
+        let clock = Clock::new();
         let shared = Arc::new(Shared {
-            driver: Mutex::new(Driver::new(core, transport)),
+            driver: Mutex::new(Driver::new(core, transport, api.map(|i| (i, clock.now())))),
             waiter,
-            clock: Clock::new(),
+            clock,
             app_active: AtomicUsize::new(0),
             app_left_ns: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             spin: options.spin,
+            faults,
         });
         let thread = match options.progress {
             Progress::Polling => None,
@@ -202,12 +241,29 @@ impl Endpoint {
 
     /// Queue a message and put it on the wire at once if the window allows.
     /// Never blocks: a full send buffer is `Error::Send(SendError::WouldBlock)`.
+    /// With `api` fault rules, the call may instead fail at once with a
+    /// typed transport error (an invocation fault) or return a handle that
+    /// reports `Failed(OperationFault)` (an operation fault).
     pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
         let now = self.shared.clock.now();
+        let injected = match d.api_fault(now) {
+            CallVerdict::Proceed => None,
+            CallVerdict::Invocation(e) => return Err(Error::Transport(error_of(e))),
+            CallVerdict::Operation { dropped: true, .. } => {
+                return Ok(SendHandle {
+                    id: None,
+                    injected: Some(FailReason::OperationFault),
+                    shared: self.shared.clone(),
+                })
+            }
+            // The status says failed, yet the message goes: the application
+            // cannot tell which, as with a real lost completion.
+            CallVerdict::Operation { dropped: false, .. } => Some(FailReason::OperationFault),
+        };
         let id = d.core.send(now, peer, msg)?;
         d.transmit(now);
-        Ok(SendHandle { id, shared: self.shared.clone() })
+        Ok(SendHandle { id: Some(id), injected, shared: self.shared.clone() })
     }
 
     /// Like `send`, but waits for room in the send buffer.
@@ -232,7 +288,7 @@ impl Endpoint {
             d.transmit(now);
             Some(r)
         })??;
-        Ok(SendHandle { id, shared: shared.clone() })
+        Ok(SendHandle { id: Some(id), injected: None, shared: shared.clone() })
     }
 
     /// The next delivered message, if one is waiting. Drives progress once
@@ -283,6 +339,36 @@ impl Endpoint {
         self.shared.lock().core.stats().clone()
     }
 
+    /// Faults injected so far by this endpoint's fault plan, every side.
+    pub fn fault_counters(&self) -> FaultCounters {
+        let mut c = self.shared.lock().api_fault_counters();
+        if let Some(f) = &self.shared.faults {
+            c.accumulate(&f.snapshot());
+        }
+        c
+    }
+
+    /// Switch the fault plan off (`false`) or back on, on every side.
+    pub fn set_faults_enabled(&self, on: bool) {
+        self.shared.lock().set_api_faults_enabled(on);
+        if let Some(f) = &self.shared.faults {
+            f.set_enabled(on);
+        }
+    }
+
+    /// The transport's fault injector, for its trace and completion statuses.
+    pub fn fault_handle(&self) -> Option<FaultHandle> {
+        self.shared.faults.clone()
+    }
+
+    /// Bytes held in send buffers and delivery queues: back to zero when
+    /// everything sent has been acknowledged and everything delivered read.
+    pub fn buffered(&self) -> (usize, usize) {
+        let d = self.shared.lock();
+        let peers: usize = d.core.peers().map(|p| d.core.buffered_bytes(p)).sum();
+        (peers, d.core.pending_deliveries())
+    }
+
     pub fn transport_counters(&self) -> tether_io::TransportCounters {
         self.shared.lock().transport().counters()
     }
@@ -325,7 +411,7 @@ fn block_on<R>(
             if let Some(r) = ready(&mut d) {
                 return Ok(r);
             }
-            d.next_deadline().map(|t| t.saturating_since(now))
+            d.idle_for(now)
         };
         if deadline.is_some_and(|d| wall >= d) {
             return Err(Error::TimedOut);
@@ -362,7 +448,8 @@ fn progress_loop(shared: &Shared) {
             let mut d = shared.lock();
             let now = shared.clock.now();
             d.step(now);
-            d.core.poll_timeout().map(|t| t.saturating_since(shared.clock.now()))
+            d.refresh_deadline();
+            d.idle_for(shared.clock.now())
         };
         shared.waiter.wait(next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE));
     }

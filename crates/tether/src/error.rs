@@ -1,5 +1,6 @@
 //! Errors the public API returns.
 
+use tether_fault::PlanError;
 use tether_io::TransportError;
 use tether_proto::{ConfigError, SendError};
 use thiserror::Error;
@@ -10,6 +11,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Send(#[from] SendError),
+    #[error("fault plan: {0}")]
+    FaultPlan(#[from] PlanError),
     #[error("transport: {0}")]
     Transport(#[from] TransportError),
     #[error("timed out")]

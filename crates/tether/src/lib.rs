@@ -20,6 +20,8 @@ mod waiter;
 
 pub use endpoint::{Endpoint, Options, Progress, SendHandle};
 pub use error::Error;
+pub use tether_fault::{FaultCounters, FaultKind, FaultPlan, Rule as FaultRule};
+pub use tether_io::FaultHandle;
 pub use tether_proto::{
     Config, Delivery, Event, FailReason, FailedMessages, Instant, MessageId, MessageState, NodeId,
     RetransmitMode, SendError, Stats,

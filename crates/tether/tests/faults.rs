@@ -1,0 +1,181 @@
+//! The fault injector around real endpoints over UDP on loopback: every
+//! message fault is masked end to end (exactly once, in order, exact
+//! bytes), and invocation and operation faults reach the application as
+//! typed errors and failed handles without leaving the layer stuck or
+//! holding buffers once they stop.
+
+// Tests read the wall clock to report throughput (printed, never asserted).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tether::{Config, Endpoint, Error, FailReason, FaultKind, FaultPlan, MessageState, NodeId, Options};
+use tether_io::TransportError;
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(20));
+
+fn any() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn options(rules: &[&str], seed: u64) -> Options {
+    let config = Config { rto_min: Duration::from_micros(500), ..Config::default() };
+    Options { config, faults: FaultPlan::parse_rules(seed, rules).unwrap(), ..Options::default() }
+}
+
+/// Endpoints 1..=n that all know each other, each with `rules`.
+fn mesh(n: NodeId, rules: &[&str], seed: u64) -> Vec<Endpoint> {
+    let eps: Vec<Endpoint> =
+        (1..=n).map(|id| Endpoint::udp(id, any(), &[], options(rules, seed)).unwrap()).collect();
+    for a in &eps {
+        for b in &eps {
+            if a.node() != b.node() {
+                a.add_peer(b.node(), b.local_addr().unwrap()).unwrap();
+            }
+        }
+    }
+    eps
+}
+
+fn msg(i: u64, len: usize) -> Vec<u8> {
+    let mut m: Vec<u8> = (0..len.max(8)).map(|j| (i as usize * 31 + j * 7) as u8).collect();
+    m[..8].copy_from_slice(&i.to_le_bytes());
+    m
+}
+
+fn size(i: u64) -> usize {
+    [8, 200, 1400, 5000, 30_000][(i % 5) as usize]
+}
+
+/// Node 1 streams to 2 and 3 while every node injects `rule` on every
+/// datagram side it applies to; 2 and 3 must get each message once, in
+/// order, intact.
+fn masked(rule: &str, count: u64) -> tether::FaultCounters {
+    let eps = mesh(3, &[rule], 42);
+    std::thread::scope(|s| {
+        for rx in &eps[1..] {
+            s.spawn(move || {
+                for i in 0..count {
+                    let d =
+                        rx.recv(WAIT).unwrap_or_else(|e| panic!("{rule}: message {i} to {}: {e}", rx.node()));
+                    assert_eq!(d.from, 1);
+                    assert_eq!(d.message.to_vec(), msg(i, size(i)), "{rule}: message {i} to {}", rx.node());
+                }
+            });
+        }
+        for i in 0..count {
+            for dst in [2, 3] {
+                eps[0].send_blocking(dst, &msg(i, size(i)), WAIT).unwrap();
+            }
+        }
+        eps[0].flush(WAIT).unwrap();
+    });
+    for rx in &eps[1..] {
+        assert!(rx.try_recv().is_none(), "{rule}: nothing beyond the stream");
+        assert_eq!(rx.stats().messages_delivered, count);
+    }
+    let mut c = tether::FaultCounters::default();
+    for e in &eps {
+        c.accumulate(&e.fault_counters());
+    }
+    c
+}
+
+#[test]
+fn every_message_fault_is_masked_end_to_end() {
+    let cases = [
+        (FaultKind::Drop, "drop:p=0.05"),
+        (FaultKind::Drop, "drop:p=0.05,side=send"),
+        (FaultKind::Delay, "delay:p=0.05,mean=300us"),
+        (FaultKind::Modify, "modify:p=0.05,bits=1..4"),
+        (FaultKind::Modify, "modify:p=0.05,mode=truncate"),
+        (FaultKind::Modify, "modify:p=0.05,mode=extend"),
+        (FaultKind::Reorder, "reorder:p=0.05,depth=5"),
+        (FaultKind::Duplicate, "duplicate:p=0.05"),
+        (FaultKind::Duplicate, "duplicate:p=0.05,side=send,copies=2"),
+        (FaultKind::Inject, "inject:p=0.05,side=send"),
+        (FaultKind::Drop, "drop:p=1,on=5ms,off=20ms"),
+    ];
+    for (kind, rule) in cases {
+        let c = masked(rule, 600);
+        assert!(c.of(kind) > 0, "{rule}: no fault injected: {c:?}");
+        eprintln!("{rule}: masked {} {} faults", c.of(kind), kind.name());
+    }
+}
+
+#[test]
+fn call_faults_surface_as_typed_errors_and_leave_nothing_behind() {
+    let rules = [
+        "invocation:p=0.1,side=api,error=local_resource",
+        "operation:p=0.1,side=api,error=remote_resource",
+        "invocation:p=0.1,side=send,error=local_resource",
+        "operation:p=0.1,side=send",
+        "invocation:p=0.1,side=recv,error=interrupted",
+    ];
+    let eps = mesh(2, &rules, 7);
+    let (a, b) = (&eps[0], &eps[1]);
+    let (initial_send, initial_queue) = a.buffered();
+    let run = |first: u64, count: u64| {
+        let start = Instant::now();
+        let (mut refused, mut op_failed, mut expected) = (0u64, 0u64, Vec::new());
+        let mut handles = Vec::new();
+        for i in first..first + count {
+            match a.send_blocking(2, &msg(i, 64), WAIT) {
+                Ok(h) => match h.state() {
+                    MessageState::Failed(FailReason::OperationFault) => {
+                        assert!(h.id().is_none(), "a dropped operation never enters the stream");
+                        op_failed += 1;
+                    }
+                    _ => {
+                        expected.push(i);
+                        handles.push(h);
+                    }
+                },
+                Err(Error::Transport(TransportError::LocalResource)) => refused += 1,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        for &i in &expected {
+            let d = b.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            assert_eq!(d.message.to_vec(), msg(i, 64), "exactly the accepted messages, in order");
+        }
+        for h in &handles {
+            assert_eq!(h.wait(WAIT).unwrap(), MessageState::Delivered);
+        }
+        a.flush(WAIT).unwrap();
+        let rate = count as f64 / start.elapsed().as_secs_f64();
+        (refused, op_failed, rate)
+    };
+
+    let n = 20_000;
+    let (refused, op_failed, faulty_rate) = run(0, n);
+    let c = a.fault_counters();
+    // Typed errors and failed handles, at the configured rate.
+    let sd = (n as f64 * 0.1 * 0.9).sqrt();
+    assert!((refused as f64 - n as f64 * 0.1).abs() < 5.0 * sd, "{refused} refused of {n}");
+    assert!(op_failed > 0 && c.invocation > refused && c.operation > op_failed, "{c:?}");
+
+    a.set_faults_enabled(false);
+    b.set_faults_enabled(false);
+    let before = a.fault_counters();
+    let (refused, op_failed, clean_rate) = run(n, n);
+    assert_eq!((refused, op_failed), (0, 0), "switched off: no call fails");
+    assert_eq!(a.fault_counters().total(), before.total(), "switched off: nothing injected");
+    assert!(b.try_recv().is_none());
+
+    // Nothing left behind: send buffers and delivery queue as at the start,
+    // no datagram held by either injector.
+    assert_eq!(a.buffered(), (initial_send, initial_queue));
+    assert_eq!(b.buffered(), (0, 0));
+    for e in [a, b] {
+        let (queued, buffers) = e.fault_handle().unwrap().queued();
+        assert_eq!(queued, 0);
+        assert!(buffers <= tether_fault::MAX_QUEUED, "{buffers}");
+    }
+    assert!(a.send(2, b"one more").unwrap().wait(WAIT).unwrap() == MessageState::Delivered);
+    eprintln!(
+        "call faults at 10%: {faulty_rate:.0} msgs/s; switched off: {clean_rate:.0} msgs/s ({:.2}x)",
+        clean_rate / faulty_rate
+    );
+}
