@@ -8,6 +8,8 @@ mod demo;
 mod net;
 mod pattern;
 mod pingpong;
+#[allow(dead_code)] // used by `tether campaign`, next commit
+mod plot;
 mod raw;
 mod stream;
 mod summary;
