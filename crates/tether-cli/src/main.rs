@@ -47,7 +47,8 @@ enum Command {
 #[derive(clap::Args)]
 struct SimOpts {
     /// Fault mixes to run (default: all): clean, loss_20pct, heavy_reorder,
-    /// duplicate, corrupt, dead_link, flaky, go_back_n, restart, tight.
+    /// duplicate, corrupt, dead_link, flaky, go_back_n, restart, tight,
+    /// every_fault.
     #[arg(long, value_delimiter = ',')]
     mix: Vec<String>,
     /// Seeds per mix.

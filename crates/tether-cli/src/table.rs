@@ -217,9 +217,9 @@ impl SimRow {
             lost_in_crash: sum(&|r| r.lost_in_crash),
             retransmits: sum(&|r| r.stats.retransmits),
             checksum_failures: sum(&|r| r.stats.checksum_failures),
-            datagrams_dropped: sum(&|r| r.links.dropped),
-            datagrams_corrupted: sum(&|r| r.links.corrupted),
-            datagrams_duplicated: sum(&|r| r.links.duplicated),
+            datagrams_dropped: sum(&|r| r.links.faults.dropped),
+            datagrams_corrupted: sum(&|r| r.links.faults.modified),
+            datagrams_duplicated: sum(&|r| r.links.faults.duplicated),
             datagrams_cut: sum(&|r| r.links.cut),
         }
     }

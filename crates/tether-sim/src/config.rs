@@ -5,31 +5,13 @@
 use std::fmt;
 use std::time::Duration;
 
+use tether_fault::FaultPlan;
 use tether_proto::{Config, NodeId, RetransmitMode};
 
-/// Faults on every link, and the special events of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkFaults {
-    pub latency: Duration,
-    /// Extra delay, uniform in [0, jitter]: larger than the gap between
-    /// datagrams, it reorders them.
-    pub jitter: Duration,
-    pub loss: f64,
-    pub duplicate: f64,
-    /// Flip 1 to 3 random bits (or, one time in four, truncate).
-    pub corrupt: f64,
-}
-
-impl Default for LinkFaults {
-    fn default() -> Self {
-        LinkFaults {
-            latency: Duration::from_micros(20),
-            jitter: Duration::ZERO,
-            loss: 0.0,
-            duplicate: 0.0,
-            corrupt: 0.0,
-        }
-    }
+/// A fault plan from rules in the compact command-line form: the presets
+/// read like what a user would type after `--fault`.
+pub fn plan(seed: u64, rules: &[&str]) -> FaultPlan {
+    FaultPlan::parse_rules(seed, rules).expect("preset fault rules are valid")
 }
 
 /// A link that dies: both directions between two nodes, from `at` until
@@ -47,7 +29,12 @@ pub struct SimConfig {
     pub seed: u64,
     pub nodes: u32,
     pub messages_per_stream: u64,
-    pub faults: LinkFaults,
+    /// One-way latency of every link.
+    pub latency: Duration,
+    /// What every node's network interface does to datagrams: the same
+    /// injector and plan `FaultyTransport` wraps around a real socket,
+    /// each node drawing from its own stream seeded from the run's seed.
+    pub faults: FaultPlan,
     pub cuts: Vec<LinkCut>,
     /// Nodes that crash and restart as a new incarnation, and when.
     pub restarts: Vec<(NodeId, Duration)>,
@@ -72,7 +59,8 @@ impl SimConfig {
             seed,
             nodes: 3,
             messages_per_stream: 40,
-            faults: LinkFaults::default(),
+            latency: Duration::from_micros(20),
+            faults: FaultPlan::new(seed),
             cuts: Vec::new(),
             restarts: Vec::new(),
             proto: Config { abandon_after: Duration::from_millis(300), ..Config::default() },
@@ -90,14 +78,15 @@ impl fmt::Display for SimConfig {
         let p = &self.proto;
         write!(
             f,
-            "seed={} mix={} nodes={} messages_per_stream={} faults={:?} cuts={:?} restarts={:?} \
+            "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} restarts={:?} \
              safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} window={} rto_min={:?} \
              abandon_after={:?} mode={:?}",
             self.seed,
             self.mix,
             self.nodes,
             self.messages_per_stream,
-            self.faults,
+            self.latency,
+            self.faults.rules,
             self.cuts,
             self.restarts,
             self.safety_phase,
@@ -127,10 +116,13 @@ pub enum FaultMix {
     /// Every limit at its smallest: tiny windows, 256-byte datagrams, send
     /// buffer and delivery queue just one largest message, under faults.
     Tight,
+    /// Every message fault of seeds/002 at once, from both sides, with
+    /// loss bursts: stale datagrams injected toward the wrong peer too.
+    Every,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 10] = [
+    pub const ALL: [FaultMix; 11] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -141,6 +133,7 @@ impl FaultMix {
         FaultMix::GoBackN,
         FaultMix::Restart,
         FaultMix::Tight,
+        FaultMix::Every,
     ];
 
     pub fn name(self) -> &'static str {
@@ -155,6 +148,7 @@ impl FaultMix {
             FaultMix::GoBackN => "go_back_n",
             FaultMix::Restart => "restart",
             FaultMix::Tight => "tight",
+            FaultMix::Every => "every_fault",
         }
     }
 
@@ -169,19 +163,30 @@ impl FaultMix {
 
     pub fn config(self, seed: u64) -> SimConfig {
         let mut c = SimConfig { mix: self.name(), ..SimConfig::base(seed) };
-        let us = Duration::from_micros;
+        // Corruption: three times in four flip 1 to 3 bits, else truncate.
+        let corrupt = |p: f64| {
+            [format!("modify:p={},bits=1..3", p * 0.75), format!("modify:p={},mode=truncate", p * 0.25)]
+        };
+        let rules = |c: &mut SimConfig, rules: &[&str]| c.faults = plan(seed, rules);
         match self {
             FaultMix::Clean => {}
-            FaultMix::Loss20 => c.faults.loss = 0.2,
-            FaultMix::HeavyReorder => c.faults.jitter = us(400),
-            FaultMix::Duplicate => c.faults.duplicate = 0.2,
-            FaultMix::Corrupt => c.faults.corrupt = 0.1,
+            FaultMix::Loss20 => rules(&mut c, &["drop:p=0.2"]),
+            // A uniform delay wider than the gap between datagrams reorders them.
+            FaultMix::HeavyReorder => rules(&mut c, &["delay:p=1,min=0us,max=400us"]),
+            FaultMix::Duplicate => rules(&mut c, &["duplicate:p=0.2"]),
+            FaultMix::Corrupt => {
+                let [flip, cut] = corrupt(0.1);
+                rules(&mut c, &[&flip, &cut]);
+            }
             FaultMix::DeadLink => {
                 c.cuts.push(LinkCut { a: 0, b: 1, at: Duration::from_micros(800), until: None });
             }
             FaultMix::Flaky => {
-                c.faults =
-                    LinkFaults { jitter: us(100), loss: 0.05, duplicate: 0.03, corrupt: 0.03, ..c.faults };
+                let [flip, cut] = corrupt(0.03);
+                rules(
+                    &mut c,
+                    &["delay:p=1,min=0us,max=100us", "drop:p=0.05", "duplicate:p=0.03", &flip, &cut],
+                );
                 c.cuts.push(LinkCut {
                     a: 1,
                     b: 2,
@@ -190,16 +195,19 @@ impl FaultMix {
                 });
             }
             FaultMix::GoBackN => {
-                c.faults.loss = 0.05;
+                rules(&mut c, &["drop:p=0.05"]);
                 c.proto.retransmit = RetransmitMode::GoBackN;
             }
             FaultMix::Restart => {
-                c.faults.loss = 0.02;
+                rules(&mut c, &["drop:p=0.02"]);
                 c.restarts.push((1, Duration::from_millis(1)));
             }
             FaultMix::Tight => {
-                c.faults =
-                    LinkFaults { jitter: us(60), loss: 0.05, duplicate: 0.02, corrupt: 0.02, ..c.faults };
+                let [flip, cut] = corrupt(0.02);
+                rules(
+                    &mut c,
+                    &["delay:p=1,min=0us,max=60us", "drop:p=0.05", "duplicate:p=0.02", &flip, &cut],
+                );
                 c.proto.max_datagram = 256;
                 c.proto.send_window = 2;
                 c.proto.recv_window = 4;
@@ -208,6 +216,22 @@ impl FaultMix {
                 c.proto.delivery_queue_bytes = 128 * 1024;
                 c.reader_batch = Some(1);
             }
+            FaultMix::Every => rules(
+                &mut c,
+                &[
+                    "drop:p=0.03,side=send",
+                    "drop:p=0.03,side=recv",
+                    "delay:p=0.05,mean=300us",
+                    "modify:p=0.02,bits=1..8",
+                    "modify:p=0.01,mode=truncate",
+                    "modify:p=0.01,mode=extend,by=1..64",
+                    "reorder:p=0.05,depth=4,max_hold=2ms",
+                    "duplicate:p=0.03,copies=2",
+                    "inject:p=0.02",
+                    // A burst: everything lost for 2 ms in every 10 ms.
+                    "drop:p=1,on=2ms,off=8ms",
+                ],
+            ),
         }
         c
     }

@@ -1,5 +1,6 @@
 //! A deterministic discrete-event simulator for tether's sans-IO core
-//! (DESIGN.md layer 6): virtual time, seeded faults on every link, a
+//! (DESIGN.md layer 6): virtual time, seeded faults on every link (the
+//! same `tether_fault::Injector` real transports are wrapped in), a
 //! verified workload, and the guarantees checked at the end of every run.
 //! A failing run prints `replay with seed=N mix=NAME`; the same seed
 //! replays it exactly.
@@ -9,7 +10,7 @@ mod config;
 mod sim;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
-pub use config::{FaultMix, LinkCut, LinkFaults, SimConfig};
+pub use config::{plan, FaultMix, LinkCut, SimConfig};
 pub use sim::{run, LinkCounters, SimReport};
 
 /// Run `mix` at every seed in `seeds`, calling `progress` after each.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
+use tether_fault::{FaultCounters, Injector};
 use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, SendError, Stats};
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
@@ -22,10 +23,10 @@ use crate::config::SimConfig;
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct LinkCounters {
     pub datagrams: u64,
-    pub dropped: u64,
-    pub duplicated: u64,
-    pub corrupted: u64,
+    /// Lost to a cut link.
     pub cut: u64,
+    /// What the nodes' fault injectors did, summed.
+    pub faults: FaultCounters,
 }
 
 #[derive(Debug, Clone)]
@@ -58,8 +59,15 @@ impl SimReport {
 
 enum Ev {
     Arrive {
+        src: NodeId,
         dst: NodeId,
         bytes: Vec<u8>,
+    },
+    /// A node's injector holds delayed or reordered datagrams; the first
+    /// is due now.
+    Release {
+        node: NodeId,
+        at: u64,
     },
     Wake {
         node: NodeId,
@@ -125,6 +133,11 @@ struct World<'a> {
     nodes: Vec<Node>,
     checker: Checker,
     links: LinkCounters,
+    /// Each node's network interface: what it does to datagrams it sends
+    /// and receives. Survives the node's restarts, as a NIC would.
+    injectors: Vec<Injector>,
+    /// When each injector's next release is scheduled.
+    release_at: Vec<Option<u64>>,
     /// Counters of crashed incarnations, so nothing they did is forgotten.
     dead_stats: Stats,
     buf: Vec<u8>,
@@ -157,6 +170,13 @@ impl<'a> World<'a> {
             nodes,
             checker: Checker::default(),
             links: LinkCounters::default(),
+            injectors: (0..cfg.nodes)
+                .map(|id| {
+                    Injector::with_seed(&cfg.faults, node_seed(cfg.seed, id))
+                        .expect("simulation fault plan is valid")
+                })
+                .collect(),
+            release_at: vec![None; cfg.nodes as usize],
             dead_stats: Stats::default(),
             buf: vec![0; 65_536],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
@@ -190,9 +210,23 @@ impl<'a> World<'a> {
             events += 1;
             let now = self.instant();
             let node = match s.ev {
-                Ev::Arrive { dst, bytes } => {
-                    self.nodes[dst as usize].ep.handle_datagram(now, &bytes);
+                Ev::Arrive { src, dst, bytes } => {
+                    if self.faulty() {
+                        let elapsed = self.elapsed();
+                        self.injectors[dst as usize].on_recv(elapsed, Some(src), &bytes);
+                        self.release(dst);
+                    } else {
+                        self.nodes[dst as usize].ep.handle_datagram(now, &bytes);
+                    }
                     dst
+                }
+                Ev::Release { node, at } => {
+                    if self.release_at[node as usize] != Some(at) {
+                        continue; // superseded by a later scheduling
+                    }
+                    self.release_at[node as usize] = None;
+                    self.release(node);
+                    node
                 }
                 Ev::Wake { node, at } => {
                     if self.nodes[node as usize].wake_at != Some(at) {
@@ -325,44 +359,61 @@ impl<'a> World<'a> {
         })
     }
 
+    /// Faults strike until the safety phase ends; then links heal so
+    /// every run can settle.
+    fn faulty(&self) -> bool {
+        self.now < ns(self.cfg.safety_phase)
+    }
+
+    /// Virtual time as the injectors count it.
+    fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.now)
+    }
+
+    /// Hand a node's endpoint what its injector has ready, and schedule
+    /// the release of what it still holds.
+    fn release(&mut self, id: NodeId) {
+        let (now, elapsed) = (self.instant(), self.elapsed());
+        let ep = &mut self.nodes[id as usize].ep;
+        self.injectors[id as usize].drain_ready(elapsed, |_, bytes| {
+            ep.handle_datagram(now, bytes);
+            true
+        });
+        if let Some(due) = self.injectors[id as usize].next_release() {
+            let at = ns(due).max(self.now);
+            if self.release_at[id as usize] != Some(at) {
+                self.release_at[id as usize] = Some(at);
+                self.schedule(at, Ev::Release { node: id, at });
+            }
+        }
+    }
+
     fn transmit(&mut self, src: NodeId, dst: NodeId, datagram: &[u8]) {
         self.links.datagrams += 1;
         if self.trace {
             eprintln!("{:>12} {src}->{dst} {}", self.now, describe(datagram));
         }
-        if self.cut(src, dst) {
-            self.links.cut += 1;
-            return;
-        }
-        let f = &self.cfg.faults;
-        let faulty = self.now < ns(self.cfg.safety_phase);
-        let chance = |rng: &mut Pcg64Mcg, p: f64| faulty && p > 0.0 && rng.gen_bool(p);
-        if chance(&mut self.rng, f.loss) {
-            self.links.dropped += 1;
-            return;
-        }
-        let mut bytes = datagram.to_vec();
-        if chance(&mut self.rng, f.corrupt) {
-            self.links.corrupted += 1;
-            if self.rng.gen_range(0..4) == 0 {
-                bytes.truncate(self.rng.gen_range(0..bytes.len()));
+        let arrive = self.now + ns(self.cfg.latency);
+        if !self.faulty() {
+            if self.cut(src, dst) {
+                self.links.cut += 1;
             } else {
-                for _ in 0..self.rng.gen_range(1..=3) {
-                    let bit = self.rng.gen_range(0..bytes.len() * 8);
-                    bytes[bit / 8] ^= 1 << (bit % 8);
-                }
+                self.schedule(arrive, Ev::Arrive { src, dst, bytes: datagram.to_vec() });
             }
+            return;
         }
-        let copies = if chance(&mut self.rng, f.duplicate) {
-            self.links.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let jitter = if faulty && !f.jitter.is_zero() { self.rng.gen_range(0..ns(f.jitter)) } else { 0 };
-            let at = self.now + ns(f.latency) + jitter;
-            self.schedule(at, Ev::Arrive { dst, bytes: bytes.clone() });
+        // What leaves the sender's interface: nothing, the datagram, copies
+        // of it, or an old datagram injected toward any peer.
+        let mut out = Vec::new();
+        let elapsed = self.elapsed();
+        self.injectors[src as usize]
+            .on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
+        for (to, bytes) in out {
+            if self.cut(src, to) {
+                self.links.cut += 1;
+            } else {
+                self.schedule(arrive, Ev::Arrive { src, dst: to, bytes });
+            }
         }
     }
 
@@ -380,6 +431,9 @@ impl<'a> World<'a> {
         let unsent = expected - self.checker.sent();
         if unsent > 0 {
             self.checker.violations.push(Violation::NotConverged { pending: unsent });
+        }
+        for inj in &self.injectors {
+            self.links.faults.accumulate(&inj.counters());
         }
         let c = &self.checker;
         SimReport {
@@ -402,6 +456,11 @@ impl<'a> World<'a> {
             events,
         }
     }
+}
+
+/// Each node's injector draws from its own stream, all fixed by the seed.
+fn node_seed(seed: u64, node: NodeId) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(node) + 1)
 }
 
 /// One line about a datagram, for traces.

@@ -34,9 +34,13 @@ fn regression_clean_seed_1_counts_no_retransmission() {
 /// acknowledged, in the out-of-order buffer; the buffer was drained only
 /// when an in-order segment arrived, and the sender never resends a SACKed
 /// one. Reading now drains what has become deliverable.
+///
+/// Since the simulator draws its faults from `tether_fault::Injector`,
+/// seed 3 is another run (its queue never fills); seed 11 is the one of
+/// seeds 0..40 whose delivery queue refuses data most often (26 times).
 #[test]
-fn regression_tight_seed_3_full_delivery_queue_does_not_stall() {
-    let r = run(&FaultMix::Tight.config(3));
+fn regression_tight_full_delivery_queue_does_not_stall() {
+    let r = run(&FaultMix::Tight.config(11));
     assert!(r.ok(), "{:?}", &r.violations[..r.violations.len().min(3)]);
     assert_eq!(r.delivered, r.sent);
     assert!(r.stats.out_of_window > 0, "the queue did fill");

@@ -4,7 +4,7 @@
 
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 10 mixes x 100 = 1000 runs per `cargo test`.
+/// Seeds per mix: 11 mixes x 100 = 1100 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 fn check_mix(mix: FaultMix) -> Vec<SimReport> {
@@ -39,7 +39,7 @@ fn check_mix(mix: FaultMix) -> Vec<SimReport> {
         sum(|r| r.in_doubt_delivered),
         sum(|r| r.retransmits),
         sum(|r| r.checksum_failures),
-        sum(|r| r.links.dropped),
+        sum(|r| r.links.faults.dropped),
         sum(|r| r.links.cut),
     );
     assert!(
@@ -61,7 +61,7 @@ fn clean() {
 #[test]
 fn loss_20pct() {
     let r = check_mix(FaultMix::Loss20);
-    assert!(r.iter().all(|r| r.links.dropped > 0 && r.retransmits > 0));
+    assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.retransmits > 0));
 }
 
 #[test]
@@ -78,7 +78,7 @@ fn duplicate() {
 #[test]
 fn corrupt() {
     let r = check_mix(FaultMix::Corrupt);
-    assert!(r.iter().all(|r| r.links.corrupted > 0));
+    assert!(r.iter().all(|r| r.links.faults.modified > 0));
     assert!(r.iter().map(|r| r.checksum_failures).sum::<u64>() > 0);
 }
 
@@ -111,4 +111,19 @@ fn tight() {
     assert!(r.iter().all(|r| r.retransmits > 0), "faults and tiny windows force repair");
     // The slow reader fills delivery queues: data is refused, not acknowledged, and resent.
     assert!(r.iter().map(|r| r.stats.out_of_window).sum::<u64>() > 0, "the commit point must push back");
+}
+
+#[test]
+fn every_fault() {
+    let r = check_mix(FaultMix::Every);
+    let faults = r.iter().fold(tether_fault::FaultCounters::default(), |mut sum, r| {
+        sum.accumulate(&r.links.faults);
+        sum
+    });
+    // Each message fault kind of seeds/002 struck, and all were masked.
+    for kind in tether_fault::FaultKind::MESSAGE {
+        assert!(faults.of(kind) > 0, "{} never struck: {faults:?}", kind.name());
+    }
+    assert!(r.iter().map(|r| r.duplicates_discarded).sum::<u64>() > 0);
+    assert!(r.iter().map(|r| r.checksum_failures).sum::<u64>() > 0);
 }
