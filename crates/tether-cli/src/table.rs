@@ -261,3 +261,43 @@ pub fn sim(rows: &[SimRow]) {
     println!("{t}");
     println!("in doubt: delivered, then reported failed because the ACK died with the link (allowed, see FailedMessages)");
 }
+
+pub fn campaign(rows: &[crate::campaign::Row]) {
+    let mut t = table(&[
+        "workload",
+        "fault",
+        "rate",
+        "runs",
+        "sent",
+        "delivered",
+        "lost",
+        "dup",
+        "corrupt",
+        "injected",
+        "retransmits",
+        "dup discarded",
+        "cksum fail",
+        "time vs fault-free",
+    ]);
+    for r in rows {
+        t.add_row(vec![
+            r.workload.to_string(),
+            r.fault.to_string(),
+            if r.rate == 0.0 { "-".into() } else { format!("{:e}", r.rate) },
+            r.runs.to_string(),
+            r.sent.to_string(),
+            r.delivered.to_string(),
+            r.lost.to_string(),
+            r.duplicated.to_string(),
+            r.corrupted.to_string(),
+            r.injected.to_string(),
+            r.retransmissions.to_string(),
+            r.duplicates_discarded.to_string(),
+            r.checksum_failures.to_string(),
+            spread(&r.relative_time, 2),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!("counts summed over the seeds of a row; time: median (min-max) over seeds, relative to the median fault-free run");
+}
