@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tether::FaultCounters;
 
 use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
 use crate::pattern;
@@ -24,6 +25,8 @@ pub struct StreamRun {
     pub corrupted: u64,
     pub out_of_order: u64,
     pub retransmits: u64,
+    /// Faults the endpoints' injectors applied (`--fault`, `--loss`).
+    pub injected: FaultCounters,
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -56,7 +59,7 @@ impl Tally {
     }
 }
 
-fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64) -> StreamRun {
+fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: FaultCounters) -> StreamRun {
     StreamRun {
         messages,
         delivered: t.delivered,
@@ -67,6 +70,7 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64) -> StreamRu
         corrupted: t.corrupted,
         out_of_order: t.out_of_order,
         retransmits,
+        injected,
     }
 }
 
@@ -112,8 +116,10 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         }
         anyhow::ensure!(waiting.elapsed() < RECV_TIMEOUT, "the last messages were never acknowledged");
     }
-    let (tally, end, _rx) = done.expect("loop ends with the receiver done");
-    Ok(run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits))
+    let (tally, end, rx) = done.expect("loop ends with the receiver done");
+    let mut injected = tx.fault_counters();
+    injected.accumulate(&rx.fault_counters());
+    Ok(run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected))
 }
 
 /// Split each message into datagrams of at most `mtu` bytes, as tether would.
@@ -174,7 +180,7 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         t.delivered = datagrams / per_msg;
     }
     sender.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
-    Ok(run_from(t, count, (last - *start).as_secs_f64(), 0))
+    Ok(run_from(t, count, (last - *start).as_secs_f64(), 0, FaultCounters::default()))
 }
 
 /// Two-process mode, receiving side.
@@ -198,7 +204,13 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
             }
             n = rx.recv(Duration::from_millis(500))?;
         }
-        return Ok(run_from(tally, count, (last - start).as_secs_f64().max(1e-9), 0));
+        return Ok(run_from(
+            tally,
+            count,
+            (last - start).as_secs_f64().max(1e-9),
+            0,
+            FaultCounters::default(),
+        ));
     }
     let rx = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
     let mut tally = Tally::default();
@@ -216,7 +228,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         rx.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0))
+    Ok(run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0, rx.fault_counters()))
 }
 
 /// Two-process mode, sending side: done when everything is acknowledged.
@@ -228,7 +240,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         raw_sender(tx, o, count)?;
         let secs = start.elapsed().as_secs_f64();
         let t = Tally { delivered: count, bytes: count * o.size as u64, ..Tally::default() };
-        return Ok(run_from(t, count, secs, 0));
+        return Ok(run_from(t, count, secs, 0, FaultCounters::default()));
     }
     let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
     let mut buf = vec![0u8; o.size];
@@ -242,5 +254,5 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     let s = tx.stats();
     let t =
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
-    Ok(run_from(t, count, secs, s.retransmits))
+    Ok(run_from(t, count, secs, s.retransmits, tx.fault_counters()))
 }

@@ -1,6 +1,7 @@
 //! Terminal tables (comfy-table) for the commands' reports.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+use tether::{FaultCounters, FaultKind};
 
 use crate::bench::BenchRow;
 use crate::demo::{DemoOpts, DemoReport, NodeReport};
@@ -147,6 +148,27 @@ pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
     }
     if let Some(m) = Summary::of(&runs.iter().map(|r| r.msgs_per_s).collect::<Vec<_>>()) {
         println!("median rate: {:.0} messages/s (min {:.0}, max {:.0})", m.median, m.min, m.max);
+    }
+    let mut injected = FaultCounters::default();
+    for r in runs {
+        injected.accumulate(&r.injected);
+    }
+    if injected.total() > 0 {
+        println!("faults injected, all runs: {}", faults(&injected));
+    }
+}
+
+/// "drop 12, modify 3": the kinds that struck, with their counts.
+pub fn faults(c: &FaultCounters) -> String {
+    let struck: Vec<String> = FaultKind::ALL
+        .iter()
+        .filter(|&&k| c.of(k) > 0)
+        .map(|&k| format!("{} {}", k.name(), c.of(k)))
+        .collect();
+    if struck.is_empty() {
+        "none".into()
+    } else {
+        struck.join(", ")
     }
 }
 
