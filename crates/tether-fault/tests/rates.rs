@@ -279,3 +279,25 @@ fn same_seed_same_faults_and_trace() {
     assert_eq!(ta, tb);
     assert_eq!(ta.len(), 16);
 }
+
+/// Pinned: receive *calls* ran every receive-side rule, so a drop rule
+/// counted (and spent its recurrence on) calls that carry no datagram.
+/// Only invocation faults strike a call; datagram faults strike datagrams.
+#[test]
+fn receive_calls_do_not_spend_datagram_rules() {
+    let plan = FaultPlan::new(3).with(Rule::drop(Recurrence::EveryNth(2)).on(Side::Recv));
+    let mut inj = Injector::new(&plan).unwrap();
+    for i in 0..1000 {
+        assert_eq!(inj.on_recv_call(us(i)), None);
+    }
+    assert_eq!(inj.counters().dropped, 0, "calls are not datagrams");
+    let mut passed = 0;
+    for i in 0..10u64 {
+        inj.on_recv(us(1000 + i), Some(1), &i.to_le_bytes());
+        inj.drain_ready(us(1000 + i), |_, _| {
+            passed += 1;
+            true
+        });
+    }
+    assert_eq!((inj.counters().dropped, passed), (5, 5), "every 2nd datagram, counting datagrams only");
+}
