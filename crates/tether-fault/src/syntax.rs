@@ -273,7 +273,13 @@ pub(crate) fn plan_from_toml(text: &str) -> Result<FaultPlan, PlanError> {
     for (key, value) in &table {
         match (key.as_str(), value) {
             ("seed", toml::Value::Integer(s)) if *s >= 0 => plan.seed = *s as u64,
-            ("seed", _) => return Err(PlanError::Toml("`seed` must be a whole number >= 0".into())),
+            // TOML integers stop at i64::MAX; larger seeds are written quoted.
+            ("seed", toml::Value::String(s)) if s.parse::<u64>().is_ok() => {
+                plan.seed = s.parse().expect("checked by the guard")
+            }
+            ("seed", _) => {
+                return Err(PlanError::Toml("`seed` must be a whole number from 0 to 2^64-1".into()))
+            }
             ("fault", toml::Value::Array(rules)) => {
                 for (i, rule) in rules.iter().enumerate() {
                     plan.rules.push(rule_from_toml(i, rule)?);
@@ -313,12 +319,20 @@ fn rule_from_toml(index: usize, value: &toml::Value) -> Result<Rule, PlanError> 
 }
 
 pub(crate) fn plan_to_toml(plan: &FaultPlan) -> String {
-    let mut out = format!("seed = {}\n", plan.seed);
+    let mut out = match i64::try_from(plan.seed) {
+        Ok(seed) => format!("seed = {seed}\n"),
+        Err(_) => format!("seed = \"{}\"\n", plan.seed),
+    };
     for rule in &plan.rules {
         out.push_str(&format!("\n[[fault]]\nkind = \"{}\"\n", rule.kind().name()));
         for (k, v) in rule_fields(rule) {
-            // Numbers stay numbers; everything else is a string.
-            if v.parse::<f64>().is_ok() {
+            // Numbers TOML reads back exactly stay numbers; everything else
+            // is a string. A whole f64 past i64 (mean_gap = 7e75) prints
+            // without a point, which TOML would take for an integer too
+            // large to hold: it goes quoted.
+            let integer = v.parse::<i64>().is_ok();
+            let float = v.contains('.') && v.parse::<f64>().is_ok_and(f64::is_finite);
+            if integer || float {
                 out.push_str(&format!("{k} = {v}\n"));
             } else {
                 out.push_str(&format!("{k} = \"{v}\"\n"));

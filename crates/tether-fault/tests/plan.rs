@@ -96,6 +96,15 @@ fn bad_plans_name_the_field() {
     assert!(matches!(FaultPlan::from_toml("not toml ["), Err(PlanError::Toml(_))));
 }
 
+/// Found by the fault_plan fuzz target: a whole mean_gap past i64 printed
+/// as a bare TOML integer too large to read back; so did a seed past i64.
+#[test]
+fn huge_numbers_survive_toml() {
+    let plan = FaultPlan::parse_rules(u64::MAX, &["delay:mean_gap=7777777777777777777777777777777777777777"])
+        .unwrap();
+    assert_eq!(FaultPlan::from_toml(&plan.to_toml()).unwrap(), plan);
+}
+
 fn duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
         (1u64..10_000).prop_map(Duration::from_micros),
@@ -109,6 +118,7 @@ fn recurrence() -> impl Strategy<Value = Recurrence> {
         (0.0f64..=1.0).prop_map(Recurrence::Probability),
         (1u64..1000).prop_map(Recurrence::EveryNth),
         (1.0f64..1000.0).prop_map(Recurrence::MeanGap),
+        (1.0f64..1e300).prop_map(Recurrence::MeanGap),
         (1u64..100, 0u64..100).prop_map(|(lo, d)| Recurrence::UniformGap(lo, lo + d)),
         duration().prop_map(Recurrence::MeanInterval),
         (duration(), duration()).prop_map(|(a, b)| Recurrence::UniformInterval(a, a + b)),
@@ -147,8 +157,8 @@ fn rule() -> impl Strategy<Value = Rule> {
 
 proptest! {
     #[test]
-    fn every_plan_prints_back_to_itself(rules in proptest::collection::vec(rule(), 0..5), seed in any::<u32>()) {
-        let plan = FaultPlan { seed: seed as u64, rules };
+    fn every_plan_prints_back_to_itself(rules in proptest::collection::vec(rule(), 0..5), seed in any::<u64>()) {
+        let plan = FaultPlan { seed, rules };
         let compact: Vec<String> = plan.rules.iter().map(|r| r.to_string()).collect();
         prop_assert_eq!(&FaultPlan::parse_rules(plan.seed, &compact).unwrap(), &plan);
         prop_assert_eq!(&FaultPlan::from_toml(&plan.to_toml()).unwrap(), &plan);
