@@ -51,7 +51,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "retransmits",
         "dup discarded",
         "cksum fail",
-        "injected drop/dup/modify/reorder/delay",
+        "injected drop/dup/modify/reorder/delay/inject",
     ]);
     let row = |t: &mut Table, name: String, n: &NodeReport| {
         let i = &n.injected;
@@ -66,7 +66,10 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
             n.retransmits.to_string(),
             n.duplicates_discarded.to_string(),
             n.checksum_failures.to_string(),
-            format!("{}/{}/{}/{}/{}", i.dropped, i.duplicated, i.modified, i.reordered, i.delayed),
+            format!(
+                "{}/{}/{}/{}/{}/{}",
+                i.dropped, i.duplicated, i.modified, i.reordered, i.delayed, i.injected
+            ),
         ]);
     };
     for n in &r.nodes {
@@ -75,6 +78,10 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
     row(&mut t, "total".into(), &r.total);
     right(&mut t);
     println!("{t}");
+    let (api, other) = (r.total.injected.invocation + r.total.injected.operation, r.total.injected.overflow);
+    if api + other > 0 {
+        println!("faults injected: {}", faults(&r.total.injected));
+    }
     if let Some(l) = &r.latency_us {
         println!(
             "send-to-delivery time (us), queueing behind earlier messages included: median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
