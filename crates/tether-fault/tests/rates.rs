@@ -20,6 +20,12 @@ fn within_binomial(observed: u64, n: u64, p: f64) -> bool {
     (observed as f64 - mean).abs() <= 5.0 * sd
 }
 
+/// Print what was observed against the bound (`--nocapture` shows it).
+fn report(what: &str, observed: u64, n: u64, p: f64) {
+    let (mean, sd) = (n as f64 * p, (n as f64 * p * (1.0 - p)).sqrt());
+    eprintln!("{what}: {observed} of {n}, expected {mean:.0} +- {:.0} (5 sd)", 5.0 * sd);
+}
+
 fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
@@ -61,6 +67,7 @@ fn receive_side_kinds_strike_at_their_rate() {
             let (inj, out) = receive(Rule::new(fault, Recurrence::Probability(p)), N);
             let c = inj.counters();
             let k = c.of(fault.kind());
+            report(&format!("recv {} p={p}", fault.kind().name()), k, N, p);
             assert!(within_binomial(k, N, p), "{fault:?} at p={p}: {k} of {N}");
             assert_eq!(c.total(), k, "only the configured kind strikes");
             assert_eq!(c.receives_seen, N);
@@ -109,6 +116,7 @@ fn send_side_kinds_strike_at_their_rate() {
             }
         }
         let k = inj.counters().of(fault.kind());
+        report(&format!("send {} p={p}", fault.kind().name()), k, N, p);
         assert!(within_binomial(k, N, p), "{fault:?}: {k} of {N}");
         let expect_sent = match fault {
             Fault::Drop => N - k,
@@ -145,9 +153,11 @@ fn call_faults_strike_at_their_rate() {
             CallVerdict::Operation { dropped: false, .. } => op_kept += 1,
         }
     }
+    report("api invocation p=0.05", inv, N, 0.05);
     assert!(within_binomial(inv, N, 0.05), "{inv}");
     // The operation rule sees only calls the invocation rule let through.
     let op = op_dropped + op_kept;
+    report("api operation p=0.05", op, N - inv, 0.05);
     assert!(within_binomial(op, N - inv, 0.05), "{op}");
     assert!(within_binomial(op_dropped, op, 0.5), "{op_dropped} of {op}");
     assert_eq!(inj.counters().invocation, inv);
