@@ -2,25 +2,28 @@
 //! accepts must be internally consistent and survive a re-emit with
 //! `PacketWriter` unchanged.
 //!
-//! Random bytes almost never carry a valid CRC32C, so a datagram naming
-//! CRC32C is also checked a second time with its checksum fixed up: that way
-//! the frame parser behind a passing CRC32C gets fuzzed too.
+//! Random bytes almost never carry a valid checksum, so a datagram naming
+//! any checksum algorithm is also checked a second time with its checksum
+//! fixed up: that way the frame parser behind a passing checksum gets
+//! fuzzed too, for every algorithm and trailer width.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tether_wire::{
-    AckRepr, ChecksumKind, DataFrame, Frame, Packet, PacketWriter, SackRange, MAX_DATAGRAM, OVERHEAD, TRAILER_LEN,
+    overhead, AckRepr, ChecksumKind, DataFrame, Frame, Packet, PacketWriter, SackRange, HEADER_LEN, MAX_DATAGRAM,
 };
 
 fuzz_target!(|data: &[u8]| {
     check(data);
-    if data.len() >= OVERHEAD && data[4] == ChecksumKind::Crc32c as u8 {
-        // The checksum is the trailer over everything before it (docs/PROTOCOL.md).
+    let kind = data.get(4).and_then(|&k| ChecksumKind::from_u8(k));
+    if let Some(kind) = kind.filter(|&k| k != ChecksumKind::None && data.len() >= overhead(k)) {
+        // The trailer is the checksum of the body, then the header
+        // (docs/PROTOCOL.md), in the algorithm's width.
         let mut fixed = data.to_vec();
-        let at = fixed.len() - TRAILER_LEN;
-        let sum = ChecksumKind::Crc32c.compute(&[&fixed[..at]]);
-        fixed[at..].copy_from_slice(&sum.to_le_bytes());
+        let at = fixed.len() - kind.width();
+        let sum = kind.compute(&[&fixed[HEADER_LEN..at], &fixed[..HEADER_LEN]]);
+        fixed[at..].copy_from_slice(&sum.to_le_bytes()[..kind.width()]);
         check(&fixed);
     }
 });
@@ -28,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(data: &[u8]) {
     let Ok(packet) = Packet::parse(data) else { return };
     assert!(data.len() <= MAX_DATAGRAM);
-    assert_eq!(data.len(), OVERHEAD + packet.body_len());
+    assert_eq!(data.len(), overhead(packet.header.checksum) + packet.body_len());
 
     let frames: Vec<Frame<'_>> = packet.frames().collect();
     let walked: usize = frames.iter().map(walk).sum();

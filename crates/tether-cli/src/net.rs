@@ -13,10 +13,12 @@ pub enum Mode {
     GoBackN,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Checksum {
-    None,
-    Crc32c,
+/// `--checksum NAME`: any algorithm the wire names.
+pub fn checksum_kind(name: &str) -> Result<ChecksumKind, String> {
+    ChecksumKind::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = ChecksumKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown checksum `{name}` (one of {})", names.join(", "))
+    })
 }
 
 #[derive(Debug, Clone, Args)]
@@ -39,8 +41,10 @@ pub struct NetOpts {
     /// Floor of the adaptive retransmission timeout, in microseconds.
     #[arg(long, default_value_t = 1000)]
     pub rto_min_us: u64,
-    #[arg(long, value_enum, default_value_t = Checksum::Crc32c)]
-    pub checksum: Checksum,
+    /// Checksum algorithm: none, crc32c, sum, xor, adler32, fletcher64,
+    /// fnv1a, murmur3, xxh3.
+    #[arg(long, default_value = "crc32c", value_parser = checksum_kind)]
+    pub checksum: ChecksumKind,
     #[arg(long, value_enum, default_value_t = Mode::Selective)]
     pub mode: Mode,
     /// Fraction of datagrams dropped at random on receive (e.g. 0.01).
@@ -96,10 +100,7 @@ impl NetOpts {
             recv_window: self.window.max(1024),
             rto_min,
             rto_initial: rto_min.max(Config::default().rto_initial),
-            checksum: match self.checksum {
-                Checksum::None => ChecksumKind::None,
-                Checksum::Crc32c => ChecksumKind::Crc32c,
-            },
+            checksum: self.checksum,
             retransmit: match self.mode {
                 Mode::Selective => RetransmitMode::Selective,
                 Mode::GoBackN => RetransmitMode::GoBackN,

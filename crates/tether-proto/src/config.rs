@@ -2,7 +2,7 @@
 //! (TigerBeetle's rule), with defaults from the papers' parameter studies.
 
 use core::time::Duration;
-use tether_wire::{ChecksumKind, MAX_DATAGRAM, OVERHEAD};
+use tether_wire::{overhead, ChecksumKind, ChecksumSet, MAX_DATAGRAM, OVERHEAD};
 use thiserror::Error;
 
 /// How lost segments are repaired.
@@ -48,7 +48,13 @@ pub struct Config {
     /// No acknowledged progress toward a peer with data outstanding for this
     /// long: the peer is unreachable and its messages fail.
     pub abandon_after: Duration,
+    /// The checksum this endpoint sends with (named in every header).
     pub checksum: ChecksumKind,
+    /// What it accepts from peers besides its own `checksum`: a receiver
+    /// verifies with the sender's algorithm if it is in this set, and
+    /// counts anything else as `checksum_refused`. Default: every algorithm
+    /// but `none`, so nobody can switch verification off.
+    pub accept_checksums: ChecksumSet,
     pub retransmit: RetransmitMode,
 }
 
@@ -69,6 +75,7 @@ impl Default for Config {
             ack_request_at: 128,
             abandon_after: Duration::from_secs(5),
             checksum: ChecksumKind::Crc32c,
+            accept_checksums: ChecksumSet::checked(),
             retransmit: RetransmitMode::Selective,
         }
     }
@@ -93,7 +100,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, why| Err(ConfigError { field, why });
         if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {
-            return bad("max_datagram", "must be between 216 and 65507 bytes");
+            return bad("max_datagram", "must be between 220 and 65507 bytes");
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");
@@ -125,8 +132,13 @@ impl Config {
         Ok(())
     }
 
+    /// Does this endpoint verify and take packets checksummed with `kind`?
+    pub fn accepts(&self, kind: ChecksumKind) -> bool {
+        kind == self.checksum || self.accept_checksums.contains(kind)
+    }
+
     /// Payload bytes one data frame carries at most.
     pub fn max_fragment(&self) -> usize {
-        (self.max_datagram - OVERHEAD - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
+        (self.max_datagram - overhead(self.checksum) - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
     }
 }

@@ -147,9 +147,9 @@ impl Endpoint {
             Err(e) => return self.stats.count_wire_error(e),
         };
         let h = packet.header;
-        if h.checksum != self.config.checksum {
-            // Only the configured algorithm is accepted: a sender (or a bit
-            // flip) must not be able to downgrade integrity checking.
+        if !self.config.accepts(h.checksum) {
+            // A sender (or a bit flip) must not be able to downgrade
+            // integrity checking to an algorithm this endpoint refuses.
             self.stats.checksum_refused += 1;
             return;
         }

@@ -9,6 +9,7 @@
 //!   (seeds/001 section 4.1: cumulative ACKs; SACK is our addition so a
 //!   single loss does not cost a window of retransmissions).
 
+use crate::integrity::Checksummer;
 use crate::WireError;
 
 pub(crate) const FRAME_DATA: u8 = 0x01;
@@ -230,6 +231,7 @@ pub(crate) fn emit_data(
     flags: DataFlags,
     total_len: u32,
     payload: &[u8],
+    sum: &mut Checksummer,
 ) -> Result<usize, WireError> {
     let need = DataFrame::encoded_len(payload.len(), flags);
     if out.len() < need || payload.len() > u16::MAX as usize {
@@ -248,7 +250,8 @@ pub(crate) fn emit_data(
         out[at..at + 4].copy_from_slice(&total_len.to_le_bytes());
         at += 4;
     }
-    out[at..at + payload.len()].copy_from_slice(payload);
+    sum.update(&out[..at]);
+    sum.copy_update(&mut out[at..at + payload.len()], payload);
     Ok(need)
 }
 

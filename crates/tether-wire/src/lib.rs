@@ -1,7 +1,7 @@
 //! tether's wire format: the bytes that cross the network.
 //!
 //! A datagram is a fixed 36-byte [`Header`], a body of frames
-//! ([`Frame::Data`], [`Frame::Ack`]) and a 4-byte checksum trailer. Several frames share one datagram, which
+//! ([`Frame::Data`], [`Frame::Ack`]) and a checksum trailer (4 or 8 bytes). Several frames share one datagram, which
 //! is how small messages are aggregated and how ACKs ride on reverse data
 //! (seeds/003 section 3, seeds/001 section 4.1.2).
 //!
@@ -20,9 +20,10 @@ mod packet;
 
 pub use error::WireError;
 pub use frame::{AckFrame, AckRepr, DataFlags, DataFrame, Frame, SackRange, MAX_SACK_RANGES};
-pub use integrity::ChecksumKind;
+pub use integrity::{ChecksumKind, ChecksumSet, Checksummer};
 pub use packet::{
-    Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, OVERHEAD, TRAILER_LEN, VERSION,
+    overhead, Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, MAX_TRAILER_LEN,
+    OVERHEAD, VERSION,
 };
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.

@@ -16,21 +16,31 @@
 //! `epoch` is the sender's stream epoch toward `dst_node`, bumped when the
 //! sender abandons the stream: together they are the generations of
 //! seeds/001 section 4.2, so packets from an older life are recognised and
-//! dropped. The checksum trailer covers every byte before it: one pass over
-//! one contiguous range, which for small packets halves its cost compared
-//! with a field in the middle of the header.
+//! dropped. The checksum trailer (4 or 8 bytes: the named algorithm's
+//! width) covers every byte before it, taken body first and header last:
+//! the writer checksums each payload as it copies it into the datagram
+//! (seeds/003 5.2, one pass instead of two) and the header, whose length
+//! and flags are settled only then, at `finish`.
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, Frame};
+use crate::integrity::Checksummer;
 use crate::{ChecksumKind, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
 pub const VERSION: u8 = 1;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
-/// Bytes after the body: the checksum.
-pub const TRAILER_LEN: usize = 4;
-/// Bytes every datagram carries besides its frames.
-pub const OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
+/// Bytes after the body at most: the widest checksum.
+pub const MAX_TRAILER_LEN: usize = 8;
+/// Bytes after the body at least.
+const MIN_TRAILER_LEN: usize = 4;
+/// Bytes a datagram carries besides its frames, at most (any checksum).
+pub const OVERHEAD: usize = HEADER_LEN + MAX_TRAILER_LEN;
+
+/// Bytes a datagram checksummed with `kind` carries besides its frames.
+pub const fn overhead(kind: ChecksumKind) -> usize {
+    HEADER_LEN + kind.width()
+}
 
 mod field {
     use core::ops::Range;
@@ -94,11 +104,6 @@ impl Header {
     }
 }
 
-/// Where the trailer of a `len`-byte datagram starts.
-fn trailer_at(len: usize) -> usize {
-    len - TRAILER_LEN
-}
-
 /// A received datagram that passed every check.
 #[derive(Debug, Clone, Copy)]
 pub struct Packet<'a> {
@@ -110,8 +115,9 @@ impl<'a> Packet<'a> {
     /// Validate a received datagram completely: header fields, the body
     /// length against the received length, every frame, and the checksum.
     pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
-        if datagram.len() < OVERHEAD {
-            return Err(WireError::Truncated { needed: OVERHEAD, got: datagram.len() });
+        let shortest = HEADER_LEN + MIN_TRAILER_LEN;
+        if datagram.len() < shortest {
+            return Err(WireError::Truncated { needed: shortest, got: datagram.len() });
         }
         if datagram.len() > MAX_DATAGRAM {
             return Err(WireError::Oversized);
@@ -131,18 +137,24 @@ impl<'a> Packet<'a> {
         }
         let kind_raw = datagram[field::CHECKSUM_KIND];
         let checksum = ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
+        let width = checksum.width();
+        if datagram.len() < HEADER_LEN + width {
+            return Err(WireError::Truncated { needed: HEADER_LEN + width, got: datagram.len() });
+        }
         let claimed = u16::from_le_bytes([datagram[6], datagram[7]]) as usize;
-        let actual = datagram.len() - OVERHEAD;
+        let actual = datagram.len() - HEADER_LEN - width;
         if claimed != actual {
             return Err(WireError::LengthMismatch { claimed, actual });
         }
-        let at = trailer_at(datagram.len());
-        let stored = u32::from_le_bytes(datagram[at..].try_into().expect("4-byte trailer"));
+        let at = datagram.len() - width;
+        let mut trailer = [0u8; 8];
+        trailer[..width].copy_from_slice(&datagram[at..]);
+        let stored = u64::from_le_bytes(trailer);
         // With `none` the trailer must be zero, as the writer leaves it: else
         // a single flipped bit in the kind byte would turn verification off.
         let expected = match checksum {
             ChecksumKind::None => 0,
-            kind => kind.compute(&[&datagram[..at]]),
+            kind => kind.compute(&[&datagram[HEADER_LEN..at], &datagram[..HEADER_LEN]]),
         };
         if stored != expected {
             return Err(WireError::ChecksumMismatch);
@@ -192,30 +204,33 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
-/// Builds one datagram in a caller-owned buffer: header first, then frames,
-/// then `finish` fills in the body length and the checksum.
+/// Builds one datagram in a caller-owned buffer: header first, then frames
+/// (each payload checksummed as it is copied in), then `finish` fills in the
+/// body length, checksums the header and writes the trailer.
 pub struct PacketWriter<'a> {
     buf: &'a mut [u8],
     len: usize,
-    checksum: ChecksumKind,
+    sum: Checksummer,
+    width: usize,
 }
 
 impl<'a> PacketWriter<'a> {
     /// `buf` bounds the datagram size; it is clamped to [`MAX_DATAGRAM`].
-    /// The last [`TRAILER_LEN`] bytes are kept for the checksum.
+    /// The last bytes are kept for the checksum trailer.
     pub fn new(buf: &'a mut [u8], header: &Header) -> Result<Self, WireError> {
         let cap = buf.len().min(MAX_DATAGRAM);
-        if cap < OVERHEAD {
+        let width = header.checksum.width();
+        if cap < HEADER_LEN + width {
             return Err(WireError::BufferTooSmall);
         }
         let buf = &mut buf[..cap];
         header.emit(buf);
-        Ok(PacketWriter { buf, len: HEADER_LEN, checksum: header.checksum })
+        Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width })
     }
 
     /// Bytes still free for frames.
     pub fn remaining(&self) -> usize {
-        self.buf.len() - TRAILER_LEN - self.len
+        self.buf.len() - self.width - self.len
     }
 
     pub fn is_empty(&self) -> bool {
@@ -228,6 +243,7 @@ impl<'a> PacketWriter<'a> {
         *f = if on { *f | bit } else { *f & !bit };
     }
 
+    /// Append a DATA frame; its payload is copied and checksummed in one pass.
     pub fn push_data(
         &mut self,
         seq: u64,
@@ -235,24 +251,28 @@ impl<'a> PacketWriter<'a> {
         total_len: u32,
         payload: &[u8],
     ) -> Result<(), WireError> {
-        let end = self.buf.len() - TRAILER_LEN;
-        self.len += frame::emit_data(&mut self.buf[self.len..end], seq, flags, total_len, payload)?;
+        let end = self.buf.len() - self.width;
+        self.len +=
+            frame::emit_data(&mut self.buf[self.len..end], seq, flags, total_len, payload, &mut self.sum)?;
         Ok(())
     }
 
     pub fn push_ack(&mut self, ack: &AckRepr) -> Result<(), WireError> {
-        let end = self.buf.len() - TRAILER_LEN;
-        self.len += frame::emit_ack(&mut self.buf[self.len..end], ack)?;
+        let end = self.buf.len() - self.width;
+        let n = frame::emit_ack(&mut self.buf[self.len..end], ack)?;
+        self.sum.update(&self.buf[self.len..self.len + n]);
+        self.len += n;
         Ok(())
     }
 
     /// Write the body length and the checksum trailer; returns the datagram length.
-    pub fn finish(self) -> usize {
+    pub fn finish(mut self) -> usize {
         let body_len = (self.len - HEADER_LEN) as u16;
         self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
-        let sum = self.checksum.compute(&[&self.buf[..self.len]]);
-        self.buf[self.len..self.len + TRAILER_LEN].copy_from_slice(&sum.to_le_bytes());
-        self.len + TRAILER_LEN
+        self.sum.update(&self.buf[..HEADER_LEN]);
+        let sum = self.sum.finish().to_le_bytes();
+        self.buf[self.len..self.len + self.width].copy_from_slice(&sum[..self.width]);
+        self.len + self.width
     }
 }
 
@@ -286,7 +306,7 @@ mod tests {
     fn round_trip_fixture() {
         let mut buf = [0u8; 256];
         let n = sample(&mut buf);
-        assert_eq!(n, OVERHEAD + 12 + 5 + 16 + 8);
+        assert_eq!(n, overhead(ChecksumKind::Crc32c) + 12 + 5 + 16 + 8);
         assert_eq!(&buf[..4], &[b'T', b'H', VERSION, HeaderFlags::ACK_REQUEST]);
         let p = Packet::parse(&buf[..n]).unwrap();
         assert_eq!(p.header, header());
@@ -346,7 +366,7 @@ mod tests {
 
     #[test]
     fn writer_refuses_to_overflow() {
-        let mut buf = [0u8; OVERHEAD + 20];
+        let mut buf = [0u8; HEADER_LEN + 4 + 20];
         let mut w = PacketWriter::new(&mut buf, &header()).unwrap();
         assert_eq!(w.push_data(1, DataFlags::new(true, true), 0, &[0; 9]), Err(WireError::BufferTooSmall));
         assert!(w.is_empty());

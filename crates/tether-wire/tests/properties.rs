@@ -9,8 +9,8 @@
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use tether_wire::{
-    AckRepr, ChecksumKind, DataFlags, Frame, Header, HeaderFlags, Packet, PacketWriter, SackRange, MAGIC,
-    MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
+    overhead, AckRepr, ChecksumKind, DataFlags, Frame, Header, HeaderFlags, Packet, PacketWriter, SackRange,
+    HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
 };
 
 /// An owned frame, so emitted and parsed frames can be compared with `==`.
@@ -62,7 +62,7 @@ impl FrameModel {
 }
 
 fn header_strategy() -> impl Strategy<Value = Header> {
-    let kind = prop_oneof![Just(ChecksumKind::None), Just(ChecksumKind::Crc32c)];
+    let kind = (0..ChecksumKind::ALL.len()).prop_map(|i| ChecksumKind::ALL[i]);
     (any::<bool>(), kind, any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
         |(ack_request, checksum, src_node, dst_node, src_inc, dst_inc, epoch)| Header {
             flags: HeaderFlags::new(ack_request),
@@ -171,7 +171,7 @@ fn flip(datagram: &[u8], bits: &[usize]) -> Vec<u8> {
 /// A bit index, biased toward the header where one flipped bit changes the
 /// meaning of the whole datagram.
 fn bit_index(len_bits: usize) -> impl Strategy<Value = usize> {
-    prop_oneof![0..OVERHEAD * 8, 0..len_bits]
+    prop_oneof![0..HEADER_LEN * 8, 0..len_bits]
 }
 
 proptest! {
@@ -181,13 +181,13 @@ proptest! {
     #[test]
     fn emit_then_parse_is_identity(header in header_strategy(), frames in frames_strategy(48, 1500)) {
         let datagram = emit(&header, &frames);
-        let expected_len = OVERHEAD + frames.iter().map(FrameModel::encoded_len).sum::<usize>();
+        let expected_len = overhead(header.checksum) + frames.iter().map(FrameModel::encoded_len).sum::<usize>();
         prop_assert_eq!(datagram.len(), expected_len);
         prop_assert_eq!(&datagram[..2], &MAGIC[..]);
         prop_assert_eq!(datagram[2], VERSION);
         let p = Packet::parse(&datagram).map_err(|e| TestCaseError::fail(format!("parse: {e}")))?;
         prop_assert_eq!(p.header, header);
-        prop_assert_eq!(p.body_len(), datagram.len() - OVERHEAD);
+        prop_assert_eq!(p.body_len(), datagram.len() - overhead(header.checksum));
         let parsed: Vec<FrameModel> = p.frames().map(|f| FrameModel::from_frame(&f)).collect();
         prop_assert_eq!(parsed, frames);
     }
@@ -196,7 +196,7 @@ proptest! {
     /// and one byte more is refused by the writer instead of overflowing.
     #[test]
     fn largest_data_frame_round_trips(header in header_strategy(), seq in any::<u64>(), fill in any::<u8>()) {
-        let payload = vec![fill; MAX_DATAGRAM - OVERHEAD - 12];
+        let payload = vec![fill; MAX_DATAGRAM - overhead(header.checksum) - 12];
         let frame = FrameModel::Data { seq, flags: DataFlags::new(true, true), total_len: None, payload };
         let datagram = emit(&header, std::slice::from_ref(&frame));
         prop_assert_eq!(datagram.len(), MAX_DATAGRAM);
@@ -204,7 +204,7 @@ proptest! {
 
         let mut buf = vec![0u8; MAX_DATAGRAM + 1];
         let mut w = PacketWriter::new(&mut buf, &header).expect("buffer holds a header");
-        let too_big = vec![fill; MAX_DATAGRAM - OVERHEAD - 12 + 1];
+        let too_big = vec![fill; MAX_DATAGRAM - overhead(header.checksum) - 12 + 1];
         prop_assert_eq!(
             w.push_data(seq, DataFlags::new(true, true), 0, &too_big),
             Err(tether_wire::WireError::BufferTooSmall)
@@ -316,7 +316,7 @@ fn check_accepted_is_consistent(datagram: &[u8]) -> Result<(), TestCaseError> {
         let frames: Vec<FrameModel> = p.frames().map(|f| FrameModel::from_frame(&f)).collect();
         let walked: usize = frames.iter().map(FrameModel::encoded_len).sum();
         prop_assert_eq!(walked, p.body_len(), "the frame iterator stopped before the end of the body");
-        prop_assert_eq!(datagram.len(), OVERHEAD + p.body_len());
+        prop_assert_eq!(datagram.len(), overhead(p.header.checksum) + p.body_len());
     }
     Ok(())
 }
