@@ -15,7 +15,7 @@
 mod crc;
 mod words;
 
-pub use crc::{crc32c_copy, crc32c_copy_blocked, has_fused_crc32c};
+pub use crc::{crc32c_copy, crc32c_copy_blocked, crc32c_copy_with, has_fused_crc32c, CrcCopyKernel};
 pub use words::{Fletcher64, Fnv1a64, Murmur3, Sum64, Xor64};
 
 /// Blocking of the fused copy for algorithms without a single-pass loop:

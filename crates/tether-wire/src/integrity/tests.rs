@@ -131,16 +131,31 @@ fn fused_crc32c_matches_from_any_state_and_length() {
     // tail folds, the byte tail), from several starting CRCs, whichever
     // path this CPU takes; the blocked path must agree too.
     let data: Vec<u8> = (0..2048u32).map(|i| (i.wrapping_mul(0x9E37_79B9) >> 11) as u8).collect();
-    for len in (0..600).chain([1023, 1024, 1025, 2047, 2048]) {
+    let kernels = CrcCopyKernel::available();
+    for len in (0..1100).chain([2047, 2048]) {
         for start in [0u32, 1, 0xFFFF_FFFF, 0xE306_9283] {
             let want = crc32c::crc32c_append(start, &data[..len]);
             let mut dst = vec![0u8; len];
             assert_eq!(crc32c_copy(start, &mut dst, &data[..len]), want, "len {len} start {start:#x}");
             assert_eq!(dst, &data[..len]);
-            let mut dst = vec![0u8; len];
-            assert_eq!(crc32c_copy_blocked(start, &mut dst, &data[..len]), want);
-            assert_eq!(dst, &data[..len]);
+            for &k in &kernels {
+                let mut dst = vec![0u8; len];
+                assert_eq!(crc32c_copy_with(k, start, &mut dst, &data[..len]), want, "{k:?} len {len}");
+                assert_eq!(dst, &data[..len], "{k:?} len {len}");
+            }
         }
     }
-    eprintln!("single-pass fused CRC32C kernel on this CPU: {}", has_fused_crc32c());
+    // Misaligned source and destination: the kernels use unaligned moves.
+    for &k in &kernels {
+        for (so, dof) in [(1, 3), (7, 0), (0, 13)] {
+            let src = &data[so..so + 1500];
+            let mut dst = vec![0u8; 1500 + dof];
+            let want = crc32c::crc32c_append(0, src);
+            assert_eq!(crc32c_copy_with(k, 0, &mut dst[dof..], src), want, "{k:?} offsets {so}/{dof}");
+            assert_eq!(&dst[dof..], src);
+        }
+    }
+    let names: Vec<_> = kernels.iter().map(|k| k.name()).collect();
+    eprintln!("fused CRC32C kernels on this CPU: {names:?}; in use: {}", CrcCopyKernel::best().name());
+    assert_eq!(has_fused_crc32c(), CrcCopyKernel::best() != CrcCopyKernel::Blocked);
 }
