@@ -3,9 +3,12 @@
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod bandwidth;
 mod bench;
 mod campaign;
 mod demo;
+mod detection;
+mod model;
 mod net;
 mod pattern;
 mod pingpong;
@@ -65,12 +68,23 @@ struct SimOpts {
 }
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct BenchOpts {
+    #[command(subcommand)]
+    what: Option<BenchWhat>,
     #[command(flatten)]
     net: NetOpts,
     /// Sizes to sweep (default: 8 B to 1 MiB).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Checksums (seeds/003 section 5): bandwidth alone and fused with the
+    /// copy against memcpy and memory reads, detection strength (--errors),
+    /// and the T(L) overhead model against `tether stream` (--model).
+    Checksum(bandwidth::ChecksumOpts),
 }
 
 fn main() {
@@ -230,6 +244,9 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
 }
 
 fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
+    if let Some(BenchWhat::Checksum(c)) = &o.what {
+        return run_bench_checksum(c);
+    }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
     let bar = (!o.net.json).then(|| {
         let b = indicatif::ProgressBar::new(sizes.len() as u64);
@@ -295,5 +312,75 @@ fn run_campaign(o: &campaign::CampaignOpts) -> anyhow::Result<()> {
         bad.len(),
         cells.len()
     );
+    Ok(())
+}
+
+fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
+    b
+}
+
+/// The default network options, as `tether stream` with no flags has them.
+fn default_net() -> NetOpts {
+    #[derive(Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        net: NetOpts,
+    }
+    Defaults::parse_from(["tether"]).net
+}
+
+fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
+    let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
+    let say = |m: &str| {
+        if let Some(b) = &bar {
+            b.set_message(m.to_string());
+            b.tick();
+        }
+    };
+    if o.errors {
+        let r = detection::measure(&o.kinds(), o.error_len, o.trials, o.seed, &say);
+        if let Some(b) = &bar {
+            b.finish_and_clear();
+        }
+        if o.json {
+            return print_json(&r);
+        }
+        table::detection(&r);
+        return Ok(());
+    }
+    let bandwidth = bandwidth::measure(o, &say);
+    let model = if o.model {
+        let net = NetOpts { checksum: o.model_checksum, runs: o.model_runs, ..default_net() };
+        say("network: raw pingpong and stream");
+        let network = model::measure_network(&net, o.model_runs)?;
+        let inputs = model::Inputs::from(&bandwidth, o.model_checksum, network)
+            .ok_or_else(|| anyhow::anyhow!("--model needs {} among --algorithms", o.model_checksum.name()))?;
+        let mut rows = Vec::new();
+        for &size in &o.model_sizes {
+            say(&format!("tether stream {size} B, with and without {}", o.model_checksum.name()));
+            rows.push(model::row(&net, &inputs, size, o.model_runs)?);
+        }
+        Some(model::ModelReport { checksum: o.model_checksum.name(), inputs, rows })
+    } else {
+        None
+    };
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    if o.json {
+        #[derive(serde::Serialize)]
+        struct Report {
+            #[serde(flatten)]
+            bandwidth: bandwidth::BandwidthReport,
+            model: Option<model::ModelReport>,
+        }
+        return print_json(&Report { bandwidth, model });
+    }
+    table::bandwidth(&bandwidth);
+    if let Some(m) = &model {
+        table::model(m);
+    }
     Ok(())
 }

@@ -330,3 +330,152 @@ pub fn campaign(rows: &[crate::campaign::Row]) {
     println!("{t}");
     println!("counts summed over the seeds of a row; time: median (min-max) over seeds, relative to the median fault-free run");
 }
+
+pub fn bandwidth(r: &crate::bandwidth::BandwidthReport) {
+    println!(
+        "tether bench checksum: GB/s, median (min-max) of {} runs; in cache = one {} B block, out of cache = {} MiB walked in {} B blocks; fused CRC32C kernel in use: {}",
+        r.runs,
+        r.block_bytes,
+        r.large_bytes >> 20,
+        r.block_bytes,
+        r.crc32c_kernel
+    );
+    let mut t = table(&[
+        "algorithm",
+        "alone in cache",
+        "alone out of cache",
+        "fused copy in cache",
+        "fused copy out of cache",
+        "copy then sum in cache",
+        "fused / memcpy",
+    ]);
+    let pair = |p: &crate::bandwidth::Pair| (spread(&p.in_cache, 1), spread(&p.out_of_cache, 1));
+    let (copy_in, copy_out) = pair(&r.memcpy_gb_s);
+    let (read_in, read_out) = pair(&r.memory_read_gb_s);
+    t.add_row(vec!["memory read".into(), read_in, read_out, "".into(), "".into(), "".into(), "".into()]);
+    t.add_row(vec!["memcpy".into(), "".into(), "".into(), copy_in, copy_out, "".into(), "1.000".into()]);
+    for a in &r.algorithms {
+        let (mut alone_in, mut alone_out) = pair(&a.alone_gb_s);
+        if a.name == "none" {
+            // Checksumming with `none` is no work at all: no bandwidth to show.
+            (alone_in, alone_out) = ("-".into(), "-".into());
+        }
+        let (fused_in, fused_out) = pair(&a.fused_gb_s);
+        t.add_row(vec![
+            a.name.to_string(),
+            alone_in,
+            alone_out,
+            fused_in,
+            fused_out,
+            spread(&a.two_pass_gb_s.in_cache, 1),
+            format!("{:.3}", a.fused_vs_memcpy),
+        ]);
+    }
+    for k in &r.crc32c_kernels {
+        let (fused_in, fused_out) = pair(&k.fused_gb_s);
+        let ratio = k.fused_gb_s.in_cache.median / r.memcpy_gb_s.in_cache.median;
+        t.add_row(vec![
+            format!("crc32c, {} kernel", k.kernel),
+            "".into(),
+            "".into(),
+            fused_in,
+            fused_out,
+            "".into(),
+            format!("{ratio:.3}"),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+}
+
+pub fn detection(r: &crate::detection::DetectionReport) {
+    use crate::detection::Pattern;
+    println!(
+        "tether bench checksum --errors: undetected corruptions of a {} B message, {} trials per pattern (seed {}); fraction (count)",
+        r.message_bytes, r.trials_per_pattern, r.seed
+    );
+    let mut header = vec!["algorithm"];
+    header.extend(Pattern::ALL.iter().map(|p| p.label()));
+    let mut t = table(&header);
+    for a in &r.algorithms {
+        let mut row = vec![a.name.to_string()];
+        row.extend(a.cells.iter().map(|c| {
+            if c.undetected == 0 {
+                "0".to_string()
+            } else {
+                format!("{:.2e} ({})", c.fraction, c.undetected)
+            }
+        }));
+        t.add_row(row);
+    }
+    right(&mut t);
+    println!("{t}");
+    use tether_wire::ChecksumKind as K;
+    let crc = |p| r.undetected(K::Crc32c, p);
+    for k in [K::Sum, K::Xor] {
+        for p in [Pattern::WordSwap, Pattern::TwoBits] {
+            if let (Some(missed), Some(crc_missed)) = (r.undetected(k, p), crc(p)) {
+                println!(
+                    "{}: missed {missed} of {} {} errors; crc32c missed {crc_missed}",
+                    k.name(),
+                    r.trials_per_pattern,
+                    p.label()
+                );
+            }
+        }
+    }
+}
+
+pub fn model(m: &crate::model::ModelReport) {
+    let i = &m.inputs;
+    println!(
+        "T(L) model (seeds/003 5.2) for {}: B_copy {:.1} GB/s, B_csum {:.1} GB/s, B_fused {:.1} GB/s (in cache, above), lambda_net {:.2} us (half the raw 8 B round trip), B_net {:.0} MB/s (raw 64 KiB stream)",
+        m.checksum,
+        i.b_copy / 1e9,
+        i.b_csum / 1e9,
+        i.b_fused / 1e9,
+        i.lambda_net * 1e6,
+        i.b_net / 1e6
+    );
+    let mut t = table(&[
+        "size",
+        "T(L) plain us",
+        "measured us",
+        "predicted: paper (2 copies + 2 passes)",
+        "predicted: both copies fused",
+        "predicted: tether's path",
+        "stream none MB/s",
+        &format!("stream {} MB/s", m.checksum),
+        "measured overhead",
+        "with / none",
+    ]);
+    let pct = |x: f64| format!("{:+.2}%", x * 100.0);
+    for r in &m.rows {
+        t.add_row(vec![
+            r.size.to_string(),
+            format!("{:.1}", r.t_plain_us),
+            format!("{:.1}", r.t_measured_us),
+            pct(r.predicted_paper),
+            pct(r.predicted_fused),
+            pct(r.predicted_tether),
+            spread(&r.stream_none_mb_s, 1),
+            spread(&r.stream_checksum_mb_s, 1),
+            pct(r.measured),
+            format!("{:.3}", r.stream_checksum_mb_s.median / r.stream_none_mb_s.median),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!("overhead = time per message with the checksum / without - 1 (stream: medians of runs alternating the two); measured us = time per message without the checksum");
+    for r in &m.rows {
+        let gap = (r.measured - r.predicted_tether) * 100.0;
+        println!(
+            "{} B: predicted {:+.2}% for tether's path, measured {:+.2}% ({gap:+.2} points); run-to-run noise +-{:.1}%: {}",
+            r.size,
+            r.predicted_tether * 100.0,
+            r.measured * 100.0,
+            r.noise() * 100.0,
+            if gap.abs() <= r.noise() * 100.0 { "agree within noise" } else { "differ by more than the noise" }
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! `tether bench checksum` end to end: the JSON documents of the bandwidth
+//! table (with the model) and of the detection table carry every record
+//! the issue names, with figures that could only come from a measurement.
+//! Small sizes keep it quick; no figure is compared with a bound here
+//! (timed assertions do not belong in tests).
+
+use std::process::Command;
+
+fn tether_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tether")).args(args).output().expect("the tether binary runs");
+    assert!(out.status.success(), "tether {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+fn positive(v: &serde_json::Value, what: &str) -> f64 {
+    let x = v["median"].as_f64().unwrap_or_else(|| panic!("{what}: no median in {v}"));
+    assert!(x.is_finite() && x > 0.0, "{what}: {x}");
+    x
+}
+
+#[test]
+fn bandwidth_document_has_a_record_per_algorithm_and_both_baselines() {
+    let doc = tether_json(&[
+        "bench",
+        "checksum",
+        "--runs",
+        "1",
+        "--block",
+        "4096",
+        "--large-mib",
+        "2",
+        "--model",
+        "--model-runs",
+        "1",
+        "--model-sizes",
+        "4096",
+        "--json",
+    ]);
+    for base in ["memcpy_gb_s", "memory_read_gb_s"] {
+        positive(&doc[base]["in_cache"], base);
+        positive(&doc[base]["out_of_cache"], base);
+    }
+    let algos = doc["algorithms"].as_array().expect("algorithms");
+    let names: Vec<_> = algos.iter().map(|a| a["name"].as_str().expect("name")).collect();
+    assert_eq!(names, ["none", "crc32c", "sum", "xor", "adler32", "fletcher64", "fnv1a", "murmur3", "xxh3"]);
+    for a in algos {
+        for field in ["alone_gb_s", "fused_gb_s", "two_pass_gb_s"] {
+            positive(&a[field]["in_cache"], field);
+            positive(&a[field]["out_of_cache"], field);
+        }
+    }
+    assert!(!doc["crc32c_kernels"].as_array().expect("kernels").is_empty());
+    let row = &doc["model"]["rows"][0];
+    assert_eq!(row["size"], 4096);
+    positive(&row["stream_none_mb_s"], "stream none");
+    positive(&row["stream_checksum_mb_s"], "stream crc32c");
+    assert!(row["predicted_paper"].as_f64().expect("prediction") > 0.0);
+}
+
+#[test]
+fn detection_document_shows_what_sum_and_xor_miss() {
+    let doc = tether_json(&["bench", "checksum", "--errors", "--trials", "4000", "--json"]);
+    let undetected = |name: &str, pattern: &str| -> u64 {
+        let a = doc["algorithms"].as_array().unwrap().iter().find(|a| a["name"] == name).expect(name);
+        let c = a["cells"].as_array().unwrap().iter().find(|c| c["pattern"] == pattern).expect(pattern);
+        assert_eq!(c["trials"], 4000);
+        c["undetected"].as_u64().expect("count")
+    };
+    for p in ["single_bit", "two_bits", "burst32", "overwrite", "word_swap"] {
+        assert_eq!(undetected("crc32c", p), 0, "crc32c missed a {p}");
+        assert_eq!(undetected("none", p), 4000);
+    }
+    assert_eq!(undetected("sum", "word_swap"), 4000);
+    assert_eq!(undetected("xor", "word_swap"), 4000);
+    assert!(undetected("xor", "two_bits") > 0);
+}
