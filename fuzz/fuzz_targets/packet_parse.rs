@@ -1,6 +1,8 @@
 //! Fuzz `Packet::parse`: arbitrary bytes must never panic it, and whatever it
 //! accepts must be internally consistent and survive a re-emit with
-//! `PacketWriter` unchanged.
+//! `PacketWriter` unchanged. The receiver's fused path (`Unverified::
+//! verify_landing`, copying payloads while verifying) must decide exactly
+//! as `parse` does and land every payload exactly.
 //!
 //! Random bytes almost never carry a valid checksum, so a datagram naming
 //! any checksum algorithm is also checked a second time with its checksum
@@ -10,9 +12,25 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::mem::MaybeUninit;
+
 use tether_wire::{
-    overhead, AckRepr, ChecksumKind, DataFrame, Frame, Packet, PacketWriter, SackRange, HEADER_LEN, MAX_DATAGRAM,
+    overhead, AckRepr, ChecksumKind, DataFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
+    HEADER_LEN, MAX_DATAGRAM,
 };
+
+/// Lands every DATA payload in one buffer, back to back.
+#[derive(Default)]
+struct Collect(Vec<MaybeUninit<u8>>, Vec<usize>);
+
+impl Landing for Collect {
+    fn landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut [MaybeUninit<u8>]> {
+        let at = self.0.len();
+        self.0.resize(at + frame.payload.len(), MaybeUninit::new(0));
+        self.1.push(frame.payload.len());
+        Some(&mut self.0[at..])
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     check(data);
@@ -29,7 +47,20 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(data: &[u8]) {
-    let Ok(packet) = Packet::parse(data) else { return };
+    let parsed = Packet::parse(data);
+    let mut landed = Collect::default();
+    let fused = Unverified::parse(data).and_then(|u| u.verify_landing(&mut landed));
+    assert_eq!(parsed.as_ref().err(), fused.as_ref().err(), "the fused receive path decided otherwise");
+    let Ok(packet) = parsed else { return };
+    let payloads: Vec<u8> = packet
+        .frames()
+        .filter_map(|f| if let Frame::Data(d) = f { Some(d.payload) } else { None })
+        .flatten()
+        .copied()
+        .collect();
+    // SAFETY: `Collect` initialised every byte before handing it out.
+    let got: Vec<u8> = landed.0.iter().map(|b| unsafe { b.assume_init() }).collect();
+    assert_eq!(got, payloads, "a landing differs from its payload");
     assert!(data.len() <= MAX_DATAGRAM);
     assert_eq!(data.len(), overhead(packet.header.checksum) + packet.body_len());
 

@@ -22,8 +22,8 @@ pub use error::WireError;
 pub use frame::{AckFrame, AckRepr, DataFlags, DataFrame, Frame, SackRange, MAX_SACK_RANGES};
 pub use integrity::{ChecksumKind, ChecksumSet, Checksummer};
 pub use packet::{
-    overhead, Frames, Header, HeaderFlags, Packet, PacketWriter, HEADER_LEN, MAGIC, MAX_TRAILER_LEN,
-    OVERHEAD, VERSION,
+    overhead, Frames, Header, HeaderFlags, Landing, Packet, PacketWriter, Unverified, HEADER_LEN, MAGIC,
+    MAX_TRAILER_LEN, OVERHEAD, VERSION,
 };
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.

@@ -22,7 +22,9 @@
 //! (seeds/003 5.2, one pass instead of two) and the header, whose length
 //! and flags are settled only then, at `finish`.
 
-use crate::frame::{self, parse_frame, AckRepr, DataFlags, Frame};
+use core::mem::MaybeUninit;
+
+use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame};
 use crate::integrity::Checksummer;
 use crate::{ChecksumKind, WireError, MAX_DATAGRAM};
 
@@ -115,6 +117,60 @@ impl<'a> Packet<'a> {
     /// Validate a received datagram completely: header fields, the body
     /// length against the received length, every frame, and the checksum.
     pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
+        Unverified::parse(datagram)?.verify()
+    }
+
+    /// The frames, in order. Cannot fail: `parse` validated them.
+    pub fn frames(&self) -> Frames<'a> {
+        Frames { rest: self.body }
+    }
+
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+}
+
+pub struct Frames<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        // `Packet::parse` walked these exact bytes successfully, so an error
+        // here is impossible; stopping is the safe answer regardless.
+        let (frame, len) = parse_frame(self.rest).ok()?;
+        self.rest = &self.rest[len..];
+        Some(frame)
+    }
+}
+
+/// A received datagram whose every field and frame is valid but whose
+/// checksum is not yet verified. Nothing in it may be acted on until
+/// [`verify`](Self::verify) or [`verify_landing`](Self::verify_landing)
+/// turns it into a [`Packet`]; it exists so the receiver can copy payloads
+/// to where they will land *while* verifying (seeds/003 5.2: one pass over
+/// the bytes instead of two) and commit the copies only if the check passes.
+#[derive(Debug, Clone, Copy)]
+pub struct Unverified<'a> {
+    pub header: Header,
+    datagram: &'a [u8],
+    /// Where the trailer starts: the body is `HEADER_LEN..at`.
+    at: usize,
+}
+
+/// Where the receiver wants a DATA frame's payload copied during
+/// verification. The copy is only a proposal until verification succeeds:
+/// if it fails, whatever was written must be treated as garbage.
+pub trait Landing {
+    /// A destination of exactly `frame.payload.len()` bytes, or `None` to
+    /// only checksum the payload. Called once per DATA frame, in order.
+    fn landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut [MaybeUninit<u8>]>;
+}
+
+impl<'a> Unverified<'a> {
+    /// Every check [`Packet::parse`] makes except the checksum.
+    pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
         let shortest = HEADER_LEN + MIN_TRAILER_LEN;
         if datagram.len() < shortest {
             return Err(WireError::Truncated { needed: shortest, got: datagram.len() });
@@ -147,23 +203,24 @@ impl<'a> Packet<'a> {
             return Err(WireError::LengthMismatch { claimed, actual });
         }
         let at = datagram.len() - width;
-        let mut trailer = [0u8; 8];
-        trailer[..width].copy_from_slice(&datagram[at..]);
-        let stored = u64::from_le_bytes(trailer);
-        // With `none` the trailer must be zero, as the writer leaves it: else
-        // a single flipped bit in the kind byte would turn verification off.
-        let expected = match checksum {
-            ChecksumKind::None => 0,
-            kind => kind.compute(&[&datagram[HEADER_LEN..at], &datagram[..HEADER_LEN]]),
-        };
-        if stored != expected {
-            return Err(WireError::ChecksumMismatch);
-        }
-        let body = &datagram[HEADER_LEN..at];
-        let mut rest = body;
+        let mut rest = &datagram[HEADER_LEN..at];
         while !rest.is_empty() {
-            let (_, len) = parse_frame(rest)?;
-            rest = &rest[len..];
+            match parse_frame(rest) {
+                Ok((_, len)) => rest = &rest[len..],
+                Err(e) => {
+                    // Bad frames in a datagram whose checksum fails are
+                    // corruption, and are counted as such; with a good
+                    // checksum the sender itself is at fault.
+                    let (header, body) = (&datagram[..HEADER_LEN], &datagram[HEADER_LEN..at]);
+                    let sum =
+                        if checksum == ChecksumKind::None { 0 } else { checksum.compute(&[body, header]) };
+                    return Err(if sum == trailer_of(datagram, at) {
+                        e
+                    } else {
+                        WireError::ChecksumMismatch
+                    });
+                }
+            }
         }
         let le32 = |r: core::ops::Range<usize>| u32::from_le_bytes(datagram[r].try_into().expect("4 bytes"));
         let le64 = |r: core::ops::Range<usize>| u64::from_le_bytes(datagram[r].try_into().expect("8 bytes"));
@@ -176,32 +233,68 @@ impl<'a> Packet<'a> {
             dst_inc: le64(field::DST_INC),
             epoch: le32(field::EPOCH),
         };
-        Ok(Packet { header, body })
+        Ok(Unverified { header, datagram, at })
     }
 
-    /// The frames, in order. Cannot fail: `parse` validated them.
+    /// The frames, unverified: for planning where payloads land, never for
+    /// acting on them.
     pub fn frames(&self) -> Frames<'a> {
-        Frames { rest: self.body }
+        Frames { rest: &self.datagram[HEADER_LEN..self.at] }
     }
 
-    pub fn body_len(&self) -> usize {
-        self.body.len()
+    /// Check the trailer in its own pass over the bytes.
+    pub fn verify(self) -> Result<Packet<'a>, WireError> {
+        let (d, at) = (self.datagram, self.at);
+        let expected = match self.header.checksum {
+            ChecksumKind::None => 0,
+            kind => kind.compute(&[&d[HEADER_LEN..at], &d[..HEADER_LEN]]),
+        };
+        self.check(expected)
+    }
+
+    /// Check the trailer while copying each DATA payload to where `landing`
+    /// wants it: one pass over the payload bytes does both. On success every
+    /// landing given holds its payload; on failure none may be used.
+    pub fn verify_landing(self, landing: &mut impl Landing) -> Result<Packet<'a>, WireError> {
+        let (d, at) = (self.datagram, self.at);
+        let mut sum = Checksummer::new(self.header.checksum);
+        let mut rest = &d[HEADER_LEN..at];
+        while !rest.is_empty() {
+            let (frame, len) = parse_frame(rest).expect("Unverified::parse walked these frames");
+            let (bytes, after) = rest.split_at(len);
+            rest = after;
+            let Frame::Data(data) = frame else {
+                sum.update(bytes);
+                continue;
+            };
+            // A DATA frame ends with its payload.
+            let (head, payload) = bytes.split_at(len - data.payload.len());
+            sum.update(head);
+            match landing.landing(&data) {
+                Some(dst) => sum.copy_update_uninit(dst, payload),
+                None => sum.update(payload),
+            }
+        }
+        sum.update(&d[..HEADER_LEN]);
+        let expected = if self.header.checksum == ChecksumKind::None { 0 } else { sum.finish() };
+        self.check(expected)
+    }
+
+    fn check(self, expected: u64) -> Result<Packet<'a>, WireError> {
+        // With `none` the trailer must be zero, as the writer leaves it: else
+        // a single flipped bit in the kind byte would turn verification off.
+        if trailer_of(self.datagram, self.at) != expected {
+            return Err(WireError::ChecksumMismatch);
+        }
+        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at] })
     }
 }
 
-pub struct Frames<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for Frames<'a> {
-    type Item = Frame<'a>;
-    fn next(&mut self) -> Option<Frame<'a>> {
-        // `Packet::parse` walked these exact bytes successfully, so an error
-        // here is impossible; stopping is the safe answer regardless.
-        let (frame, len) = parse_frame(self.rest).ok()?;
-        self.rest = &self.rest[len..];
-        Some(frame)
-    }
+/// The trailer starting at `at`, as the algorithm's value.
+fn trailer_of(datagram: &[u8], at: usize) -> u64 {
+    let mut trailer = [0u8; 8];
+    trailer[..datagram.len() - at].copy_from_slice(&datagram[at..]);
+    u64::from_le_bytes(trailer)
 }
 
 /// Builds one datagram in a caller-owned buffer: header first, then frames

@@ -9,8 +9,8 @@
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use tether_wire::{
-    overhead, AckRepr, ChecksumKind, DataFlags, Frame, Header, HeaderFlags, Packet, PacketWriter, SackRange,
-    HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
+    overhead, AckRepr, ChecksumKind, DataFlags, DataFrame, Frame, Header, HeaderFlags, Landing, Packet,
+    PacketWriter, SackRange, Unverified, HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
 };
 
 /// An owned frame, so emitted and parsed frames can be compared with `==`.
@@ -192,6 +192,25 @@ proptest! {
         prop_assert_eq!(parsed, frames);
     }
 
+    /// The fused receive path (verify while copying payloads to where they
+    /// land) accepts and refuses exactly what the two-pass path does, for
+    /// every algorithm, intact or with a few flipped bits.
+    #[test]
+    fn landing_verification_agrees_with_two_pass(
+        header in header_strategy(),
+        frames in frames_strategy(12, 1500),
+        kind in 0u8..9,
+        flips in vec(any::<prop::sample::Index>(), 0..3),
+    ) {
+        let header = Header { checksum: ChecksumKind::from_u8(kind).expect("0..9 are kinds"), ..header };
+        let datagram = emit(&header, &frames);
+        let bits: Vec<usize> = flips.iter().map(|i| i.index(datagram.len() * 8)).collect();
+        check_landing_agrees(&flip(&datagram, &bits))?;
+        if bits.is_empty() {
+            prop_assert!(Unverified::parse(&datagram).unwrap().verify_landing(&mut EveryOther::default()).is_ok());
+        }
+    }
+
     /// (a) One data frame filling the datagram to the last byte round-trips,
     /// and one byte more is refused by the writer instead of overflowing.
     #[test]
@@ -309,6 +328,58 @@ proptest! {
             );
         }
     }
+}
+
+/// Lands every other DATA payload in a buffer of its own (the rest are
+/// only checksummed), as a receiver lands payloads where they will live.
+#[derive(Default)]
+struct EveryOther {
+    calls: usize,
+    landed: Vec<(usize, Vec<std::mem::MaybeUninit<u8>>)>,
+}
+
+impl Landing for EveryOther {
+    fn landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut [std::mem::MaybeUninit<u8>]> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(2) {
+            return None;
+        }
+        let mut buf = Vec::with_capacity(frame.payload.len());
+        buf.resize(frame.payload.len(), std::mem::MaybeUninit::new(0xAA));
+        self.landed.push((self.calls - 1, buf));
+        Some(&mut self.landed.last_mut().expect("just pushed").1)
+    }
+}
+
+/// Verifying while landing payloads decides exactly as verifying in a
+/// separate pass, and on success every landing holds its exact payload.
+fn check_landing_agrees(datagram: &[u8]) -> Result<(), TestCaseError> {
+    let two_pass = Packet::parse(datagram).map(|p| (p.header, p.body_len()));
+    let Ok(unverified) = Unverified::parse(datagram) else {
+        prop_assert!(two_pass.is_err());
+        return Ok(());
+    };
+    let mut landing = EveryOther::default();
+    let fused = unverified.verify_landing(&mut landing);
+    prop_assert_eq!(fused.as_ref().map(|p| (p.header, p.body_len())).ok(), two_pass.as_ref().ok().copied());
+    prop_assert_eq!(fused.is_err(), two_pass.is_err());
+    if let Ok(p) = fused {
+        let payloads: Vec<&[u8]> = p
+            .frames()
+            .filter_map(|f| match f {
+                Frame::Data(d) => Some(d.payload),
+                Frame::Ack(_) => None,
+            })
+            .collect();
+        prop_assert_eq!(landing.calls, payloads.len());
+        for (i, buf) in &landing.landed {
+            // SAFETY: verify_landing wrote every byte of each landing (and
+            // the buffer was initialised besides).
+            let got: Vec<u8> = buf.iter().map(|b| unsafe { b.assume_init() }).collect();
+            prop_assert_eq!(&got[..], payloads[*i]);
+        }
+    }
+    Ok(())
 }
 
 fn check_accepted_is_consistent(datagram: &[u8]) -> Result<(), TestCaseError> {

@@ -25,6 +25,8 @@
 //! could add up to ~30 GB/s more at the cost of combining partial CRCs;
 //! not done.
 
+use core::mem::MaybeUninit;
+
 use super::BLOCK;
 
 /// Inputs shorter than this take the blocked path: the fused loops need
@@ -104,7 +106,18 @@ pub fn has_fused_crc32c() -> bool {
 /// appended to `crc` (as `crc32c::crc32c_append` would).
 pub fn crc32c_copy(crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
     assert_eq!(dst.len(), src.len(), "crc32c_copy needs equal lengths");
-    dispatch(CrcCopyKernel::best(), crc, dst, src)
+    // SAFETY: `dst` is valid for writes of src.len() bytes and cannot
+    // overlap `src` (a shared and a mutable borrow), and `best` runs here.
+    unsafe { dispatch(CrcCopyKernel::best(), crc, dst.as_mut_ptr(), src) }
+}
+
+/// [`crc32c_copy`] into memory not yet initialised (a receive buffer's
+/// spare capacity): afterwards `dst` holds a copy of `src`.
+pub fn crc32c_copy_uninit(crc: u32, dst: &mut [MaybeUninit<u8>], src: &[u8]) -> u32 {
+    assert_eq!(dst.len(), src.len(), "crc32c_copy needs equal lengths");
+    // SAFETY: as in `crc32c_copy`; the kernels only write through `dst`,
+    // never read it, so its being uninitialised does not matter.
+    unsafe { dispatch(CrcCopyKernel::best(), crc, dst.as_mut_ptr().cast(), src) }
 }
 
 /// [`crc32c_copy`] with a chosen kernel, for tests and the bench.
@@ -115,31 +128,47 @@ pub fn crc32c_copy(crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
 pub fn crc32c_copy_with(kernel: CrcCopyKernel, crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
     assert_eq!(dst.len(), src.len(), "crc32c_copy needs equal lengths");
     assert!(kernel.runs_here(), "this CPU cannot run {kernel:?}");
-    dispatch(kernel, crc, dst, src)
+    // SAFETY: asserted above: the kernel runs here and `dst` is a distinct
+    // writable slice of src.len() bytes.
+    unsafe { dispatch(kernel, crc, dst.as_mut_ptr(), src) }
 }
 
-/// `kernel` must be one the CPU runs and the lengths equal.
-fn dispatch(kernel: CrcCopyKernel, crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
+/// # Safety
+/// The CPU must run `kernel`; `dst` must be valid for writes of
+/// `src.len()` bytes and not overlap `src`.
+unsafe fn dispatch(kernel: CrcCopyKernel, crc: u32, dst: *mut u8, src: &[u8]) -> u32 {
     if src.len() < FUSED_MIN || kernel == CrcCopyKernel::Blocked {
-        return crc32c_copy_blocked(crc, dst, src);
+        // SAFETY: the caller's guarantees are this function's.
+        return unsafe { copy_blocked_raw(crc, dst, src) };
     }
     #[cfg(target_arch = "x86_64")]
     match kernel {
-        // SAFETY (both arms): the callers pass only kernels the CPU runs
-        // (`best`, or asserted against `available`) and equal lengths, here
-        // at least FUSED_MIN = 256 bytes.
+        // SAFETY (both arms): the caller passes a kernel the CPU runs and a
+        // destination for src.len() >= FUSED_MIN = 256 bytes.
         CrcCopyKernel::Avx512 => return unsafe { x86::crc32c_copy_avx512(crc, dst, src) },
-        CrcCopyKernel::Avx2 => return unsafe { x86::crc32c_copy_fused(crc, dst, src) },
+        CrcCopyKernel::Avx2 => return unsafe { x86::crc32c_copy_avx2(crc, dst, src) },
         CrcCopyKernel::Blocked => {}
     }
-    crc32c_copy_blocked(crc, dst, src)
+    // SAFETY: the caller's guarantees are this function's.
+    unsafe { copy_blocked_raw(crc, dst, src) }
 }
 
 /// The fallback, and the blocked variant the bench compares against.
-pub fn crc32c_copy_blocked(mut crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
-    for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
-        d.copy_from_slice(s);
-        crc = crc32c::crc32c_append(crc, d);
+pub fn crc32c_copy_blocked(crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
+    assert_eq!(dst.len(), src.len(), "crc32c_copy needs equal lengths");
+    // SAFETY: `dst` is a distinct writable slice of src.len() bytes.
+    unsafe { copy_blocked_raw(crc, dst.as_mut_ptr(), src) }
+}
+
+/// Copy a block, then CRC the source block while it is still in L1.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len()` bytes and not overlap `src`.
+unsafe fn copy_blocked_raw(mut crc: u32, dst: *mut u8, src: &[u8]) -> u32 {
+    for (i, s) in src.chunks(BLOCK).enumerate() {
+        // SAFETY: block i lies within the first src.len() bytes of `dst`.
+        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(i * BLOCK), s.len()) };
+        crc = crc32c::crc32c_append(crc, s);
     }
     crc
 }
@@ -171,13 +200,14 @@ mod x86 {
     }
 
     /// # Safety
-    /// The CPU must have AVX2, VPCLMULQDQ and PCLMULQDQ; `dst` and `src`
-    /// must have equal lengths of at least 128 bytes.
+    /// The CPU must have AVX2, VPCLMULQDQ and PCLMULQDQ; `src` must be at
+    /// least 128 bytes and `dst` valid for writes of as many, not
+    /// overlapping it.
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
-    pub unsafe fn crc32c_copy_fused(crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
+    pub unsafe fn crc32c_copy_avx2(crc: u32, d: *mut u8, src: &[u8]) -> u32 {
         let n = src.len();
-        debug_assert!(n >= 128 && dst.len() == n);
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        debug_assert!(n >= 128);
+        let s = src.as_ptr();
         // Unaligned 32-byte loads and stores at byte offset `at`; every
         // offset used is at most n - 32. Macros, not closures: a closure
         // does not inherit the function's target features, and would pass
@@ -234,22 +264,28 @@ mod x86 {
             x = _mm_xor_si128(fold128(x, k), v);
             at += 16;
         }
-        finish(x, dst, src, at)
+        // SAFETY: `d` has room for all of `src` (the caller's promise).
+        unsafe { finish(x, d, src, at) }
     }
 
     /// `x` is congruent to the message's first `at` bytes (initial state
     /// included): its CRC from state 0 is theirs. `crc32c_append(!0, ..)`
     /// starts from state 0 and returns the inverted state, the crate's
     /// form. The bytes from `at` on are copied and appended.
+    ///
+    /// # Safety
+    /// `d` must be valid for writes of `src.len()` bytes.
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn finish(x: __m128i, dst: &mut [u8], src: &[u8], at: usize) -> u32 {
+    unsafe fn finish(x: __m128i, d: *mut u8, src: &[u8], at: usize) -> u32 {
         let mut folded = [0u8; 16];
         // SAFETY: 16 bytes into a 16-byte array.
         unsafe { _mm_storeu_si128(folded.as_mut_ptr().cast(), x) };
         let crc = crc32c::crc32c_append(!0, &folded);
-        dst[at..].copy_from_slice(&src[at..]);
-        crc32c::crc32c_append(crc, &src[at..])
+        let rest = &src[at..];
+        // SAFETY: [at, src.len()) of `d` is writable (the caller's promise).
+        unsafe { core::ptr::copy_nonoverlapping(rest.as_ptr(), d.add(at), rest.len()) };
+        crc32c::crc32c_append(crc, rest)
     }
 
     /// d = 2048: four 512-bit accumulators, 256 bytes per step.
@@ -284,12 +320,13 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must have AVX-512F, AVX-512VL, VPCLMULQDQ and PCLMULQDQ;
-    /// `dst` and `src` must have equal lengths of at least 256 bytes.
+    /// `src` must be at least 256 bytes and `dst` valid for writes of as
+    /// many, not overlapping it.
     #[target_feature(enable = "avx512f,avx512vl,vpclmulqdq,pclmulqdq")]
-    pub unsafe fn crc32c_copy_avx512(crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
+    pub unsafe fn crc32c_copy_avx512(crc: u32, d: *mut u8, src: &[u8]) -> u32 {
         let n = src.len();
-        debug_assert!(n >= 256 && dst.len() == n);
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        debug_assert!(n >= 256);
+        let s = src.as_ptr();
         // 64-byte unaligned loads and stores at offsets of at most n - 64.
         macro_rules! load {
             ($at:expr) => {
@@ -350,6 +387,7 @@ mod x86 {
             y = _mm_xor_si128(fold128(y, k), v);
             at += 16;
         }
-        finish(y, dst, src, at)
+        // SAFETY: `d` has room for all of `src` (the caller's promise).
+        unsafe { finish(y, d, src, at) }
     }
 }

@@ -12,10 +12,14 @@
 //! variant ([`Checksummer::copy_then_update`]) stays callable so the bench
 //! can show what fusing saves.
 
+use core::mem::MaybeUninit;
+
 mod crc;
 mod words;
 
-pub use crc::{crc32c_copy, crc32c_copy_blocked, crc32c_copy_with, has_fused_crc32c, CrcCopyKernel};
+pub use crc::{
+    crc32c_copy, crc32c_copy_blocked, crc32c_copy_uninit, crc32c_copy_with, has_fused_crc32c, CrcCopyKernel,
+};
 pub use words::{Fletcher64, Fnv1a64, Murmur3, Sum64, Xor64};
 
 /// Blocking of the fused copy for algorithms without a single-pass loop:
@@ -191,6 +195,24 @@ impl Checksummer {
                     self.update(d);
                 }
             }
+        }
+    }
+
+    /// [`copy_update`](Self::copy_update) into memory not yet initialised
+    /// (a receive buffer's spare capacity): afterwards `dst` holds a copy of
+    /// `src`. CRC32C runs its single-pass kernel; the others copy a block
+    /// and checksum it while it is in L1.
+    pub fn copy_update_uninit(&mut self, dst: &mut [MaybeUninit<u8>], src: &[u8]) {
+        assert_eq!(dst.len(), src.len(), "copy_update needs equal lengths");
+        if let Checksummer::Crc32c(c) = self {
+            *c = crc32c_copy_uninit(*c, dst, src);
+            return;
+        }
+        for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+            // SAFETY: `d` and `s` have equal lengths (chunks of equal-length
+            // slices) and cannot overlap (a shared and a mutable borrow).
+            unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) };
+            self.update(s);
         }
     }
 

@@ -159,3 +159,25 @@ fn fused_crc32c_matches_from_any_state_and_length() {
     eprintln!("fused CRC32C kernels on this CPU: {names:?}; in use: {}", CrcCopyKernel::best().name());
     assert_eq!(has_fused_crc32c(), CrcCopyKernel::best() != CrcCopyKernel::Blocked);
 }
+
+#[test]
+fn copy_into_uninitialised_memory_equals_the_fused_copy() {
+    use core::mem::MaybeUninit;
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(0x2545_F491) >> 9) as u8).collect();
+    for kind in ChecksumKind::ALL {
+        for len in [0, 1, 7, 255, 256, 257, 1400, BLOCK + 3, 20_000] {
+            let mut want = Checksummer::new(kind);
+            want.update(b"prefix");
+            let mut got = want.clone();
+            want.update(&data[..len]);
+            let mut spare: Vec<MaybeUninit<u8>> = Vec::with_capacity(len);
+            // SAFETY: MaybeUninit needs no initialisation; the capacity is len.
+            unsafe { spare.set_len(len) };
+            got.copy_update_uninit(&mut spare, &data[..len]);
+            assert_eq!(got.finish(), want.finish(), "{} len {len}", kind.name());
+            // SAFETY: copy_update_uninit wrote every byte.
+            let copied: Vec<u8> = spare.iter().map(|b| unsafe { b.assume_init() }).collect();
+            assert_eq!(copied, &data[..len], "{} len {len}", kind.name());
+        }
+    }
+}
