@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
-use tether_wire::{Frame, Header, HeaderFlags, Packet, PacketWriter};
+use tether_wire::{Frame, Header, HeaderFlags, PacketWriter, Unverified};
 use thiserror::Error;
 
 use crate::event::{Event, FailReason, MessageId, MessageState};
+use crate::landing::{Lander, Landings, Placement};
 use crate::peer::Peer;
 use crate::recv_stream::{copy_to_bytes, DeliveryQueue};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
@@ -51,6 +52,12 @@ pub struct Endpoint {
     stats: Stats,
     send_arena: BytesMut,
     recv_arena: BytesMut,
+    /// Where payloads land while their datagram is verified (`landing`):
+    /// its own arena, so nothing else is copied in between landings.
+    landing_arena: BytesMut,
+    /// How the current datagram's payloads were placed; reused, so
+    /// receiving allocates nothing once it has grown.
+    placements: Vec<Placement>,
 }
 
 impl Endpoint {
@@ -72,6 +79,8 @@ impl Endpoint {
             stats: Stats::default(),
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
+            landing_arena: BytesMut::new(),
+            placements: Vec::new(),
         })
     }
 
@@ -142,7 +151,18 @@ impl Endpoint {
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
-        let packet = match Packet::parse(datagram) {
+        let unverified = match Unverified::parse(datagram) {
+            Ok(u) => u,
+            Err(e) => return self.stats.count_wire_error(e),
+        };
+        // Verify while copying each payload to where it will live: the
+        // receive half of the fused copy + checksum (see `landing`).
+        let payload_bytes =
+            unverified.frames().map(|f| if let Frame::Data(d) = f { d.payload.len() } else { 0 }).sum();
+        let stream = self.peers.get_mut(&unverified.header.src_node).map(|p| &mut p.recv);
+        let mut lander =
+            Lander::new(&mut self.landing_arena, payload_bytes, stream, &self.config, &mut self.placements);
+        let packet = match unverified.verify_landing(&mut lander) {
             Ok(p) => p,
             Err(e) => return self.stats.count_wire_error(e),
         };
@@ -189,9 +209,11 @@ impl Endpoint {
             self.events.push_back(Event::PeerReachable { peer: h.src_node });
         }
         let mut data_admitted = None;
+        let mut landings = Landings::commit(&mut self.landing_arena, &self.placements);
         for frame in packet.frames() {
             match frame {
                 Frame::Data(d) => {
+                    let landed = landings.next(&mut self.landing_arena, &mut self.stats);
                     let admitted = *data_admitted.get_or_insert_with(|| peer.recv.admit_epoch(h.epoch));
                     if !admitted {
                         self.stats.stale_dropped += 1;
@@ -201,6 +223,7 @@ impl Endpoint {
                         now,
                         h.src_node,
                         &d,
+                        landed,
                         &self.config,
                         &mut self.deliveries,
                         &mut self.recv_arena,
@@ -218,6 +241,9 @@ impl Endpoint {
                 }
             }
         }
+        // Every landing was split off above; none may linger into the next
+        // datagram's (a no-op unless a frame went unvisited).
+        self.landing_arena.clear();
         if h.flags.ack_request() && data_admitted.is_some() {
             peer.recv.request_ack(now, true);
         }

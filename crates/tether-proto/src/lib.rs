@@ -20,6 +20,7 @@ mod config;
 
 mod endpoint;
 mod event;
+mod landing;
 mod peer;
 mod recv_stream;
 mod rtt;

@@ -14,6 +14,7 @@ use core::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
 
+use crate::landing::Landed;
 use crate::{Config, Delivery, Instant, NodeId, RetransmitMode, Stats};
 
 /// Messages delivered to the application and not yet read, with a byte
@@ -135,12 +136,37 @@ impl RecvStream {
         }
     }
 
+    /// Would a DATA frame with `seq` be kept (consumed or stashed)? A hint
+    /// for landing its payload during verification; `on_data` decides.
+    pub fn wants(&self, seq: u64, recv_window: u64) -> bool {
+        seq >= self.expected && seq < self.expected + recv_window && !self.out_of_order.contains_key(&seq)
+    }
+
+    /// The reassembly buffer `frame` would continue in order, with room for
+    /// its payload: where the payload can land during verification.
+    pub fn continuation(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
+        if frame.seq != self.expected || frame.flags.first() {
+            return None;
+        }
+        match &mut self.partial {
+            Some(Partial::Assembling { buf, total })
+                if buf.len() + frame.payload.len() <= *total
+                    && buf.capacity() - buf.len() >= frame.payload.len() =>
+            {
+                Some(buf)
+            }
+            _ => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]
     pub fn on_data(
         &mut self,
         now: Instant,
         from: NodeId,
         frame: &DataFrame<'_>,
+        landed: Landed,
         config: &Config,
         dq: &mut DeliveryQueue,
         arena: &mut BytesMut,
@@ -169,17 +195,20 @@ impl RecvStream {
             if config.retransmit == RetransmitMode::GoBackN && seq > self.expected {
                 stats.out_of_window += 1;
             } else {
-                let stashed = Stashed {
-                    flags: frame.flags,
-                    total_len: frame.total_len,
-                    data: copy_to_bytes(arena, frame.payload),
+                let data = match landed {
+                    Landed::Arena(bytes) => bytes,
+                    Landed::Nowhere | Landed::Partial { .. } => {
+                        stats.bytes_copied_after_verify += frame.payload.len() as u64;
+                        copy_to_bytes(arena, frame.payload)
+                    }
                 };
+                let stashed = Stashed { flags: frame.flags, total_len: frame.total_len, data };
                 self.out_of_order.insert(seq, stashed);
             }
             self.request_ack(now, true);
             return Arrival::Irregular;
         }
-        self.consume(from, frame.flags, frame.total_len, frame.payload, None, config, dq, arena, stats);
+        self.consume(from, frame.flags, frame.total_len, frame.payload, landed, config, dq, arena, stats);
         self.drain(from, config, dq, arena, stats);
         self.request_ack(now, !self.out_of_order.is_empty());
         Arrival::InOrder
@@ -200,7 +229,17 @@ impl RecvStream {
         let mut progressed = false;
         while dq.has_room() {
             let Some(s) = self.out_of_order.remove(&self.expected) else { break };
-            self.consume(from, s.flags, s.total_len, &s.data, Some(&s.data), config, dq, arena, stats);
+            self.consume(
+                from,
+                s.flags,
+                s.total_len,
+                &s.data,
+                Landed::Arena(s.data.clone()),
+                config,
+                dq,
+                arena,
+                stats,
+            );
             progressed = true;
         }
         progressed
@@ -220,7 +259,7 @@ impl RecvStream {
         flags: DataFlags,
         total_len: Option<u32>,
         payload: &[u8],
-        owned: Option<&Bytes>,
+        landed: Landed,
         config: &Config,
         dq: &mut DeliveryQueue,
         arena: &mut BytesMut,
@@ -233,9 +272,12 @@ impl RecvStream {
                 stats.protocol_violations += 1;
             }
             if flags.last() {
-                let message = match owned {
-                    Some(b) => b.clone(),
-                    None => copy_to_bytes(arena, payload),
+                let message = match landed {
+                    Landed::Arena(bytes) => bytes,
+                    Landed::Nowhere | Landed::Partial { .. } => {
+                        stats.bytes_copied_after_verify += payload.len() as u64;
+                        copy_to_bytes(arena, payload)
+                    }
                 };
                 dq.push(Delivery { from, message }, stats);
                 return;
@@ -247,6 +289,7 @@ impl RecvStream {
                 return;
             }
             let mut buf = BytesMut::with_capacity(total);
+            stats.bytes_copied_after_verify += payload.len() as u64;
             buf.extend_from_slice(payload);
             self.partial = Some(Partial::Assembling { buf, total });
             return;
@@ -266,7 +309,23 @@ impl RecvStream {
                     }
                     return;
                 }
-                buf.extend_from_slice(payload);
+                match landed {
+                    Landed::Partial { end_addr }
+                        if buf.as_ptr() as usize + buf.len() + payload.len() == end_addr =>
+                    {
+                        // SAFETY: verification landed exactly these bytes in
+                        // this buffer's spare capacity: it ends where the
+                        // landing began (checked above), and nothing has
+                        // written to it since (the landing was planned for
+                        // the datagram's first frame, this one).
+                        unsafe { buf.set_len(buf.len() + payload.len()) };
+                        debug_assert_eq!(&buf[buf.len() - payload.len()..], payload);
+                    }
+                    _ => {
+                        stats.bytes_copied_after_verify += payload.len() as u64;
+                        buf.extend_from_slice(payload);
+                    }
+                }
                 if flags.last() {
                     dq.push(Delivery { from, message: buf.freeze() }, stats);
                 } else {

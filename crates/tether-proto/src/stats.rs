@@ -62,6 +62,12 @@ counters! {
     malformed,
     /// Well-formed frames that break the protocol (ACK for unsent data, oversized message).
     protocol_violations,
+    /// Payload bytes copied to where they live by the checksum pass itself
+    /// (the fused receive copy, seeds/003 5.2).
+    bytes_landed,
+    /// Payload bytes copied in a pass of their own after verification
+    /// (first fragments, reordered fragments, a full delivery queue).
+    bytes_copied_after_verify,
 }
 
 impl Stats {
@@ -85,6 +91,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 24);
     }
 }
