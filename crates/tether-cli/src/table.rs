@@ -442,8 +442,7 @@ pub fn model(m: &crate::model::ModelReport) {
         "T(L) plain us",
         "measured us",
         "predicted: paper (2 copies + 2 passes)",
-        "predicted: both copies fused",
-        "predicted: tether's path",
+        "predicted: both copies fused (tether)",
         "stream none MB/s",
         &format!("stream {} MB/s", m.checksum),
         "measured overhead",
@@ -457,7 +456,6 @@ pub fn model(m: &crate::model::ModelReport) {
             format!("{:.1}", r.t_measured_us),
             pct(r.predicted_paper),
             pct(r.predicted_fused),
-            pct(r.predicted_tether),
             spread(&r.stream_none_mb_s, 1),
             spread(&r.stream_checksum_mb_s, 1),
             pct(r.measured),
@@ -468,11 +466,11 @@ pub fn model(m: &crate::model::ModelReport) {
     println!("{t}");
     println!("overhead = time per message with the checksum / without - 1 (stream: medians of runs alternating the two); measured us = time per message without the checksum");
     for r in &m.rows {
-        let gap = (r.measured - r.predicted_tether) * 100.0;
+        let gap = (r.measured - r.predicted_fused) * 100.0;
         println!(
             "{} B: predicted {:+.2}% for tether's path, measured {:+.2}% ({gap:+.2} points); run-to-run noise +-{:.1}%: {}",
             r.size,
-            r.predicted_tether * 100.0,
+            r.predicted_fused * 100.0,
             r.measured * 100.0,
             r.noise() * 100.0,
             if gap.abs() <= r.noise() * 100.0 { "agree within noise" } else { "differ by more than the noise" }
