@@ -5,6 +5,8 @@ use core::time::Duration;
 use tether_wire::{overhead, ChecksumKind, ChecksumSet, MAX_DATAGRAM, OVERHEAD};
 use thiserror::Error;
 
+use crate::paths::RailPolicy;
+
 /// How lost segments are repaired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RetransmitMode {
@@ -56,6 +58,21 @@ pub struct Config {
     /// but `none`, so nobody can switch verification off.
     pub accept_checksums: ChecksumSet,
     pub retransmit: RetransmitMode,
+    /// How data uses a peer's healthy rails (`Endpoint::set_paths`).
+    pub rail_policy: RailPolicy,
+    /// A path that asked for an answer and heard nothing this long is
+    /// suspect and probed (seeds/001 section 4: a transient failure).
+    pub path_suspect_after: Duration,
+    /// ... and this long, down for that peer: its unacknowledged data
+    /// moves to another rail (a permanent failure).
+    pub path_down_after: Duration,
+    /// Probe interval of a suspect path.
+    pub path_probe_interval: Duration,
+    /// Probe interval of a down path, until it answers.
+    pub path_down_probe_interval: Duration,
+    /// A healthy path that carried nothing this long is probed, so a dead
+    /// backup is known before it is needed.
+    pub path_idle_probe_interval: Duration,
 }
 
 impl Default for Config {
@@ -77,6 +94,12 @@ impl Default for Config {
             checksum: ChecksumKind::Crc32c,
             accept_checksums: ChecksumSet::checked(),
             retransmit: RetransmitMode::Selective,
+            rail_policy: RailPolicy::PrimaryBackup,
+            path_suspect_after: Duration::from_millis(2),
+            path_down_after: Duration::from_millis(5),
+            path_probe_interval: Duration::from_millis(1),
+            path_down_probe_interval: Duration::from_millis(50),
+            path_idle_probe_interval: Duration::from_millis(20),
         }
     }
 }
@@ -128,6 +151,21 @@ impl Config {
         }
         if self.abandon_after < self.rto_max {
             return bad("abandon_after", "must be at least rto_max");
+        }
+        if self.path_suspect_after.is_zero() || self.path_suspect_after >= self.path_down_after {
+            return bad("path_suspect_after", "must be non-zero and below path_down_after");
+        }
+        if self.path_down_after >= self.abandon_after {
+            return bad("path_down_after", "must be below abandon_after");
+        }
+        for (field, d) in [
+            ("path_probe_interval", self.path_probe_interval),
+            ("path_down_probe_interval", self.path_down_probe_interval),
+            ("path_idle_probe_interval", self.path_idle_probe_interval),
+        ] {
+            if d.is_zero() {
+                return bad(field, "must be non-zero");
+            }
         }
         Ok(())
     }

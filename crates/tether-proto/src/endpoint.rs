@@ -12,6 +12,7 @@ use thiserror::Error;
 
 use crate::event::{Event, FailReason, MessageId, MessageState};
 use crate::landing::{Lander, Landings, Placement};
+use crate::paths::{Control, PathInfo, PathState, RailId, MAX_RAILS};
 use crate::peer::Peer;
 use crate::recv_stream::{copy_to_bytes, DeliveryQueue};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
@@ -33,11 +34,24 @@ pub enum SendError {
     TooManyPeers,
 }
 
-/// A datagram for the driver to send: `buf[..len]` to `dst`.
+/// A datagram for the driver to send: `buf[..len]` to `dst` over `rail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub dst: NodeId,
     pub len: usize,
+    pub rail: RailId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PathError {
+    #[error("a peer needs at least one rail")]
+    NoRails,
+    #[error("at most {MAX_RAILS} rails per peer")]
+    TooManyRails,
+    #[error("cannot have paths to this endpoint itself")]
+    SelfPeer,
+    #[error("too many peers")]
+    TooManyPeers,
 }
 
 pub struct Endpoint {
@@ -147,8 +161,39 @@ impl Endpoint {
         self.check_send(peer, len).is_ok()
     }
 
-    /// Take in one received datagram. Anything wrong with it is a counted drop.
+    /// The rails that lead to `peer` (the runtime's address book knows
+    /// each rail's remote address). Until this is called a peer is reached
+    /// over rail 0 alone. With two or more, each path's health is tracked
+    /// and data fails over between them (see `paths`).
+    pub fn set_paths(&mut self, peer: NodeId, rails: &[RailId]) -> Result<(), PathError> {
+        if peer == self.node {
+            return Err(PathError::SelfPeer);
+        }
+        if rails.is_empty() {
+            return Err(PathError::NoRails);
+        }
+        if rails.len() > MAX_RAILS {
+            return Err(PathError::TooManyRails);
+        }
+        let p = self.peer_mut(peer).ok_or(PathError::TooManyPeers)?;
+        p.paths.set_rails(Instant::ZERO, rails);
+        Ok(())
+    }
+
+    /// The paths to `peer`: state, round trip, counters (empty for a peer
+    /// this endpoint has no state for).
+    pub fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
+        self.peers.get(&peer).map(|p| p.paths.info().collect()).unwrap_or_default()
+    }
+
+    /// Take in one received datagram, from rail 0. Anything wrong with it
+    /// is a counted drop.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        self.handle_datagram_on(now, 0, datagram);
+    }
+
+    /// Take in one datagram that arrived over `rail`.
+    pub fn handle_datagram_on(&mut self, now: Instant, rail: RailId, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         let unverified = match Unverified::parse(datagram) {
@@ -208,6 +253,13 @@ impl Endpoint {
             peer.unreachable = false;
             self.events.push_back(Event::PeerReachable { peer: h.src_node });
         }
+        // An empty datagram is a probe (ACK-request flag) or its answer.
+        let empty = packet.body_len() == 0;
+        let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
+        if let Some(t) = peer.paths.on_receive(now, rail, probe, pong) {
+            let (from, to) = (t.from, t.to);
+            self.events.push_back(Event::PathChanged { peer: h.src_node, rail, from, to, at: now });
+        }
         let mut data_admitted = None;
         let mut landings = Landings::commit(&mut self.landing_arena, &self.placements);
         for frame in packet.frames() {
@@ -260,6 +312,26 @@ impl Endpoint {
     /// Run the timers that have expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         for (&id, peer) in self.peers.iter_mut() {
+            let (send, events, stats) = (&mut peer.send, &mut self.events, &mut self.stats);
+            peer.paths.on_timer(now, &self.config, |t| {
+                // Data leaves a path as soon as it is suspect (new data and
+                // timeouts go to a healthy rail); once it is down, whatever
+                // it still carried goes again at once.
+                let carried = send.in_flight_on(t.rail);
+                if t.from == PathState::Active && carried {
+                    stats.failovers += 1;
+                }
+                if t.to == PathState::Down {
+                    send.fail_over(now, t.rail);
+                }
+                events.push_back(Event::PathChanged {
+                    peer: id,
+                    rail: t.rail,
+                    from: t.from,
+                    to: t.to,
+                    at: now,
+                });
+            });
             peer.send.on_timer(now, self.config.retransmit, &mut self.stats);
             if peer.send.should_abandon(now, &self.config) {
                 let failed = peer.send.abandon(id, FailReason::PeerUnreachable);
@@ -272,7 +344,11 @@ impl Endpoint {
 
     /// The earliest time `handle_timeout` must be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers.values().flat_map(|p| [p.send.deadline(&self.config), p.recv.deadline()]).flatten().min()
+        self.peers
+            .values()
+            .flat_map(|p| [p.send.deadline(&self.config), p.recv.deadline(), p.paths.deadline(&self.config)])
+            .flatten()
+            .min()
     }
 
     /// Build the next datagram into `buf` (at most `config.max_datagram`
@@ -298,6 +374,24 @@ impl Endpoint {
             epoch: peer.send.epoch,
         };
         let cap = buf.len().min(config.max_datagram);
+        if let Some((rail, control)) = peer.paths.take_control(now, config) {
+            // A probe or its answer: no frames, alone in its datagram.
+            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+            w.set_ack_request(control == Control::Probe);
+            let len = w.finish();
+            peer.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
+            self.stats.probes_sent += (control == Control::Probe) as u64;
+            self.stats.datagrams_sent += 1;
+            self.stats.bytes_sent += len as u64;
+            return Some(Transmit { dst: id, len, rail });
+        }
+        // Data goes where the rail policy says; an ACK alone answers on
+        // the rail the peer was last heard on.
+        let rail = if peer.send.has_work(now, config) {
+            peer.paths.data_rail(config.rail_policy)
+        } else {
+            peer.paths.reply_rail()
+        };
         let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
         let mut acked = false;
         if peer.recv.ack_pending() {
@@ -306,7 +400,8 @@ impl Endpoint {
             acked = w.push_ack(&ack).is_ok();
             self.stats.acks_sent += acked as u64;
         }
-        let frames = peer.send.fill(&mut w, now, config, &mut self.stats);
+        let retransmits_before = self.stats.retransmits;
+        let frames = peer.send.fill(&mut w, now, rail, config, &mut self.stats);
         if frames == 0 && !acked {
             return None;
         }
@@ -314,9 +409,11 @@ impl Endpoint {
             self.stats.standalone_acks += 1;
         }
         let len = w.finish();
+        let retransmits = self.stats.retransmits - retransmits_before;
+        peer.paths.on_sent(now, rail, frames as u64, retransmits, frames > 0);
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
-        Some(Transmit { dst: id, len })
+        Some(Transmit { dst: id, len, rail })
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

@@ -1,6 +1,7 @@
 //! What the core tells the application: events, message states, handles.
 
-use crate::NodeId;
+use crate::paths::{PathState, RailId};
+use crate::{Instant, NodeId};
 
 /// A handle on one sent message: the peer and the message's number in the
 /// stream to that peer (0, 1, 2... for the life of this endpoint).
@@ -73,4 +74,7 @@ pub enum Event {
     PeerRestarted { peer: NodeId, failed: FailedMessages },
     /// A peer previously reported unreachable acknowledged again.
     PeerReachable { peer: NodeId },
+    /// A path (a rail toward a peer) changed state; `at` is the time the
+    /// core noticed. A path going down moves the peer's data elsewhere.
+    PathChanged { peer: NodeId, rail: RailId, from: PathState, to: PathState, at: Instant },
 }

@@ -21,6 +21,7 @@ mod config;
 mod endpoint;
 mod event;
 mod landing;
+mod paths;
 mod peer;
 mod recv_stream;
 mod rtt;
@@ -31,8 +32,9 @@ mod time;
 
 pub use config::{Config, ConfigError, RetransmitMode};
 
-pub use endpoint::{Endpoint, SendError, Transmit, MAX_PEERS};
+pub use endpoint::{Endpoint, PathError, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
+pub use paths::{PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use stats::Stats;
 pub use time::Instant;
 

@@ -6,6 +6,7 @@
 //! lives in the streams: unacknowledged segments, next and expected sequence
 //! numbers; the RTT estimate and timers are soft and could be rebuilt.
 
+use crate::paths::Paths;
 use crate::recv_stream::RecvStream;
 use crate::send_stream::SendStream;
 use crate::Config;
@@ -18,6 +19,8 @@ pub(crate) struct Peer {
     pub incarnation: u64,
     /// Reported unreachable and not heard from since.
     pub unreachable: bool,
+    /// The rails that lead to the peer and their health.
+    pub paths: Paths,
 }
 
 impl Peer {
@@ -27,11 +30,12 @@ impl Peer {
             recv: RecvStream::new(config),
             incarnation: 0,
             unreachable: false,
+            paths: Paths::new(crate::Instant::ZERO),
         }
     }
 
     /// Something should go on the wire to this peer at `now`.
     pub fn wants_transmit(&self, now: crate::Instant, config: &Config) -> bool {
-        self.recv.ack_due(now) || self.send.has_work(now, config)
+        self.recv.ack_due(now) || self.send.has_work(now, config) || self.paths.control_due(now)
     }
 }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange};
 
 use crate::event::{FailReason, FailedMessages, MessageState};
+use crate::paths::RailId;
 use crate::rtt::RttEstimator;
 use crate::{Config, Instant, NodeId, RetransmitMode, Stats};
 
@@ -40,6 +41,9 @@ struct Segment {
     tx_count: u32,
     sacked: bool,
     lost: bool,
+    /// The rail of the latest transmission: a path going down re-sends
+    /// exactly what it was carrying.
+    rail: RailId,
 }
 
 #[derive(Debug)]
@@ -167,6 +171,7 @@ impl SendStream {
                 tx_count: 0,
                 sacked: false,
                 lost: false,
+                rail: 0,
             });
             self.next_seq += 1;
             offset = end;
@@ -182,6 +187,7 @@ impl SendStream {
         &mut self,
         w: &mut PacketWriter<'_>,
         now: Instant,
+        rail: RailId,
         config: &Config,
         stats: &mut Stats,
     ) -> usize {
@@ -194,7 +200,7 @@ impl SendStream {
                 if !self.segments[i].lost {
                     continue;
                 }
-                if !self.write_segment(w, i, now, stats) {
+                if !self.write_segment(w, i, now, rail, stats) {
                     return written;
                 }
                 self.segments[i].lost = false;
@@ -204,7 +210,7 @@ impl SendStream {
         }
         while self.sent_upto < self.next_seq && self.in_flight() < config.send_window as u64 {
             let i = (self.sent_upto - self.base_seq) as usize;
-            if !self.write_segment(w, i, now, stats) {
+            if !self.write_segment(w, i, now, rail, stats) {
                 break;
             }
             let s = &self.segments[i];
@@ -225,7 +231,14 @@ impl SendStream {
         written
     }
 
-    fn write_segment(&mut self, w: &mut PacketWriter<'_>, i: usize, now: Instant, stats: &mut Stats) -> bool {
+    fn write_segment(
+        &mut self,
+        w: &mut PacketWriter<'_>,
+        i: usize,
+        now: Instant,
+        rail: RailId,
+        stats: &mut Stats,
+    ) -> bool {
         let s = &mut self.segments[i];
         if DataFrame::encoded_len(s.data.len(), s.flags) > w.remaining() {
             return false;
@@ -238,6 +251,7 @@ impl SendStream {
         }
         s.tx_count += 1;
         s.last_tx = now;
+        s.rail = rail;
         s.tx_order = self.next_tx_order;
         self.next_tx_order += 1;
         stats.data_frames_sent += 1;
@@ -349,6 +363,33 @@ impl SendStream {
             }
         }
         self.rto_deadline = (in_flight > 0).then(|| now + self.rtt.rto());
+    }
+
+    /// Something sent over `rail` is still unacknowledged.
+    pub fn in_flight_on(&self, rail: RailId) -> bool {
+        self.segments.iter().take(self.in_flight() as usize).any(|s| s.rail == rail && !s.sacked)
+    }
+
+    /// The path over `rail` went down: everything last sent over it that
+    /// the receiver has not shown it holds goes again at once, in order,
+    /// over whatever rail carries data next (the receiver drops any
+    /// duplicate by sequence number). Returns how many segments.
+    pub fn fail_over(&mut self, now: Instant, rail: RailId) -> usize {
+        let in_flight = self.in_flight() as usize;
+        let mut moved = 0;
+        for s in self.segments.iter_mut().take(in_flight) {
+            if s.rail == rail && !s.sacked && !s.lost {
+                s.lost = true;
+                moved += 1;
+            }
+        }
+        self.lost_count += moved;
+        if moved > 0 {
+            // A fresh timeout for the new path, not the backed-off one of the dead.
+            self.rtt.on_progress();
+            self.rto_deadline = Some(now + self.rtt.rto());
+        }
+        moved
     }
 
     /// Give up on everything unacknowledged and start a fresh epoch, so the

@@ -68,6 +68,11 @@ counters! {
     /// Payload bytes copied in a pass of their own after verification
     /// (first fragments, reordered fragments, a full delivery queue).
     bytes_copied_after_verify,
+    /// Paths that stopped answering with data in flight on them: data
+    /// moved to another rail.
+    failovers,
+    /// Probes sent to suspect, down or idle paths.
+    probes_sent,
 }
 
 impl Stats {
@@ -91,6 +96,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 24);
+        assert_eq!(names.len(), 26);
     }
 }

@@ -330,7 +330,7 @@ impl<'a> World<'a> {
                 Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
                     self.checker.on_failed(id, node.incarnation, failed)
                 }
-                Event::PeerReachable { .. } => {}
+                Event::PeerReachable { .. } | Event::PathChanged { .. } => {}
             }
         }
         if let Some(t) = node.ep.poll_timeout() {

@@ -1,0 +1,350 @@
+//! Paths to one peer: which rails lead to it and how each is doing
+//! (seeds/001 section 4: transient versus permanent failure; seeds/003
+//! sections 3-4: multi-rail).
+//!
+//! A *rail* is one way out of this node (a NIC, a network, a socket bound
+//! to one address); a *path* is a rail as seen toward one peer. Health is
+//! judged per path, from the only evidence a sender has: does the peer
+//! answer on it? Any datagram from the peer that arrives on a rail shows
+//! the path alive. Something sent that asks for an answer (data, a probe)
+//! starts a clock; silence past `path_suspect_after` makes the path
+//! *suspect* and it is probed, past `path_down_after` it is *down* for
+//! this peer (other peers may still reach it fine). Down paths are probed
+//! at a low rate and come back with the first answer. A peer with a single
+//! path is not tracked at all: there is nothing to choose between, and the
+//! stream's own retransmission and abandonment rules apply unchanged.
+//!
+//! Probes need no frame of their own: a datagram with no frames and the
+//! ACK-request flag is a probe, one with no frames and no flags its answer
+//! (a "pong"), sent back at once on the rail the probe came in on.
+//!
+//! Everything here is soft state (DESIGN.md, the engine seam): a new
+//! engine rebuilds it from the configured rails.
+
+use core::time::Duration;
+
+use crate::{Config, Instant};
+
+/// A rail's number on this node: the runtime maps it to a socket (or any
+/// other transport), the core only tells rails apart.
+pub type RailId = u8;
+
+/// Most rails one peer can be reached over.
+pub const MAX_RAILS: usize = 8;
+
+/// How data is spread over a peer's healthy paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RailPolicy {
+    /// All data on the lowest-numbered healthy rail; the others carry only
+    /// probes until it fails.
+    #[default]
+    PrimaryBackup,
+    /// Datagrams round-robin over every healthy rail.
+    Stripe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathState {
+    /// Answering.
+    Active,
+    /// Silent past `path_suspect_after`: probed, still used.
+    Suspect,
+    /// Silent past `path_down_after`: not used for data, probed slowly.
+    Down,
+}
+
+/// Counters of one path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathStats {
+    pub datagrams_sent: u64,
+    pub data_frames_sent: u64,
+    pub retransmits: u64,
+    pub probes_sent: u64,
+    pub datagrams_received: u64,
+    pub state_changes: u64,
+}
+
+/// What the application can see of one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    pub rail: RailId,
+    pub state: PathState,
+    /// When the path entered its current state.
+    pub since: Instant,
+    /// Smoothed round trip of this path's probes, if any was answered.
+    pub rtt: Option<Duration>,
+    pub stats: PathStats,
+}
+
+/// A datagram the paths want sent on their own account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    Probe,
+    Pong,
+}
+
+#[derive(Debug)]
+struct Path {
+    rail: RailId,
+    state: PathState,
+    since: Instant,
+    /// The first send asking for an answer since the peer last answered.
+    awaiting_since: Option<Instant>,
+    last_sent: Instant,
+    next_probe: Option<Instant>,
+    probe_sent_at: Option<Instant>,
+    pong_owed: bool,
+    srtt: Option<Duration>,
+    stats: PathStats,
+}
+
+impl Path {
+    fn new(rail: RailId, now: Instant) -> Self {
+        Path {
+            rail,
+            state: PathState::Active,
+            since: now,
+            awaiting_since: None,
+            last_sent: now,
+            next_probe: None,
+            probe_sent_at: None,
+            pong_owed: false,
+            srtt: None,
+            stats: PathStats::default(),
+        }
+    }
+
+    fn set(&mut self, now: Instant, to: PathState) -> Option<(PathState, PathState)> {
+        if self.state == to {
+            return None;
+        }
+        let from = self.state;
+        self.state = to;
+        self.since = now;
+        self.stats.state_changes += 1;
+        Some((from, to))
+    }
+
+    /// When this path's timers next need a look.
+    fn deadline(&self, config: &Config) -> Option<Instant> {
+        let silence = self.awaiting_since.and_then(|t| match self.state {
+            PathState::Active => Some(t + config.path_suspect_after),
+            PathState::Suspect => Some(t + config.path_down_after),
+            PathState::Down => None,
+        });
+        let idle = (self.state == PathState::Active && self.awaiting_since.is_none())
+            .then(|| self.last_sent + config.path_idle_probe_interval);
+        [silence, self.next_probe, idle].into_iter().flatten().min()
+    }
+}
+
+/// A change of one path's state, for the endpoint to report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transition {
+    pub rail: RailId,
+    pub from: PathState,
+    pub to: PathState,
+}
+
+/// The paths to one peer.
+#[derive(Debug)]
+pub(crate) struct Paths {
+    /// In rail order; never empty.
+    paths: Vec<Path>,
+    /// Where answers go: the rail the peer was last heard on.
+    reply_rail: RailId,
+    /// Next turn of the stripe policy.
+    stripe: usize,
+}
+
+impl Paths {
+    /// A peer reached over rail 0 only, until told otherwise.
+    pub fn new(now: Instant) -> Self {
+        Paths { paths: vec![Path::new(0, now)], reply_rail: 0, stripe: 0 }
+    }
+
+    /// Replace the set of rails that lead to the peer (sorted, deduplicated,
+    /// at most [`MAX_RAILS`]: the caller checked). Paths kept keep their state.
+    pub fn set_rails(&mut self, now: Instant, rails: &[RailId]) {
+        let mut rails = rails.to_vec();
+        rails.sort_unstable();
+        rails.dedup();
+        let mut old = std::mem::take(&mut self.paths);
+        self.paths = rails
+            .iter()
+            .map(|&r| match old.iter().position(|p| p.rail == r) {
+                Some(i) => old.swap_remove(i),
+                None => Path::new(r, now),
+            })
+            .collect();
+        if !rails.contains(&self.reply_rail) {
+            self.reply_rail = rails[0];
+        }
+    }
+
+    /// More than one path: health is tracked and probes flow.
+    pub fn tracked(&self) -> bool {
+        self.paths.len() > 1
+    }
+
+    fn path_mut(&mut self, rail: RailId) -> Option<&mut Path> {
+        self.paths.iter_mut().find(|p| p.rail == rail)
+    }
+
+    /// A datagram from the peer passed every check on `rail`. `probe` and
+    /// `pong` say whether it was one.
+    pub fn on_receive(&mut self, now: Instant, rail: RailId, probe: bool, pong: bool) -> Option<Transition> {
+        self.reply_rail = rail;
+        let tracked = self.tracked();
+        let p = self.path_mut(rail)?;
+        p.stats.datagrams_received += 1;
+        if probe && tracked {
+            p.pong_owed = true;
+        }
+        if !tracked {
+            return None;
+        }
+        p.awaiting_since = None;
+        if pong {
+            // Only an answer times a probe: the peer's own probes and data
+            // cross ours on the wire.
+            if let Some(sent) = p.probe_sent_at.take() {
+                let sample = now - sent;
+                p.srtt = Some(p.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+            }
+        }
+        if p.state != PathState::Active {
+            p.next_probe = None;
+        }
+        p.set(now, PathState::Active).map(|(from, to)| Transition { rail, from, to })
+    }
+
+    /// A datagram went out on `rail`; `asks_answer` for data and probes.
+    pub fn on_sent(
+        &mut self,
+        now: Instant,
+        rail: RailId,
+        data_frames: u64,
+        retransmits: u64,
+        asks_answer: bool,
+    ) {
+        let tracked = self.tracked();
+        let Some(p) = self.path_mut(rail) else { return };
+        p.stats.datagrams_sent += 1;
+        p.stats.data_frames_sent += data_frames;
+        p.stats.retransmits += retransmits;
+        p.last_sent = now;
+        if tracked && asks_answer && p.awaiting_since.is_none() {
+            p.awaiting_since = Some(now);
+        }
+    }
+
+    /// The rail for the next data datagram.
+    pub fn data_rail(&mut self, policy: RailPolicy) -> RailId {
+        let usable = |s: PathState| s != PathState::Down;
+        match policy {
+            RailPolicy::PrimaryBackup => {
+                self.paths
+                    .iter()
+                    .find(|p| p.state == PathState::Active)
+                    .or_else(|| self.paths.iter().find(|p| usable(p.state)))
+                    .unwrap_or(&self.paths[0])
+                    .rail
+            }
+            RailPolicy::Stripe => {
+                let active: usize = self.paths.iter().filter(|p| p.state == PathState::Active).count();
+                if active == 0 {
+                    return self.data_rail(RailPolicy::PrimaryBackup);
+                }
+                self.stripe = (self.stripe + 1) % active;
+                self.paths
+                    .iter()
+                    .filter(|p| p.state == PathState::Active)
+                    .nth(self.stripe)
+                    .expect("in range")
+                    .rail
+            }
+        }
+    }
+
+    pub fn reply_rail(&self) -> RailId {
+        self.reply_rail
+    }
+
+    /// Run the path clocks; `on_change` hears of every state change.
+    pub fn on_timer(&mut self, now: Instant, config: &Config, mut on_change: impl FnMut(Transition)) {
+        if !self.tracked() {
+            return;
+        }
+        for p in &mut self.paths {
+            if let Some(t) = p.awaiting_since {
+                let next = if now >= t + config.path_down_after {
+                    Some(PathState::Down)
+                } else if now >= t + config.path_suspect_after && p.state == PathState::Active {
+                    Some(PathState::Suspect)
+                } else {
+                    None
+                };
+                if let Some(to) = next {
+                    if let Some((from, to)) = p.set(now, to) {
+                        on_change(Transition { rail: p.rail, from, to });
+                        // Probe a newly suspect path at once; a down one
+                        // after the slow interval (it has just been probed).
+                        p.next_probe = Some(match to {
+                            PathState::Down => now + config.path_down_probe_interval,
+                            _ => now,
+                        });
+                        if to == PathState::Down {
+                            // Stop the clock: the path stays down until it answers.
+                            p.awaiting_since = None;
+                        }
+                    }
+                }
+            }
+            let idle = p.state == PathState::Active
+                && p.awaiting_since.is_none()
+                && now >= p.last_sent + config.path_idle_probe_interval;
+            if idle && p.next_probe.is_none() {
+                p.next_probe = Some(now);
+            }
+        }
+    }
+
+    /// A probe or pong to send now, with its rail.
+    pub fn take_control(&mut self, now: Instant, config: &Config) -> Option<(RailId, Control)> {
+        if let Some(p) = self.paths.iter_mut().find(|p| p.pong_owed) {
+            p.pong_owed = false;
+            return Some((p.rail, Control::Pong));
+        }
+        let p = self.paths.iter_mut().find(|p| p.next_probe.is_some_and(|t| t <= now))?;
+        p.probe_sent_at = Some(now);
+        p.stats.probes_sent += 1;
+        p.next_probe = match p.state {
+            PathState::Active => None,
+            PathState::Suspect => Some(now + config.path_probe_interval),
+            PathState::Down => Some(now + config.path_down_probe_interval),
+        };
+        Some((p.rail, Control::Probe))
+    }
+
+    pub fn control_due(&self, now: Instant) -> bool {
+        self.paths.iter().any(|p| p.pong_owed || p.next_probe.is_some_and(|t| t <= now))
+    }
+
+    pub fn deadline(&self, config: &Config) -> Option<Instant> {
+        if !self.tracked() {
+            return None;
+        }
+        self.paths.iter().filter_map(|p| p.deadline(config)).min()
+    }
+
+    pub fn info(&self) -> impl Iterator<Item = PathInfo> + '_ {
+        self.paths.iter().map(|p| PathInfo {
+            rail: p.rail,
+            state: p.state,
+            since: p.since,
+            rtt: p.srtt,
+            stats: p.stats,
+        })
+    }
+}
