@@ -46,8 +46,8 @@ pub struct Transmit {
 pub enum PathError {
     #[error("a peer needs at least one rail")]
     NoRails,
-    #[error("at most {MAX_RAILS} rails per peer")]
-    TooManyRails,
+    #[error("rails are numbered 0 to {}", MAX_RAILS - 1)]
+    BadRail,
     #[error("cannot have paths to this endpoint itself")]
     SelfPeer,
     #[error("too many peers")]
@@ -172,8 +172,8 @@ impl Endpoint {
         if rails.is_empty() {
             return Err(PathError::NoRails);
         }
-        if rails.len() > MAX_RAILS {
-            return Err(PathError::TooManyRails);
+        if rails.iter().any(|&r| r as usize >= MAX_RAILS) {
+            return Err(PathError::BadRail);
         }
         let p = self.peer_mut(peer).ok_or(PathError::TooManyPeers)?;
         p.paths.set_rails(Instant::ZERO, rails);
@@ -256,7 +256,8 @@ impl Endpoint {
         // An empty datagram is a probe (ACK-request flag) or its answer.
         let empty = packet.body_len() == 0;
         let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
-        if let Some(t) = peer.paths.on_receive(now, rail, probe, pong) {
+        let data = packet.frames().any(|f| matches!(f, Frame::Data(_)));
+        if let Some(t) = peer.paths.on_receive(now, rail, data, probe, pong) {
             let (from, to) = (t.from, t.to);
             self.events.push_back(Event::PathChanged { peer: h.src_node, rail, from, to, at: now });
         }
@@ -287,7 +288,14 @@ impl Endpoint {
                         continue;
                     }
                     match peer.send.on_ack(now, a.cumulative, a.ranges(), self.config.retransmit) {
-                        Ok(outcome) => self.stats.messages_acked += outcome.messages_acked,
+                        Ok(outcome) => {
+                            self.stats.messages_acked += outcome.messages_acked;
+                            let (events, src) = (&mut self.events, h.src_node);
+                            peer.paths.on_acked(now, outcome.rails, |t| {
+                                let (rail, from, to) = (t.rail, t.from, t.to);
+                                events.push_back(Event::PathChanged { peer: src, rail, from, to, at: now });
+                            });
+                        }
                         Err(_) => self.stats.protocol_violations += 1,
                     }
                 }

@@ -4,10 +4,11 @@
 //!
 //! A *rail* is one way out of this node (a NIC, a network, a socket bound
 //! to one address); a *path* is a rail as seen toward one peer. Health is
-//! judged per path, from the only evidence a sender has: does the peer
-//! answer on it? Any datagram from the peer that arrives on a rail shows
-//! the path alive. Something sent that asks for an answer (data, a probe)
-//! starts a clock; silence past `path_suspect_after` makes the path
+//! judged per path, from the only evidence a sender has that the path
+//! delivers: an ACK newly covering data last sent over it (on whichever
+//! rail the ACK itself came back), or the answer to a probe sent over it.
+//! Something sent that asks for an answer (data, a probe) starts a clock;
+//! silence past `path_suspect_after` makes the path
 //! *suspect* and it is probed, past `path_down_after` it is *down* for
 //! this peer (other peers may still reach it fine). Down paths are probed
 //! at a low rate and come back with the first answer. A peer with a single
@@ -16,7 +17,8 @@
 //!
 //! Probes need no frame of their own: a datagram with no frames and the
 //! ACK-request flag is a probe, one with no frames and no flags its answer
-//! (a "pong"), sent back at once on the rail the probe came in on.
+//! (a "pong"), sent back at once on the rail the probe came in on. ACKs
+//! sent alone go back on the rail the peer's data last came in on.
 //!
 //! Everything here is soft state (DESIGN.md, the engine seam): a new
 //! engine rebuilds it from the configured rails.
@@ -29,7 +31,7 @@ use crate::{Config, Instant};
 /// other transport), the core only tells rails apart.
 pub type RailId = u8;
 
-/// Most rails one peer can be reached over.
+/// Most rails a node has: rail ids run from 0 to `MAX_RAILS - 1`.
 pub const MAX_RAILS: usize = 8;
 
 /// How data is spread over a peer's healthy paths.
@@ -151,7 +153,7 @@ pub(crate) struct Transition {
 pub(crate) struct Paths {
     /// In rail order; never empty.
     paths: Vec<Path>,
-    /// Where answers go: the rail the peer was last heard on.
+    /// Where ACKs sent alone go: the rail the peer's data last came in on.
     reply_rail: RailId,
     /// Next turn of the stripe policy.
     stripe: usize,
@@ -191,31 +193,60 @@ impl Paths {
         self.paths.iter_mut().find(|p| p.rail == rail)
     }
 
-    /// A datagram from the peer passed every check on `rail`. `probe` and
-    /// `pong` say whether it was one.
-    pub fn on_receive(&mut self, now: Instant, rail: RailId, probe: bool, pong: bool) -> Option<Transition> {
-        self.reply_rail = rail;
+    /// A datagram from the peer passed every check on `rail`: `data` if
+    /// it carried data frames, `probe` or `pong` if it was one.
+    pub fn on_receive(
+        &mut self,
+        now: Instant,
+        rail: RailId,
+        data: bool,
+        probe: bool,
+        pong: bool,
+    ) -> Option<Transition> {
         let tracked = self.tracked();
         let p = self.path_mut(rail)?;
         p.stats.datagrams_received += 1;
-        if probe && tracked {
-            p.pong_owed = true;
+        if data {
+            self.reply_rail = rail;
         }
+        let p = self.path_mut(rail).expect("found above");
         if !tracked {
             return None;
         }
-        p.awaiting_since = None;
-        if pong {
-            // Only an answer times a probe: the peer's own probes and data
-            // cross ours on the wire.
-            if let Some(sent) = p.probe_sent_at.take() {
-                let sample = now - sent;
-                p.srtt = Some(p.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+        if probe {
+            p.pong_owed = true;
+        }
+        if !pong {
+            return None;
+        }
+        // Only an answer times a probe: the peer's own probes and data
+        // cross ours on the wire.
+        if let Some(sent) = p.probe_sent_at.take() {
+            let sample = now - sent;
+            p.srtt = Some(p.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+        }
+        Self::answered(p, now)
+    }
+
+    /// An ACK newly covered data last sent over the rails in `rails` (a
+    /// bit per rail): those paths deliver.
+    pub fn on_acked(&mut self, now: Instant, rails: u8, mut on_change: impl FnMut(Transition)) {
+        if !self.tracked() || rails == 0 {
+            return;
+        }
+        for p in self.paths.iter_mut().filter(|p| rails & (1 << p.rail) != 0) {
+            if let Some(t) = Self::answered(p, now) {
+                on_change(t);
             }
         }
+    }
+
+    fn answered(p: &mut Path, now: Instant) -> Option<Transition> {
+        p.awaiting_since = None;
         if p.state != PathState::Active {
             p.next_probe = None;
         }
+        let rail = p.rail;
         p.set(now, PathState::Active).map(|(from, to)| Transition { rail, from, to })
     }
 

@@ -78,6 +78,9 @@ pub(crate) struct SendStream {
 pub(crate) struct AckOutcome {
     pub progressed: bool,
     pub messages_acked: u64,
+    /// Rails (bit per rail) whose latest transmission of a segment this
+    /// ACK newly covers: proof that the path delivers.
+    pub rails: u8,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -287,6 +290,9 @@ impl SendStream {
             }
             // Karn: only a segment sent exactly once gives an unambiguous sample.
             sample = if s.tx_count == 1 { Some(now - s.last_tx) } else { None };
+            if !s.sacked {
+                outcome.rails |= 1 << s.rail;
+            }
             outcome.progressed = true;
         }
         if outcome.progressed {
@@ -298,12 +304,15 @@ impl SendStream {
             self.rto_deadline = (self.in_flight() > 0).then(|| now + self.rtt.rto());
         }
         if mode == RetransmitMode::Selective {
-            self.apply_sack(cumulative, ranges);
+            outcome.rails |= self.apply_sack(cumulative, ranges);
         }
         Ok(outcome)
     }
 
-    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) {
+    /// Mark what the SACK ranges cover; returns the rails (bit per rail)
+    /// of the newly covered segments.
+    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> u8 {
+        let mut rails = 0u8;
         let mut newest_sacked: Option<(u64, u64)> = None; // (seq, tx_order)
         for r in ranges {
             let lo = (cumulative + r.start as u64).max(self.base_seq);
@@ -312,6 +321,7 @@ impl SendStream {
                 let s = &mut self.segments[(seq - self.base_seq) as usize];
                 if !s.sacked {
                     s.sacked = true;
+                    rails |= 1 << s.rail;
                     if s.lost {
                         s.lost = false;
                         self.lost_count -= 1;
@@ -322,7 +332,7 @@ impl SendStream {
                 }
             }
         }
-        let Some((top_seq, top_order)) = newest_sacked else { return };
+        let Some((top_seq, top_order)) = newest_sacked else { return rails };
         for s in self.segments.iter_mut() {
             if s.seq + REORDER_ALLOWANCE > top_seq {
                 break;
@@ -332,6 +342,7 @@ impl SendStream {
                 self.lost_count += 1;
             }
         }
+        rails
     }
 
     pub fn deadline(&self, config: &Config) -> Option<Instant> {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use tether_fault::FaultPlan;
-use tether_proto::{Config, NodeId, RetransmitMode};
+use tether_proto::{Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
 /// A fault plan from rules in the compact command-line form: the presets
 /// read like what a user would type after `--fault`.
@@ -15,13 +15,14 @@ pub fn plan(seed: u64, rules: &[&str]) -> FaultPlan {
 }
 
 /// A link that dies: both directions between two nodes, from `at` until
-/// `until` (`None`: for good).
+/// `until` (`None`: for good), on one rail or (`rail: None`) on all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkCut {
     pub a: NodeId,
     pub b: NodeId,
     pub at: Duration,
     pub until: Option<Duration>,
+    pub rail: Option<RailId>,
 }
 
 #[derive(Debug, Clone)]
@@ -36,6 +37,10 @@ pub struct SimConfig {
     /// each node drawing from its own stream seeded from the run's seed.
     pub faults: FaultPlan,
     pub cuts: Vec<LinkCut>,
+    /// Rails between every pair of nodes (each a separate network).
+    pub rails: u8,
+    /// Rails that drop this fraction of their datagrams, all the time.
+    pub rail_loss: Vec<(RailId, f64)>,
     /// Nodes that crash and restart as a new incarnation, and when.
     pub restarts: Vec<(NodeId, Duration)>,
     pub proto: Config,
@@ -62,6 +67,8 @@ impl SimConfig {
             latency: Duration::from_micros(20),
             faults: FaultPlan::new(seed),
             cuts: Vec::new(),
+            rails: 1,
+            rail_loss: Vec::new(),
             restarts: Vec::new(),
             proto: Config { abandon_after: Duration::from_millis(300), ..Config::default() },
             safety_phase: Duration::from_millis(50),
@@ -78,9 +85,9 @@ impl fmt::Display for SimConfig {
         let p = &self.proto;
         write!(
             f,
-            "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} restarts={:?} \
-             safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} window={} rto_min={:?} \
-             abandon_after={:?} mode={:?}",
+            "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} rails={} \
+             rail_loss={:?} restarts={:?} safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} \
+             window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?}",
             self.seed,
             self.mix,
             self.nodes,
@@ -88,6 +95,8 @@ impl fmt::Display for SimConfig {
             self.latency,
             self.faults.rules,
             self.cuts,
+            self.rails,
+            self.rail_loss,
             self.restarts,
             self.safety_phase,
             self.time_limit,
@@ -96,7 +105,8 @@ impl fmt::Display for SimConfig {
             p.send_window,
             p.rto_min,
             p.abandon_after,
-            p.retransmit
+            p.retransmit,
+            p.rail_policy
         )
     }
 }
@@ -119,10 +129,23 @@ pub enum FaultMix {
     /// Every message fault of seeds/002 at once, from both sides, with
     /// loss bursts: stale datagrams injected toward the wrong peer too.
     Every,
+    /// Two rails; rail 0 between nodes 0 and 1 dies mid-stream for good.
+    RailCut,
+    /// Two rails between nodes 0 and 1 die one after the other.
+    RailsBothCut,
+    /// Two rails; rail 0 between nodes 1 and 2 goes down and up again
+    /// and again.
+    RailFlap,
+    /// Two rails; rail 0 drops 30% of everything rather than dying.
+    RailLossy,
+    /// Two rails, striped; rail 1 between nodes 0 and 2 dies.
+    RailStripe,
+    /// Two rails; rail 0 between nodes 0 and 1 dies and node 1 restarts.
+    RailRestart,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 11] = [
+    pub const ALL: [FaultMix; 17] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -134,6 +157,12 @@ impl FaultMix {
         FaultMix::Restart,
         FaultMix::Tight,
         FaultMix::Every,
+        FaultMix::RailCut,
+        FaultMix::RailsBothCut,
+        FaultMix::RailFlap,
+        FaultMix::RailLossy,
+        FaultMix::RailStripe,
+        FaultMix::RailRestart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -149,6 +178,12 @@ impl FaultMix {
             FaultMix::Restart => "restart",
             FaultMix::Tight => "tight",
             FaultMix::Every => "every_fault",
+            FaultMix::RailCut => "rail_cut",
+            FaultMix::RailsBothCut => "rails_both_cut",
+            FaultMix::RailFlap => "rail_flap",
+            FaultMix::RailLossy => "rail_lossy_30pct",
+            FaultMix::RailStripe => "rail_stripe_cut",
+            FaultMix::RailRestart => "rail_restart",
         }
     }
 
@@ -158,7 +193,10 @@ impl FaultMix {
 
     /// True when the mix may legitimately fail messages (else all must arrive).
     pub fn may_fail(self) -> bool {
-        matches!(self, FaultMix::DeadLink | FaultMix::Restart)
+        matches!(
+            self,
+            FaultMix::DeadLink | FaultMix::Restart | FaultMix::RailsBothCut | FaultMix::RailRestart
+        )
     }
 
     pub fn config(self, seed: u64) -> SimConfig {
@@ -179,7 +217,7 @@ impl FaultMix {
                 rules(&mut c, &[&flip, &cut]);
             }
             FaultMix::DeadLink => {
-                c.cuts.push(LinkCut { a: 0, b: 1, at: Duration::from_micros(800), until: None });
+                c.cuts.push(LinkCut { a: 0, b: 1, at: Duration::from_micros(800), until: None, rail: None });
             }
             FaultMix::Flaky => {
                 let [flip, cut] = corrupt(0.03);
@@ -192,6 +230,7 @@ impl FaultMix {
                     b: 2,
                     at: Duration::from_micros(500),
                     until: Some(Duration::from_millis(20)),
+                    rail: None,
                 });
             }
             FaultMix::GoBackN => {
@@ -232,7 +271,41 @@ impl FaultMix {
                     "drop:p=1,on=2ms,off=8ms",
                 ],
             ),
+            FaultMix::RailCut => {
+                c.rails = 2;
+                c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
+            }
+            FaultMix::RailsBothCut => {
+                c.rails = 2;
+                c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
+                c.cuts.push(cut_rail(0, 1, 1, Duration::from_millis(3), None));
+            }
+            FaultMix::RailFlap => {
+                c.rails = 2;
+                for i in 0..8u64 {
+                    let at = Duration::from_micros(300 + 4_000 * i);
+                    c.cuts.push(cut_rail(1, 2, 0, at, Some(at + Duration::from_millis(2))));
+                }
+            }
+            FaultMix::RailLossy => {
+                c.rails = 2;
+                c.rail_loss.push((0, 0.3));
+            }
+            FaultMix::RailStripe => {
+                c.rails = 2;
+                c.proto.rail_policy = RailPolicy::Stripe;
+                c.cuts.push(cut_rail(0, 2, 1, Duration::from_micros(600), None));
+            }
+            FaultMix::RailRestart => {
+                c.rails = 2;
+                c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
+                c.restarts.push((1, Duration::from_millis(2)));
+            }
         }
         c
     }
+}
+
+fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {
+    LinkCut { a, b, at, until, rail: Some(rail) }
 }

@@ -14,7 +14,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tether_fault::{FaultCounters, Injector};
-use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, SendError, Stats};
+use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, RailId, SendError, Stats};
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
 use crate::config::SimConfig;
@@ -61,6 +61,7 @@ enum Ev {
     Arrive {
         src: NodeId,
         dst: NodeId,
+        rail: RailId,
         bytes: Vec<u8>,
     },
     /// A node's injector holds delayed or reordered datagrams; the first
@@ -153,7 +154,7 @@ impl<'a> World<'a> {
     fn new(cfg: &'a SimConfig) -> Self {
         let nodes = (0..cfg.nodes)
             .map(|id| Node {
-                ep: Endpoint::new(cfg.proto.clone(), id, 1).expect("simulation config is valid"),
+                ep: endpoint(cfg, id, 1),
                 incarnation: 1,
                 wake_at: None,
                 sent_to: vec![0; cfg.nodes as usize],
@@ -210,8 +211,12 @@ impl<'a> World<'a> {
             events += 1;
             let now = self.instant();
             let node = match s.ev {
-                Ev::Arrive { src, dst, bytes } => {
-                    if self.faulty() {
+                Ev::Arrive { src, dst, rail, bytes } => {
+                    if self.cfg.rails > 1 {
+                        // Rail runs use rail faults (cuts, loss) only: the
+                        // injector's held datagrams would forget their rail.
+                        self.nodes[dst as usize].ep.handle_datagram_on(now, rail, &bytes);
+                    } else if self.faulty() {
                         let elapsed = self.elapsed();
                         self.injectors[dst as usize].on_recv(elapsed, Some(src), &bytes);
                         self.release(dst);
@@ -301,7 +306,7 @@ impl<'a> World<'a> {
         }
         self.dead_stats.accumulate(node.ep.stats());
         node.incarnation += 1;
-        node.ep = Endpoint::new(self.cfg.proto.clone(), id, node.incarnation).expect("valid config");
+        node.ep = endpoint(self.cfg, id, node.incarnation);
         node.wake_at = None;
     }
 
@@ -311,7 +316,7 @@ impl<'a> World<'a> {
         let now = self.instant();
         let mut buf = std::mem::take(&mut self.buf);
         while let Some(t) = self.nodes[id as usize].ep.poll_transmit(now, &mut buf) {
-            self.transmit(id, t.dst, &buf[..t.len]);
+            self.transmit(id, t.dst, t.rail, &buf[..t.len]);
         }
         self.buf = buf;
         match self.cfg.reader_batch {
@@ -351,9 +356,10 @@ impl<'a> World<'a> {
         }
     }
 
-    fn cut(&self, a: NodeId, b: NodeId) -> bool {
+    fn cut(&self, a: NodeId, b: NodeId, rail: RailId) -> bool {
         self.cfg.cuts.iter().any(|c| {
             ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
+                && c.rail.is_none_or(|r| r == rail)
                 && self.now >= ns(c.at)
                 && c.until.is_none_or(|u| self.now < ns(u))
         })
@@ -388,17 +394,27 @@ impl<'a> World<'a> {
         }
     }
 
-    fn transmit(&mut self, src: NodeId, dst: NodeId, datagram: &[u8]) {
+    fn transmit(&mut self, src: NodeId, dst: NodeId, rail: RailId, datagram: &[u8]) {
         self.links.datagrams += 1;
         if self.trace {
-            eprintln!("{:>12} {src}->{dst} {}", self.now, describe(datagram));
+            eprintln!("{:>12} {src}->{dst} rail {rail} {}", self.now, describe(datagram));
         }
         let arrive = self.now + ns(self.cfg.latency);
-        if !self.faulty() {
-            if self.cut(src, dst) {
+        if self.cfg.rails > 1 {
+            // Rail faults last the whole run: a lossy rail stays lossy.
+            let loss = self.cfg.rail_loss.iter().find(|(r, _)| *r == rail).map_or(0.0, |(_, p)| *p);
+            if self.cut(src, dst, rail) || (loss > 0.0 && self.rng.gen_bool(loss)) {
                 self.links.cut += 1;
             } else {
-                self.schedule(arrive, Ev::Arrive { src, dst, bytes: datagram.to_vec() });
+                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
+            }
+            return;
+        }
+        if !self.faulty() {
+            if self.cut(src, dst, rail) {
+                self.links.cut += 1;
+            } else {
+                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
             }
             return;
         }
@@ -409,10 +425,10 @@ impl<'a> World<'a> {
         self.injectors[src as usize]
             .on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
         for (to, bytes) in out {
-            if self.cut(src, to) {
+            if self.cut(src, to, rail) {
                 self.links.cut += 1;
             } else {
-                self.schedule(arrive, Ev::Arrive { src, dst: to, bytes });
+                self.schedule(arrive, Ev::Arrive { src, dst: to, rail, bytes });
             }
         }
     }
@@ -459,6 +475,18 @@ impl<'a> World<'a> {
 }
 
 /// Each node's injector draws from its own stream, all fixed by the seed.
+/// A node's endpoint, told that every rail leads to every other node.
+fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
+    let mut ep = Endpoint::new(cfg.proto.clone(), id, incarnation).expect("simulation config is valid");
+    if cfg.rails > 1 {
+        let rails: Vec<RailId> = (0..cfg.rails).collect();
+        for peer in (0..cfg.nodes).filter(|&p| p != id) {
+            ep.set_paths(peer, &rails).expect("at most MAX_RAILS rails");
+        }
+    }
+    ep
+}
+
 fn node_seed(seed: u64, node: NodeId) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(node) + 1)
 }
