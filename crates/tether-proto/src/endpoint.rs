@@ -291,10 +291,13 @@ impl Endpoint {
                         Ok(outcome) => {
                             self.stats.messages_acked += outcome.messages_acked;
                             let (events, src) = (&mut self.events, h.src_node);
-                            peer.paths.on_acked(now, outcome.rails, |t| {
+                            let failover = peer.paths.on_acked(now, outcome.rails, |t| {
                                 let (rail, from, to) = (t.rail, t.from, t.to);
                                 events.push_back(Event::PathChanged { peer: src, rail, from, to, at: now });
                             });
+                            if let Some(failover) = failover {
+                                events.push_back(Event::FailedOver { peer: src, failover, at: now });
+                            }
                         }
                         Err(_) => self.stats.protocol_violations += 1,
                     }

@@ -1,6 +1,6 @@
 //! What the core tells the application: events, message states, handles.
 
-use crate::paths::{PathState, RailId};
+use crate::paths::{Failover, PathState, RailId};
 use crate::{Instant, NodeId};
 
 /// A handle on one sent message: the peer and the message's number in the
@@ -77,4 +77,7 @@ pub enum Event {
     /// A path (a rail toward a peer) changed state; `at` is the time the
     /// core noticed. A path going down moves the peer's data elsewhere.
     PathChanged { peer: NodeId, rail: RailId, from: PathState, to: PathState, at: Instant },
+    /// The first ACK for data sent over a new rail after the old one
+    /// stopped delivering: the failover is complete.
+    FailedOver { peer: NodeId, failover: Failover, at: Instant },
 }

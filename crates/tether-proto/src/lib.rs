@@ -34,7 +34,7 @@ pub use config::{Config, ConfigError, RetransmitMode};
 
 pub use endpoint::{Endpoint, PathError, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
-pub use paths::{PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
+pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use stats::Stats;
 pub use time::Instant;
 

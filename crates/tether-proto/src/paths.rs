@@ -75,7 +75,20 @@ pub struct PathInfo {
     pub since: Instant,
     /// Smoothed round trip of this path's probes, if any was answered.
     pub rtt: Option<Duration>,
+    /// The last time the path showed it delivers (an ACK for data sent
+    /// over it, or a probe answered).
+    pub last_answer: Option<Instant>,
     pub stats: PathStats,
+}
+
+/// Data moved from a path that stopped delivering to another that does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failover {
+    pub from: RailId,
+    pub to: RailId,
+    /// From the last ACK for data over `from` to the first ACK for data
+    /// over `to` after it: how long the peer's data was stranded.
+    pub gap: Duration,
 }
 
 /// A datagram the paths want sent on their own account.
@@ -97,6 +110,7 @@ struct Path {
     probe_sent_at: Option<Instant>,
     pong_owed: bool,
     srtt: Option<Duration>,
+    last_answer: Option<Instant>,
     stats: PathStats,
 }
 
@@ -112,6 +126,7 @@ impl Path {
             probe_sent_at: None,
             pong_owed: false,
             srtt: None,
+            last_answer: None,
             stats: PathStats::default(),
         }
     }
@@ -157,12 +172,14 @@ pub(crate) struct Paths {
     reply_rail: RailId,
     /// Next turn of the stripe policy.
     stripe: usize,
+    /// The rail whose data was acknowledged last, and when.
+    last_delivered: Option<(RailId, Instant)>,
 }
 
 impl Paths {
     /// A peer reached over rail 0 only, until told otherwise.
     pub fn new(now: Instant) -> Self {
-        Paths { paths: vec![Path::new(0, now)], reply_rail: 0, stripe: 0 }
+        Paths { paths: vec![Path::new(0, now)], reply_rail: 0, stripe: 0, last_delivered: None }
     }
 
     /// Replace the set of rails that lead to the peer (sorted, deduplicated,
@@ -229,20 +246,39 @@ impl Paths {
     }
 
     /// An ACK newly covered data last sent over the rails in `rails` (a
-    /// bit per rail): those paths deliver.
-    pub fn on_acked(&mut self, now: Instant, rails: u8, mut on_change: impl FnMut(Transition)) {
+    /// bit per rail): those paths deliver. Returns the failover this
+    /// completes, if data had been stranded on a path that stopped.
+    pub fn on_acked(
+        &mut self,
+        now: Instant,
+        rails: u8,
+        mut on_change: impl FnMut(Transition),
+    ) -> Option<Failover> {
         if !self.tracked() || rails == 0 {
-            return;
+            return None;
         }
         for p in self.paths.iter_mut().filter(|p| rails & (1 << p.rail) != 0) {
             if let Some(t) = Self::answered(p, now) {
                 on_change(t);
             }
         }
+        let to = rails.trailing_zeros() as RailId;
+        let failover = match self.last_delivered {
+            Some((from, at)) if from != to && rails & (1 << from) == 0 => {
+                // Only a move away from a path that stopped answering is a
+                // failover; striping alternates between healthy rails.
+                let stopped = self.paths.iter().any(|p| p.rail == from && p.state != PathState::Active);
+                stopped.then(|| Failover { from, to, gap: now - at })
+            }
+            _ => None,
+        };
+        self.last_delivered = Some((to, now));
+        failover
     }
 
     fn answered(p: &mut Path, now: Instant) -> Option<Transition> {
         p.awaiting_since = None;
+        p.last_answer = Some(now);
         if p.state != PathState::Active {
             p.next_probe = None;
         }
@@ -375,6 +411,7 @@ impl Paths {
             state: p.state,
             since: p.since,
             rtt: p.srtt,
+            last_answer: p.last_answer,
             stats: p.stats,
         })
     }

@@ -156,6 +156,24 @@ fn a_rail_cut_mid_stream_fails_over_with_nothing_lost_or_repeated() {
     // still carried goes again once it is down (5 ms).
     assert!(suspect - cut_at <= Duration::from_millis(3), "suspect {:?} after the cut", suspect - cut_at);
     assert!(down - cut_at <= Duration::from_millis(6), "down {:?} after the cut", down - cut_at);
+    // The failover itself: from the last ACK for data over rail 0 to the
+    // first for data over rail 1, under the 10 ms bar (three 10 ms
+    // timeslices in seeds/001).
+    let gap = events
+        .iter()
+        .find_map(|e| match e {
+            Event::FailedOver { failover, .. } if failover.from == 0 && failover.to == 1 => {
+                Some(failover.gap)
+            }
+            _ => None,
+        })
+        .expect("a failover from rail 0 to rail 1");
+    assert!(gap < Duration::from_millis(10), "failover took {gap:?}");
+    eprintln!(
+        "virtual-time failover: {gap:?} (suspect {:?}, down {:?} after the cut)",
+        suspect - cut_at,
+        down - cut_at
+    );
     for seq in 0..want.len() as u64 {
         assert_eq!(r.a.message_state(MessageId { peer: B, seq }), MessageState::Delivered);
     }

@@ -335,7 +335,7 @@ impl<'a> World<'a> {
                 Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
                     self.checker.on_failed(id, node.incarnation, failed)
                 }
-                Event::PeerReachable { .. } | Event::PathChanged { .. } => {}
+                Event::PeerReachable { .. } | Event::PathChanged { .. } | Event::FailedOver { .. } => {}
             }
         }
         if let Some(t) = node.ep.poll_timeout() {
