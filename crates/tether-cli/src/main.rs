@@ -17,6 +17,7 @@ mod raw;
 mod stream;
 mod summary;
 mod table;
+mod timeline;
 
 use clap::{Parser, Subcommand};
 

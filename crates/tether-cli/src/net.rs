@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tether::{ChecksumKind, Config, Endpoint, FaultPlan, NodeId, Options, Progress, RetransmitMode};
+use tether::{
+    ChecksumKind, Config, Endpoint, FaultPlan, NodeId, Options, Progress, RailPolicy, RetransmitMode,
+};
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -83,9 +85,34 @@ pub struct NetOpts {
     /// Two-process mode, listener: the sender's address.
     #[arg(long)]
     pub peer: Option<SocketAddr>,
+    /// Rails per endpoint on loopback (each a socket of its own); with 2 or
+    /// more, path health is tracked and data fails over between them.
+    #[arg(long, default_value_t = 1)]
+    pub rails: usize,
+    /// Two-process mode: another rail, `LOCAL=REMOTE` (this side's address
+    /// on that network and the peer's), repeatable; --listen/--connect and
+    /// --bind/--peer are rail 0.
+    #[arg(long = "rail", value_name = "LOCAL=REMOTE", value_parser = rail_pair)]
+    pub extra_rails: Vec<(SocketAddr, SocketAddr)>,
+    /// How data uses healthy rails.
+    #[arg(long, value_enum, default_value_t = Policy::PrimaryBackup)]
+    pub rail_policy: Policy,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    PrimaryBackup,
+    Stripe,
+}
+
+/// `--rail LOCAL=REMOTE`.
+fn rail_pair(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    let (l, r) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected LOCAL=REMOTE"))?;
+    let parse = |a: &str| a.parse::<SocketAddr>().map_err(|e| format!("`{a}`: {e}"));
+    Ok((parse(l)?, parse(r)?))
 }
 
 pub const SENDER: NodeId = 1;
@@ -104,6 +131,10 @@ impl NetOpts {
             retransmit: match self.mode {
                 Mode::Selective => RetransmitMode::Selective,
                 Mode::GoBackN => RetransmitMode::GoBackN,
+            },
+            rail_policy: match self.rail_policy {
+                Policy::PrimaryBackup => RailPolicy::PrimaryBackup,
+                Policy::Stripe => RailPolicy::Stripe,
             },
             ..Config::default()
         }
@@ -171,15 +202,48 @@ impl NetOpts {
         Ok(Box::new(FaultyTransport::new(udp, &plan, seed)?))
     }
 
-    /// An endpoint with this command's options and fault plan.
+    /// An endpoint with this command's options and fault plan: rail 0
+    /// bound at `bind`, plus the `--rail` rails, each peer reached over all.
     pub fn endpoint(
         &self,
         node: NodeId,
         bind: SocketAddr,
         peers: &[(NodeId, SocketAddr)],
     ) -> anyhow::Result<Endpoint> {
-        let udp = self.udp(node, bind, peers)?;
-        Ok(Endpoint::with_transport(node, Box::new(udp), self.options()?)?)
+        if self.extra_rails.is_empty() {
+            let udp = self.udp(node, bind, peers)?;
+            return Ok(Endpoint::with_transport(node, Box::new(udp), self.options()?)?);
+        }
+        let binds: Vec<SocketAddr> =
+            std::iter::once(bind).chain(self.extra_rails.iter().map(|&(local, _)| local)).collect();
+        let ep = Endpoint::udp_rails(node, &binds, self.options()?)?;
+        for &(id, addr) in peers {
+            let addrs: Vec<SocketAddr> =
+                std::iter::once(addr).chain(self.extra_rails.iter().map(|&(_, remote)| remote)).collect();
+            ep.add_peer_rails(id, &addrs)?;
+        }
+        Ok(ep)
+    }
+
+    /// Two endpoints on loopback, `--rails` sockets each, knowing each
+    /// other over every rail: (receiver, sender).
+    pub fn loopback_pair(&self) -> anyhow::Result<(Endpoint, Endpoint)> {
+        if self.rails <= 1 {
+            let rx = self.endpoint(RECEIVER, loopback(), &[])?;
+            let rx_addr = rx.local_addr().expect("UDP has an address");
+            let tx = self.endpoint(SENDER, loopback(), &[(RECEIVER, rx_addr)])?;
+            rx.add_peer(SENDER, tx.local_addr().expect("UDP has an address"))?;
+            return Ok((rx, tx));
+        }
+        let binds = vec![loopback(); self.rails];
+        let rx = Endpoint::udp_rails(RECEIVER, &binds, self.options()?)?;
+        let tx = Endpoint::udp_rails(SENDER, &binds, self.options()?)?;
+        let addrs = |e: &Endpoint| {
+            e.rail_addrs().into_iter().map(|a| a.expect("UDP has an address")).collect::<Vec<_>>()
+        };
+        rx.add_peer_rails(SENDER, &addrs(&tx))?;
+        tx.add_peer_rails(RECEIVER, &addrs(&rx))?;
+        Ok((rx, tx))
     }
 }
 

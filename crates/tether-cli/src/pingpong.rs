@@ -62,9 +62,7 @@ fn reliable_client(ep: &tether::Endpoint, size: usize, count: u64) -> anyhow::Re
 }
 
 pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
-    let server = o.endpoint(RECEIVER, loopback(), &[])?;
-    let client = o.endpoint(SENDER, loopback(), &[(RECEIVER, server.local_addr().expect("udp"))])?;
-    server.add_peer(SENDER, client.local_addr().expect("udp"))?;
+    let (server, client) = o.loopback_pair()?;
     let echo = std::thread::spawn(move || reliable_echo(&server, count));
     let run = reliable_client(&client, o.size, count)?;
     echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;

@@ -11,6 +11,7 @@ use tether::FaultCounters;
 use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
 use crate::pattern;
 use crate::raw::RawPeer;
+use crate::timeline::Timeline;
 
 const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -27,6 +28,9 @@ pub struct StreamRun {
     pub retransmits: u64,
     /// Faults the endpoints' injectors applied (`--fault`, `--loss`).
     pub injected: FaultCounters,
+    /// The sender's rails: state changes, failovers, per-path counters.
+    #[serde(skip_serializing_if = "Timeline::is_empty")]
+    pub rails: Timeline,
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -71,15 +75,14 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
         out_of_order: t.out_of_order,
         retransmits,
         injected,
+        rails: Timeline::default(),
     }
 }
 
 /// Reliable stream over loopback, both endpoints in this process.
 pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
-    let rx = o.endpoint(RECEIVER, loopback(), &[])?;
-    let rx_addr = rx.local_addr().expect("UDP has an address");
-    let tx = o.endpoint(SENDER, loopback(), &[(RECEIVER, rx_addr)])?;
-    rx.add_peer(SENDER, tx.local_addr().expect("UDP has an address"))?;
+    let (rx, tx) = o.loopback_pair()?;
+    let origin = tx.now();
     let size = o.size;
     // The receiver endpoint is handed back, not dropped, so its last
     // (delayed) ACK still goes out while the sender flushes.
@@ -119,7 +122,9 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     let (tally, end, rx) = done.expect("loop ends with the receiver done");
     let mut injected = tx.fault_counters();
     injected.accumulate(&rx.fault_counters());
-    Ok(run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected))
+    let mut run = run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected);
+    run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    Ok(run)
 }
 
 /// Split each message into datagrams of at most `mtu` bytes, as tether would.
@@ -243,6 +248,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         return Ok(run_from(t, count, secs, 0, FaultCounters::default()));
     }
     let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
+    let origin = tx.now();
     let mut buf = vec![0u8; o.size];
     let start = Instant::now();
     for i in 0..count {
@@ -254,5 +260,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     let s = tx.stats();
     let t =
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
-    Ok(run_from(t, count, secs, s.retransmits, tx.fault_counters()))
+    let mut run = run_from(t, count, secs, s.retransmits, tx.fault_counters());
+    run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    Ok(run)
 }

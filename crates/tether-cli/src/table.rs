@@ -163,6 +163,61 @@ pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
     if injected.total() > 0 {
         println!("faults injected, all runs: {}", faults(&injected));
     }
+    if let Some(last) = runs.last().filter(|r| !r.rails.is_empty()) {
+        rails(&last.rails);
+    }
+    let gaps: Vec<f64> = runs.iter().flat_map(|r| r.rails.failovers.iter().map(|f| f.gap_ms)).collect();
+    if let Some(g) = Summary::of(&gaps) {
+        println!(
+            "failovers, all runs: {} (gap ms: median {:.3}, min {:.3}, max {:.3}; last ACK on the stopped rail to first ACK on the new one)",
+            g.n, g.median, g.min, g.max
+        );
+    }
+}
+
+/// The sender's paths at the end of the last run, and its rail timeline.
+pub fn rails(t: &crate::timeline::Timeline) {
+    let mut p = table(&[
+        "rail",
+        "state",
+        "rtt us",
+        "datagrams sent",
+        "data frames",
+        "retransmits",
+        "probes",
+        "received",
+        "state changes",
+    ]);
+    for r in &t.paths {
+        p.add_row(vec![
+            r.rail.to_string(),
+            r.state.to_string(),
+            r.rtt_us.map_or("-".into(), |v| format!("{v:.1}")),
+            r.datagrams_sent.to_string(),
+            r.data_frames_sent.to_string(),
+            r.retransmits.to_string(),
+            r.probes_sent.to_string(),
+            r.datagrams_received.to_string(),
+            r.state_changes.to_string(),
+        ]);
+    }
+    right(&mut p);
+    println!("paths of the sender, last run:\n{p}");
+    if t.events.is_empty() && t.failovers.is_empty() {
+        return;
+    }
+    println!("rail timeline, last run (ms from the start):");
+    let mut lines: Vec<(f64, String)> =
+        t.events.iter().map(|e| (e.t_ms, format!("rail {} {} -> {}", e.rail, e.from, e.to))).collect();
+    lines.extend(
+        t.failovers
+            .iter()
+            .map(|f| (f.t_ms, format!("failover rail {} -> rail {}: gap {:.3} ms", f.from, f.to, f.gap_ms))),
+    );
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (t_ms, what) in lines {
+        println!("  {t_ms:>10.3}  {what}");
+    }
 }
 
 /// "drop 12, modify 3": the kinds that struck, with their counts.

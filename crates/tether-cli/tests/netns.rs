@@ -1,7 +1,12 @@
-//! Two hosts in two network namespaces joined by a veth pair: `tether
-//! stream --listen` runs in one, `--connect` in the other, and every message
-//! must arrive verified. Skips (with a message) where namespaces cannot be
+//! Two hosts in two network namespaces joined by a veth pair (or two, one
+//! per rail, on two subnets): `tether stream --listen` runs in one,
+//! `--connect` in the other, and every message must arrive verified; with
+//! two rails, one is cut again and again mid-stream and the sender's
+//! failovers are timed. Skips (with a message) where namespaces cannot be
 //! made: not root, or no `ip`. Every namespace it makes is removed on drop.
+
+// A test drives real processes and a cutter thread: no sans-IO rules here.
+#![allow(clippy::disallowed_methods)]
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -20,9 +25,15 @@ fn must(args: &[&str]) {
 }
 
 impl Netns {
-    /// Two namespaces `a` and `b` with a veth pair on 10.201.<n>.0/24, or
-    /// `None` (and why) when this machine cannot make them.
+    /// Two namespaces `a` and `b` with a veth pair on 10.201.0.0/24, or
+    /// why this machine cannot make them.
     fn pair(tag: &str) -> Result<Netns, String> {
+        Self::joined(tag, 1)
+    }
+
+    /// Two namespaces joined by `rails` veth pairs, rail `r` on
+    /// 10.(201+r).0.0/24 between `va<id><tag><r>` and `vb<id><tag><r>`.
+    fn joined(tag: &str, rails: u8) -> Result<Netns, String> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err("not root".into());
@@ -40,14 +51,26 @@ impl Netns {
                 return Err(format!("cannot create a namespace: {}", String::from_utf8_lossy(&out.stderr)));
             }
         }
-        let (va, vb) = (format!("va{id}{tag}"), format!("vb{id}{tag}"));
-        must(&["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b]);
-        for (n, v, addr) in [(&a, &va, "10.201.0.1/24"), (&b, &vb, "10.201.0.2/24")] {
-            must(&["-n", n, "addr", "add", addr, "dev", v]);
-            must(&["-n", n, "link", "set", v, "up"]);
-            must(&["-n", n, "link", "set", "lo", "up"]);
+        for r in 0..rails {
+            let (va, vb) = veth(id, tag, r, rails);
+            must(&["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b]);
+            let net = 201 + u32::from(r);
+            for (n, v, host) in [(&a, &va, 1), (&b, &vb, 2)] {
+                must(&["-n", n, "addr", "add", &format!("10.{net}.0.{host}/24"), "dev", v]);
+                must(&["-n", n, "link", "set", v, "up"]);
+                must(&["-n", n, "link", "set", "lo", "up"]);
+            }
         }
         Ok(ns)
+    }
+}
+
+/// The veth names of rail `r` (the single-rail test keeps its old names).
+fn veth(id: u32, tag: &str, r: u8, rails: u8) -> (String, String) {
+    if rails == 1 {
+        (format!("va{id}{tag}"), format!("vb{id}{tag}"))
+    } else {
+        (format!("va{id}{tag}{r}"), format!("vb{id}{tag}{r}"))
     }
 }
 
@@ -100,4 +123,92 @@ fn stream_between_two_hosts_is_verified() {
     assert_eq!(r["out_of_order"].as_u64(), Some(0));
     assert_eq!(s["delivered"].as_u64(), Some(20000), "every message acknowledged");
     assert!(s["retransmits"].as_u64().unwrap() > 0, "1% loss was injected and repaired");
+}
+
+/// The real test of failover: two hosts, two rails (two veth pairs
+/// on two subnets), a stream across them, and rail 0's link set down in
+/// the middle of it, then up, again and again (at least 20 cuts). The
+/// stream must complete with every message verified, and the sender's
+/// failover gaps (last ACK for data over the dead rail to the first ACK for
+/// data over the live one) are printed as a distribution.
+#[test]
+fn stream_survives_rail_cuts_between_two_hosts() {
+    let ns = match Netns::joined("f", 2) {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("SKIPPED stream_survives_rail_cuts_between_two_hosts: {why}");
+            return;
+        }
+    };
+    let (a, b) = (ns.names[0].clone(), ns.names[1].clone());
+    let id = std::process::id() % 200;
+    let (va0, _) = veth(id, "f", 0, 2);
+    // Enough messages to outlast the cuts on this machine; the cutter stops
+    // when the sender is done.
+    let count = "700000";
+    let common = ["stream", "--size", "4096", "--count", count, "--json", "--runs", "1"];
+    let listener = tether_in(&b, &common)
+        .args(["--listen", "10.201.0.2:7410", "--peer", "10.201.0.1:7411"])
+        .args(["--rail", "10.202.0.2:7412=10.202.0.1:7413"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn listener");
+    std::thread::sleep(Duration::from_millis(200));
+    let sender = tether_in(&a, &common)
+        .args(["--connect", "10.201.0.2:7410", "--bind", "10.201.0.1:7411"])
+        .args(["--rail", "10.202.0.1:7413=10.202.0.2:7412"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sender");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cutter = {
+        let (done, a, va0) = (done.clone(), a.clone(), va0.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut cuts = 0u32;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && cuts < 40 {
+                must(&["-n", &a, "link", "set", &va0, "down"]);
+                cuts += 1;
+                std::thread::sleep(Duration::from_millis(120));
+                must(&["-n", &a, "link", "set", &va0, "up"]);
+                // Down rails are probed every 50 ms: give rail 0 time to
+                // come back and carry the data again before the next cut.
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            cuts
+        })
+    };
+    let sender = sender.wait_with_output().expect("sender exits");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cuts = cutter.join().expect("cutter thread");
+    let listener = listener.wait_with_output().expect("listener exits");
+    let (sent, got) = (json(&sender), json(&listener));
+    let (s, r) = (&sent["runs"][0], &got["runs"][0]);
+    assert_eq!(r["delivered"].as_u64(), Some(700000), "every message delivered");
+    assert_eq!(r["corrupted"].as_u64(), Some(0));
+    assert_eq!(r["out_of_order"].as_u64(), Some(0), "none twice, none out of order");
+    assert_eq!(s["delivered"].as_u64(), Some(700000), "every message acknowledged");
+    let mut gaps: Vec<f64> = s["rails"]["failovers"]
+        .as_array()
+        .expect("failovers")
+        .iter()
+        .map(|f| f["gap_ms"].as_f64().unwrap())
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    let q = |p: f64| gaps[((gaps.len() - 1) as f64 * p).round() as usize];
+    eprintln!(
+        "rail 0 cut {cuts} times; {} failovers; gap ms: min {:.3} p10 {:.3} median {:.3} p90 {:.3} max {:.3}; all: {:.3?}",
+        gaps.len(),
+        q(0.0),
+        q(0.1),
+        q(0.5),
+        q(0.9),
+        q(1.0),
+        gaps
+    );
+    eprintln!("sender paths: {}", s["rails"]["paths"]);
+    assert!(cuts >= 20, "the stream ended after {cuts} cuts: too short to time 20 failovers");
+    assert!(gaps.len() >= 20, "{} failovers for {cuts} cuts", gaps.len());
 }

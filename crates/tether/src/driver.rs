@@ -5,23 +5,29 @@
 //! Datagrams go out in batches (one `sendmmsg` for up to `BATCH` packets
 //! where the transport supports it) from buffers allocated once at start-up:
 //! the data path does not allocate.
+//!
+//! Each rail is a transport of its own (a socket bound to one interface);
+//! the core says which rail every datagram takes and hears which rail each
+//! arrived on (seeds/003 sections 3-4).
 
 use std::time::Duration;
 
 use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
-use tether_proto::{Endpoint as Core, Instant};
+use tether_proto::{Endpoint as Core, Instant, RailId};
 
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
 
 pub(crate) struct Driver {
     pub core: Core,
-    transport: Box<dyn Transport + Send>,
+    /// One transport per rail, indexed by rail id.
+    rails: Vec<Box<dyn Transport + Send>>,
     rx: RecvBatch,
     /// `BATCH` slots of `max_datagram` bytes each.
     tx: Vec<u8>,
-    tx_meta: [(NodeId, usize); BATCH],
+    /// Per slot: destination, length, rail.
+    tx_meta: [(NodeId, usize, RailId); BATCH],
     /// Slots `[tx_start, tx_len)` are built and not yet accepted by the transport.
     tx_start: usize,
     tx_len: usize,
@@ -36,17 +42,19 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub fn new(core: Core, transport: Box<dyn Transport + Send>, api: Option<(Injector, Instant)>) -> Self {
+    /// `rails` is non-empty: rail 0 at least.
+    pub fn new(core: Core, rails: Vec<Box<dyn Transport + Send>>, api: Option<(Injector, Instant)>) -> Self {
+        assert!(!rails.is_empty(), "a driver needs at least one rail");
         let slot = core.config().max_datagram;
         Driver {
             rx: RecvBatch::new(BATCH, slot),
             tx: vec![0; BATCH * slot],
-            tx_meta: [(0, 0); BATCH],
+            tx_meta: [(0, 0, 0); BATCH],
             tx_start: 0,
             tx_len: 0,
             slot,
             core,
-            transport,
+            rails,
             send_errors: 0,
             last_send_error: None,
             next_deadline: None,
@@ -74,12 +82,21 @@ impl Driver {
         }
     }
 
+    /// Rail 0's transport.
     pub fn transport(&self) -> &(dyn Transport + Send) {
-        &*self.transport
+        &*self.rails[0]
     }
 
-    pub fn transport_mut(&mut self) -> &mut (dyn Transport + Send) {
-        &mut *self.transport
+    pub fn rail(&self, rail: RailId) -> Option<&(dyn Transport + Send)> {
+        self.rails.get(rail as usize).map(|t| &**t as _)
+    }
+
+    pub fn rail_mut(&mut self, rail: RailId) -> Option<&mut (dyn Transport + Send)> {
+        self.rails.get_mut(rail as usize).map(|t| &mut **t as _)
+    }
+
+    pub fn rail_count(&self) -> usize {
+        self.rails.len()
     }
 
     /// Receive everything waiting, run timers, send everything the core has.
@@ -118,7 +135,8 @@ impl Driver {
     /// deadline, or a datagram a fault injector holds back until then.
     pub fn idle_for(&mut self, now: Instant) -> Option<Duration> {
         let timer = self.next_deadline().map(|t| t.saturating_since(now));
-        match (timer, self.transport.next_wakeup()) {
+        let held = self.rails.iter().filter_map(|t| t.next_wakeup()).min();
+        match (timer, held) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -131,21 +149,20 @@ impl Driver {
 
     fn receive(&mut self, now: Instant) -> usize {
         let mut total = 0;
-        loop {
-            let n = match self.transport.recv_batch(&mut self.rx) {
-                Ok(n) => n,
-                // Receive errors are transient by nature for datagram sockets
-                // (e.g. ICMP-reported refusals); reliability repairs any loss.
-                Err(_) => return total,
-            };
-            for (_, datagram) in self.rx.iter() {
-                self.core.handle_datagram(now, datagram);
-            }
-            total += n;
-            if n < BATCH {
-                return total;
+        for (rail, transport) in self.rails.iter_mut().enumerate() {
+            // Receive errors are transient by nature for datagram sockets
+            // (e.g. ICMP-reported refusals); reliability repairs any loss.
+            while let Ok(n) = transport.recv_batch(&mut self.rx) {
+                for (_, datagram) in self.rx.iter() {
+                    self.core.handle_datagram_on(now, rail as RailId, datagram);
+                }
+                total += n;
+                if n < BATCH {
+                    break;
+                }
             }
         }
+        total
     }
 
     /// Send what is pending, then keep asking the core for datagrams.
@@ -169,7 +186,7 @@ impl Driver {
                 let at = self.tx_len * self.slot;
                 match self.core.poll_transmit(now, &mut self.tx[at..at + self.slot]) {
                     Some(t) => {
-                        self.tx_meta[self.tx_len] = (t.dst, t.len);
+                        self.tx_meta[self.tx_len] = (t.dst, t.len, t.rail);
                         self.tx_len += 1;
                     }
                     None => break,
@@ -182,16 +199,30 @@ impl Driver {
         }
     }
 
-    /// Hand pending slots to the transport; `None` when it would block.
+    /// Hand pending slots to their rail's transport, the leading run that
+    /// shares a rail at a time; `None` when it would block.
     fn flush_pending(&mut self) -> Option<usize> {
         let mut batch: [(NodeId, &[u8]); BATCH] = [(0, &[]); BATCH];
-        let n = self.tx_len - self.tx_start;
-        for (i, slot) in (self.tx_start..self.tx_len).enumerate() {
-            let (dst, len) = self.tx_meta[slot];
+        let rail = self.tx_meta[self.tx_start].2;
+        let mut n = 0;
+        for slot in self.tx_start..self.tx_len {
+            let (dst, len, r) = self.tx_meta[slot];
+            if r != rail {
+                break;
+            }
             let at = slot * self.slot;
-            batch[i] = (dst, &self.tx[at..at + len]);
+            batch[n] = (dst, &self.tx[at..at + len]);
+            n += 1;
         }
-        match self.transport.send_batch(&batch[..n]) {
+        let Some(transport) = self.rails.get_mut(rail as usize) else {
+            // A rail the core knows and the runtime does not (set_paths
+            // named more rails than were bound): a loss, counted.
+            self.send_errors += n as u64;
+            self.last_send_error = Some(TransportError::InvalidEndpoint);
+            self.tx_start += n;
+            return Some(0);
+        };
+        match transport.send_batch(&batch[..n]) {
             Ok(0) => None,
             Ok(k) => {
                 self.tx_start += k;

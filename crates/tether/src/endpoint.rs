@@ -23,7 +23,7 @@ use tether_fault::{CallVerdict, FaultCounters, FaultPlan, Injector, Side};
 use tether_io::{error_of, AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
 use tether_proto::{
     Config, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState, NodeId,
-    SendError, Stats,
+    PathInfo, RailId, SendError, Stats, MAX_RAILS,
 };
 
 use crate::clock::Clock;
@@ -86,8 +86,9 @@ struct Shared {
     app_left_ns: AtomicU64,
     stop: AtomicBool,
     spin: Duration,
-    /// The transport's fault injector, when the plan has send or receive rules.
-    faults: Option<FaultHandle>,
+    /// The transports' fault injectors (one per rail), when the plan has
+    /// send or receive rules.
+    faults: Vec<FaultHandle>,
 }
 
 impl Shared {
@@ -185,23 +186,58 @@ impl Endpoint {
         transport: Box<dyn Transport + Send>,
         options: Options,
     ) -> Result<Self, Error> {
+        Self::with_rails(node, vec![transport], options)
+    }
+
+    /// Bind one UDP socket per rail (`binds[i]` is rail `i`, e.g. one
+    /// address on each network). Peers are added with `add_peer_rails`.
+    pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> Result<Self, Error> {
+        let rails = binds
+            .iter()
+            .map(|&b| {
+                Ok(Box::new(UdpTransport::bind(node, b, AddressBook::new())?) as Box<dyn Transport + Send>)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Self::with_rails(node, rails, options)
+    }
+
+    /// Run over several rails, one transport each (rail `i` is
+    /// `rails[i]`), at most `MAX_RAILS`. The fault plan applies to every
+    /// rail, each drawing from its own seed.
+    pub fn with_rails(
+        node: NodeId,
+        rails: Vec<Box<dyn Transport + Send>>,
+        options: Options,
+    ) -> Result<Self, Error> {
+        if rails.is_empty() || rails.len() > MAX_RAILS {
+            return Err(Error::Transport(tether_io::TransportError::InvalidArgs));
+        }
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let core = Core::new(options.config, node, incarnation)?;
         let plan = &options.faults;
         let seed = plan.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(node);
-        let (transport, faults): (Box<dyn Transport + Send>, _) =
+        let mut faults = Vec::new();
+        let mut wrapped: Vec<Box<dyn Transport + Send>> = Vec::with_capacity(rails.len());
+        for (i, transport) in rails.into_iter().enumerate() {
             if plan.touches(Side::Send) || plan.touches(Side::Recv) {
-                let faulty = FaultyTransport::new(transport, plan, seed)?;
-                let handle = faulty.handle();
-                (Box::new(faulty), Some(handle))
+                // Rail 0 keeps the seed a single-rail endpoint has.
+                let faulty = FaultyTransport::new(
+                    transport,
+                    plan,
+                    seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+                )?;
+                faults.push(faulty.handle());
+                wrapped.push(Box::new(faulty));
             } else {
-                (transport, None)
-            };
+                wrapped.push(transport);
+            }
+        }
         let api = if plan.touches(Side::Api) { Some(Injector::with_seed(plan, seed ^ 0xA91)?) } else { None };
-        let waiter = Waiter::new(transport.raw_fd())?;
+        let fds: Vec<_> = wrapped.iter().map(|t| t.raw_fd()).collect();
+        let waiter = Waiter::new(&fds)?;
         let clock = Clock::new();
         let shared = Arc::new(Shared {
-            driver: Mutex::new(Driver::new(core, transport, api.map(|i| (i, clock.now())))),
+            driver: Mutex::new(Driver::new(core, wrapped, api.map(|i| (i, clock.now())))),
             waiter,
             clock,
             app_active: AtomicUsize::new(0),
@@ -233,10 +269,44 @@ impl Endpoint {
         self.shared.lock().transport().local_addr()
     }
 
-    /// Learn (or change) the address a peer is reached at.
+    /// Learn (or change) the address a peer is reached at (over rail 0).
     pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
-        self.shared.lock().transport_mut().add_peer(node, addr)?;
+        self.add_peer_rails(node, &[addr])
+    }
+
+    /// Learn the addresses a peer is reached at, one per rail (`addrs[i]`
+    /// over rail `i`): the address book per rail, and the core's paths.
+    /// With two or more, the paths' health is tracked and data fails over.
+    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+        let mut d = self.shared.lock();
+        if addrs.is_empty() || addrs.len() > d.rail_count() {
+            return Err(Error::Transport(tether_io::TransportError::InvalidArgs));
+        }
+        for (rail, &addr) in addrs.iter().enumerate() {
+            d.rail_mut(rail as RailId).expect("checked against rail_count").add_peer(node, addr)?;
+        }
+        let rails: Vec<RailId> = (0..addrs.len() as RailId).collect();
+        d.core
+            .set_paths(node, &rails)
+            .map_err(|_| Error::Transport(tether_io::TransportError::InvalidArgs))?;
+        d.refresh_deadline();
         Ok(())
+    }
+
+    /// This endpoint's clock, as the core reads it (event times are on it).
+    pub fn now(&self) -> Instant {
+        self.shared.clock.now()
+    }
+
+    /// The paths to `peer`, one per rail: state, RTT, counters.
+    pub fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
+        self.shared.lock().core.paths(peer)
+    }
+
+    /// The local address of each rail.
+    pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+        let d = self.shared.lock();
+        (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
     }
 
     /// Queue a message and put it on the wire at once if the window allows.
@@ -342,7 +412,7 @@ impl Endpoint {
     /// Faults injected so far by this endpoint's fault plan, every side.
     pub fn fault_counters(&self) -> FaultCounters {
         let mut c = self.shared.lock().api_fault_counters();
-        if let Some(f) = &self.shared.faults {
+        for f in &self.shared.faults {
             c.accumulate(&f.snapshot());
         }
         c
@@ -351,14 +421,14 @@ impl Endpoint {
     /// Switch the fault plan off (`false`) or back on, on every side.
     pub fn set_faults_enabled(&self, on: bool) {
         self.shared.lock().set_api_faults_enabled(on);
-        if let Some(f) = &self.shared.faults {
+        for f in &self.shared.faults {
             f.set_enabled(on);
         }
     }
 
-    /// The transport's fault injector, for its trace and completion statuses.
+    /// Rail 0's fault injector, for its trace and completion statuses.
     pub fn fault_handle(&self) -> Option<FaultHandle> {
-        self.shared.faults.clone()
+        self.shared.faults.first().cloned()
     }
 
     /// Bytes held in send buffers and delivery queues: back to zero when

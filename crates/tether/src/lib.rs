@@ -23,7 +23,7 @@ pub use error::Error;
 pub use tether_fault::{FaultCounters, FaultKind, FaultPlan, Rule as FaultRule};
 pub use tether_io::FaultHandle;
 pub use tether_proto::{
-    Config, Delivery, Event, FailReason, FailedMessages, Instant, MessageId, MessageState, NodeId,
-    RetransmitMode, SendError, Stats,
+    Config, Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,
+    PathInfo, PathState, PathStats, RailId, RailPolicy, RetransmitMode, SendError, Stats, MAX_RAILS,
 };
 pub use tether_wire::ChecksumKind;

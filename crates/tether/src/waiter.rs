@@ -1,15 +1,21 @@
 //! Sleeping until there is something to do: a datagram on the socket, a
 //! wake-up from another thread, or a deadline.
 //!
-//! `poll(2)` on the transport's descriptor plus an eventfd that any thread
-//! can signal, so a thread blocked in the kernel can be woken without a
-//! datagram (shutdown; the progress thread handing over to the application).
+//! `poll(2)` on the transports' descriptors (one per rail) plus an eventfd
+//! that any thread can signal, so a thread blocked in the kernel can be
+//! woken without a datagram (shutdown; the progress thread handing over to
+//! the application).
 
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// Most descriptors waited on: the eventfd and one socket per rail.
+const MAX_FDS: usize = 1 + tether_proto::MAX_RAILS;
+
 pub(crate) struct Waiter {
-    socket: Option<RawFd>,
+    /// The rails' descriptors; `None` if any rail has none (then waits
+    /// are sliced, as nothing would wake them).
+    sockets: Option<Vec<RawFd>>,
     event: RawFd,
 }
 
@@ -17,13 +23,15 @@ pub(crate) struct Waiter {
 const NO_FD_SLICE: Duration = Duration::from_micros(200);
 
 impl Waiter {
-    pub fn new(socket: Option<RawFd>) -> std::io::Result<Self> {
+    /// `sockets`: each rail's descriptor, if it has one.
+    pub fn new(sockets: &[Option<RawFd>]) -> std::io::Result<Self> {
         // SAFETY: eventfd takes no pointers; we check the result and own the fd.
         let event = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if event < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Waiter { socket, event })
+        let sockets = sockets.iter().copied().collect::<Option<Vec<_>>>();
+        Ok(Waiter { sockets: sockets.map(|s| s.into_iter().take(MAX_FDS - 1).collect()), event })
     }
 
     /// Wake every thread blocked in `wait`.
@@ -36,25 +44,29 @@ impl Waiter {
 
     /// Block until the socket is readable, `wake` is called, or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
-        let timeout = if self.socket.is_none() { timeout.min(NO_FD_SLICE) } else { timeout };
-        self.poll(timeout, self.socket.unwrap_or(-1));
+        match &self.sockets {
+            Some(fds) => self.poll(timeout, fds),
+            None => self.poll(timeout.min(NO_FD_SLICE), &[]),
+        }
     }
 
     /// Block until `wake` is called or `timeout` passes, ignoring the socket:
     /// for a thread that must not be woken by traffic someone else handles.
     pub fn wait_for_wake(&self, timeout: Duration) {
-        self.poll(timeout, -1);
+        self.poll(timeout, &[]);
     }
 
-    fn poll(&self, timeout: Duration, socket: RawFd) {
-        let mut fds = [
-            libc::pollfd { fd: self.event, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: socket, events: libc::POLLIN, revents: 0 },
-        ];
+    fn poll(&self, timeout: Duration, sockets: &[RawFd]) {
+        let idle = libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 };
+        let mut fds = [idle; MAX_FDS];
+        fds[0].fd = self.event;
+        for (slot, &fd) in fds[1..].iter_mut().zip(sockets) {
+            slot.fd = fd;
+        }
+        let count = 1 + sockets.len().min(MAX_FDS - 1);
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live array of two pollfd structs; a negative fd
-        // is ignored by poll(2) by definition.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        // SAFETY: `fds` is a live array of at least `count` pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), count as libc::nfds_t, ms) };
         if n > 0 && fds[0].revents & libc::POLLIN != 0 {
             let mut buf = [0u8; 8];
             // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
@@ -77,11 +89,11 @@ mod tests {
 
     #[test]
     fn wake_interrupts_wait_and_timeout_bounds_it() {
-        let w = Waiter::new(None).unwrap();
+        let w = Waiter::new(&[None]).unwrap();
         let t = Instant::now();
         w.wait(Duration::from_millis(5));
         assert!(t.elapsed() < Duration::from_millis(100));
-        let w = std::sync::Arc::new(Waiter::new(Some(-1)).unwrap());
+        let w = std::sync::Arc::new(Waiter::new(&[Some(-1)]).unwrap());
         let w2 = w.clone();
         let waker = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
