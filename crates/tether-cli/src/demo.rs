@@ -51,6 +51,14 @@ pub struct DemoOpts {
     pub faults: Vec<String>,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Rails per node (each a socket of its own on loopback).
+    #[arg(long, default_value_t = 1)]
+    pub rails: usize,
+    /// With --rails 2 or more: node 0's rail 0 dies this many milliseconds
+    /// into the run (everything it sends or receives on it is dropped),
+    /// and the run prints the rail timeline of every node.
+    #[arg(long, value_name = "MS")]
+    pub cut_rail_at: Option<u64>,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -74,6 +82,11 @@ pub struct NodeReport {
 
 #[derive(Debug, Serialize)]
 pub struct DemoReport {
+    /// With --rails 2 or more: each node's rail timeline and paths toward
+    /// each peer, as (node, peer, timeline). A node's events all land in
+    /// the entry of its first peer (events are drained once).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<(NodeId, NodeId, crate::timeline::Timeline)>,
     pub nodes: Vec<NodeReport>,
     pub total: NodeReport,
     pub latency_us: Option<Summary>,
@@ -130,6 +143,20 @@ fn node_options(faults: FaultPlan) -> Options {
     Options { config, faults, ..Options::default() }
 }
 
+/// Node 0's rail 0 dies at `at`: its usual faults until then, then every
+/// datagram dropped both ways.
+fn dead_rail_plan(base: &FaultPlan, at: Duration) -> anyhow::Result<FaultPlan> {
+    let mut plan = base.clone();
+    let ms = at.as_millis();
+    for (i, rule) in [format!("drop:p=1,from={ms}ms,side=send"), format!("drop:p=1,from={ms}ms,side=recv")]
+        .iter()
+        .enumerate()
+    {
+        plan.rules.push(FaultPlan::parse_rule(rule, base.rules.len() + i)?);
+    }
+    Ok(plan)
+}
+
 /// The demo's receive-side faults, plus any given with `--fault`.
 fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
     let mut rules = vec![
@@ -145,23 +172,10 @@ fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
 
 pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     anyhow::ensure!(o.nodes >= 2, "the demo needs at least two nodes");
+    anyhow::ensure!((1..=tether::MAX_RAILS).contains(&o.rails), "--rails must be 1 to {}", tether::MAX_RAILS);
+    anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
     let plan = plan(o)?;
-    // Bind every socket first, then tell each endpoint every other's address.
-    let mut sockets = Vec::new();
-    for node in 0..o.nodes {
-        sockets.push(UdpTransport::bind(node, loopback(), AddressBook::new())?);
-    }
-    let addrs: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().expect("bound")).collect();
-    let mut endpoints = Vec::new();
-    for (node, mut udp) in sockets.into_iter().enumerate() {
-        for (peer, &addr) in addrs.iter().enumerate() {
-            if peer != node {
-                udp.book_mut().insert(peer as NodeId, addr);
-            }
-        }
-        let options = node_options(plan.clone());
-        endpoints.push(Arc::new(Endpoint::with_transport(node as NodeId, Box::new(udp), options)?));
-    }
+    let endpoints = if o.rails == 1 { single_rail_endpoints(o, &plan)? } else { rail_endpoints(o, &plan)? };
 
     let total_expected = o.messages * (o.nodes as u64) * (o.nodes as u64 - 1);
     let bar = (!o.json).then(|| {
@@ -174,6 +188,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     });
     let delivered_total = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
+    let rail_origin = endpoints[0].now();
     let mut threads = Vec::new();
     for (node, ep) in endpoints.iter().enumerate() {
         let (ep_tx, ep_rx) = (ep.clone(), ep.clone());
@@ -247,7 +262,18 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         && total.corrupted == 0
         && total.failed == 0
         && total.delivered == total_expected;
+    let mut rails = Vec::new();
+    if o.rails > 1 {
+        for (node, ep) in endpoints.iter().enumerate() {
+            // Each node's events are drained once, toward its first peer's
+            // table; the paths of every peer are read.
+            for peer in (0..o.nodes).filter(|&p| p != node as NodeId) {
+                rails.push((node as NodeId, peer, crate::timeline::Timeline::collect(ep, peer, rail_origin)));
+            }
+        }
+    }
     Ok(DemoReport {
+        rails,
         msgs_per_s: total.delivered as f64 / seconds,
         mb_per_s: total.bytes_delivered as f64 / seconds / 1e6,
         latency_us: Summary::of(&latencies),
@@ -256,6 +282,50 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         seconds,
         ok,
     })
+}
+
+/// One socket per node: the demo as it always was.
+fn single_rail_endpoints(o: &DemoOpts, plan: &FaultPlan) -> anyhow::Result<Vec<Arc<Endpoint>>> {
+    // Bind every socket first, then tell each endpoint every other's address.
+    let mut sockets = Vec::new();
+    for node in 0..o.nodes {
+        sockets.push(UdpTransport::bind(node, loopback(), AddressBook::new())?);
+    }
+    let addrs: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().expect("bound")).collect();
+    let mut endpoints = Vec::new();
+    for (node, mut udp) in sockets.into_iter().enumerate() {
+        for (peer, &addr) in addrs.iter().enumerate() {
+            if peer != node {
+                udp.book_mut().insert(peer as NodeId, addr);
+            }
+        }
+        let options = node_options(plan.clone());
+        endpoints.push(Arc::new(Endpoint::with_transport(node as NodeId, Box::new(udp), options)?));
+    }
+    Ok(endpoints)
+}
+
+/// `--rails` sockets per node, every node reaching every other over all.
+fn rail_endpoints(o: &DemoOpts, plan: &FaultPlan) -> anyhow::Result<Vec<Arc<Endpoint>>> {
+    let binds = vec![loopback(); o.rails];
+    let mut endpoints = Vec::new();
+    for node in 0..o.nodes {
+        let mut options = node_options(plan.clone());
+        if let (0, Some(ms)) = (node, o.cut_rail_at) {
+            options.rail_faults.push((0, dead_rail_plan(plan, Duration::from_millis(ms))?));
+        }
+        endpoints.push(Arc::new(Endpoint::udp_rails(node, &binds, options)?));
+    }
+    let addrs: Vec<Vec<SocketAddr>> = endpoints
+        .iter()
+        .map(|e| e.rail_addrs().into_iter().map(|a| a.expect("UDP has an address")).collect())
+        .collect();
+    for (node, ep) in endpoints.iter().enumerate() {
+        for (peer, a) in addrs.iter().enumerate().filter(|&(p, _)| p != node) {
+            ep.add_peer_rails(peer as NodeId, a)?;
+        }
+    }
+    Ok(endpoints)
 }
 
 fn accumulate(total: &mut NodeReport, r: &NodeReport) {

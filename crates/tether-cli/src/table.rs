@@ -92,6 +92,11 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "throughput: {:.0} messages/s, {:.1} MB/s delivered in {:.2} s",
         r.msgs_per_s, r.mb_per_s, r.seconds
     );
+    for (node, peer, t) in r.rails.iter().filter(|(_, _, t)| !t.events.is_empty() || !t.failovers.is_empty())
+    {
+        println!("node {node} toward node {peer}:");
+        rails(t);
+    }
     println!(
         "{}",
         if r.ok {

@@ -8,9 +8,10 @@
 //! delivers: an ACK newly covering data last sent over it (on whichever
 //! rail the ACK itself came back), or the answer to a probe sent over it.
 //! Something sent that asks for an answer (data, a probe) starts a clock;
-//! silence past `path_suspect_after` makes the path
-//! *suspect* and it is probed, past `path_down_after` it is *down* for
-//! this peer (other peers may still reach it fine). Down paths are probed
+//! silence past `path_suspect_after` makes the path *suspect*: it is
+//! probed, and the endpoint moves its data, in flight or new, to a healthy
+//! rail. Past `path_down_after` it is *down* for this peer (other peers
+//! may still reach it fine). Down paths are probed
 //! at a low rate and come back with the first answer. A peer with a single
 //! path is not tracked at all: there is nothing to choose between, and the
 //! stream's own retransmission and abandonment rules apply unchanged.

@@ -44,6 +44,21 @@ struct Segment {
     /// The rail of the latest transmission: a path going down re-sends
     /// exactly what it was carrying.
     rail: RailId,
+    /// Every rail it went over (a bit per rail). An ACK proves a rail
+    /// delivers only if the segment never went over another: else the copy
+    /// that arrived may be an older one (Karn's ambiguity, per rail).
+    rails_sent: u8,
+}
+
+impl Segment {
+    /// The rail this segment's arrival proves delivers: its only one.
+    fn evidence(&self) -> u8 {
+        if self.rails_sent.count_ones() == 1 {
+            self.rails_sent
+        } else {
+            0
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -175,6 +190,7 @@ impl SendStream {
                 sacked: false,
                 lost: false,
                 rail: 0,
+                rails_sent: 0,
             });
             self.next_seq += 1;
             offset = end;
@@ -255,6 +271,7 @@ impl SendStream {
         s.tx_count += 1;
         s.last_tx = now;
         s.rail = rail;
+        s.rails_sent |= 1 << rail;
         s.tx_order = self.next_tx_order;
         self.next_tx_order += 1;
         stats.data_frames_sent += 1;
@@ -291,7 +308,7 @@ impl SendStream {
             // Karn: only a segment sent exactly once gives an unambiguous sample.
             sample = if s.tx_count == 1 { Some(now - s.last_tx) } else { None };
             if !s.sacked {
-                outcome.rails |= 1 << s.rail;
+                outcome.rails |= s.evidence();
             }
             outcome.progressed = true;
         }
@@ -321,7 +338,7 @@ impl SendStream {
                 let s = &mut self.segments[(seq - self.base_seq) as usize];
                 if !s.sacked {
                     s.sacked = true;
-                    rails |= 1 << s.rail;
+                    rails |= s.evidence();
                     if s.lost {
                         s.lost = false;
                         self.lost_count -= 1;

@@ -62,6 +62,9 @@ pub struct Options {
     /// Faults to inject (empty: none). Each endpoint draws from its own
     /// seed, derived from the plan's seed and its node id.
     pub faults: FaultPlan,
+    /// Faults for one rail only, instead of `faults` there (e.g. a rail
+    /// that dies at a given time: `drop:p=1,from=300ms` on both sides).
+    pub rail_faults: Vec<(RailId, FaultPlan)>,
 }
 
 impl Default for Options {
@@ -72,6 +75,7 @@ impl Default for Options {
             spin: Duration::from_micros(50),
             incarnation: None,
             faults: FaultPlan::default(),
+            rail_faults: Vec::new(),
         }
     }
 }
@@ -219,6 +223,8 @@ impl Endpoint {
         let mut faults = Vec::new();
         let mut wrapped: Vec<Box<dyn Transport + Send>> = Vec::with_capacity(rails.len());
         for (i, transport) in rails.into_iter().enumerate() {
+            let plan =
+                options.rail_faults.iter().find(|(r, _)| usize::from(*r) == i).map_or(plan, |(_, p)| p);
             if plan.touches(Side::Send) || plan.touches(Side::Recv) {
                 // Rail 0 keeps the seed a single-rail endpoint has.
                 let faulty = FaultyTransport::new(
