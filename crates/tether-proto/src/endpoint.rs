@@ -291,10 +291,17 @@ impl Endpoint {
                         Ok(outcome) => {
                             self.stats.messages_acked += outcome.messages_acked;
                             let (events, src) = (&mut self.events, h.src_node);
-                            let failover = peer.paths.on_acked(now, outcome.rails, |t| {
-                                let (rail, from, to) = (t.rail, t.from, t.to);
-                                events.push_back(Event::PathChanged { peer: src, rail, from, to, at: now });
-                            });
+                            let failover =
+                                peer.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
+                                    let (rail, from, to) = (t.rail, t.from, t.to);
+                                    events.push_back(Event::PathChanged {
+                                        peer: src,
+                                        rail,
+                                        from,
+                                        to,
+                                        at: now,
+                                    });
+                                });
                             if let Some(failover) = failover {
                                 events.push_back(Event::FailedOver { peer: src, failover, at: now });
                             }

@@ -246,16 +246,17 @@ impl Paths {
         Self::answered(p, now)
     }
 
-    /// An ACK newly covered data last sent over the rails in `rails` (a
-    /// bit per rail): those paths deliver. Returns the failover this
-    /// completes, if data had been stranded on a path that stopped.
+    /// An ACK proved the paths in `rails` deliver (a bit per rail), and
+    /// covered data last sent over those in `latest`. Returns the failover
+    /// this completes, if data had been stranded on a path that stopped.
     pub fn on_acked(
         &mut self,
         now: Instant,
         rails: u8,
+        latest: u8,
         mut on_change: impl FnMut(Transition),
     ) -> Option<Failover> {
-        if !self.tracked() || rails == 0 {
+        if !self.tracked() || latest == 0 {
             return None;
         }
         for p in self.paths.iter_mut().filter(|p| rails & (1 << p.rail) != 0) {
@@ -263,9 +264,9 @@ impl Paths {
                 on_change(t);
             }
         }
-        let to = rails.trailing_zeros() as RailId;
+        let to = latest.trailing_zeros() as RailId;
         let failover = match self.last_delivered {
-            Some((from, at)) if from != to && rails & (1 << from) == 0 => {
+            Some((from, at)) if from != to && latest & (1 << from) == 0 => {
                 // Only a move away from a path that stopped answering is a
                 // failover; striping alternates between healthy rails.
                 let stopped = self.paths.iter().any(|p| p.rail == from && p.state != PathState::Active);

@@ -93,9 +93,12 @@ pub(crate) struct SendStream {
 pub(crate) struct AckOutcome {
     pub progressed: bool,
     pub messages_acked: u64,
-    /// Rails (bit per rail) whose latest transmission of a segment this
-    /// ACK newly covers: proof that the path delivers.
+    /// Rails (bit per rail) this ACK proves deliver: of the segments it
+    /// newly covers, those that never went over another rail.
     pub rails: u8,
+    /// Rails of the latest transmission of the segments it newly covers:
+    /// where the data is flowing now (for timing a failover).
+    pub latest_rails: u8,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -309,6 +312,7 @@ impl SendStream {
             sample = if s.tx_count == 1 { Some(now - s.last_tx) } else { None };
             if !s.sacked {
                 outcome.rails |= s.evidence();
+                outcome.latest_rails |= 1 << s.rail;
             }
             outcome.progressed = true;
         }
@@ -321,15 +325,17 @@ impl SendStream {
             self.rto_deadline = (self.in_flight() > 0).then(|| now + self.rtt.rto());
         }
         if mode == RetransmitMode::Selective {
-            outcome.rails |= self.apply_sack(cumulative, ranges);
+            let (proved, latest) = self.apply_sack(cumulative, ranges);
+            outcome.rails |= proved;
+            outcome.latest_rails |= latest;
         }
         Ok(outcome)
     }
 
     /// Mark what the SACK ranges cover; returns the rails (bit per rail)
-    /// of the newly covered segments.
-    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> u8 {
-        let mut rails = 0u8;
+    /// the newly covered segments prove, and those they last went over.
+    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> (u8, u8) {
+        let (mut rails, mut latest) = (0u8, 0u8);
         let mut newest_sacked: Option<(u64, u64)> = None; // (seq, tx_order)
         for r in ranges {
             let lo = (cumulative + r.start as u64).max(self.base_seq);
@@ -339,6 +345,7 @@ impl SendStream {
                 if !s.sacked {
                     s.sacked = true;
                     rails |= s.evidence();
+                    latest |= 1 << s.rail;
                     if s.lost {
                         s.lost = false;
                         self.lost_count -= 1;
@@ -349,7 +356,7 @@ impl SendStream {
                 }
             }
         }
-        let Some((top_seq, top_order)) = newest_sacked else { return rails };
+        let Some((top_seq, top_order)) = newest_sacked else { return (rails, latest) };
         for s in self.segments.iter_mut() {
             if s.seq + REORDER_ALLOWANCE > top_seq {
                 break;
@@ -359,7 +366,7 @@ impl SendStream {
                 self.lost_count += 1;
             }
         }
-        rails
+        (rails, latest)
     }
 
     pub fn deadline(&self, config: &Config) -> Option<Instant> {
