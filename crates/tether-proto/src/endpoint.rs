@@ -393,7 +393,7 @@ impl Endpoint {
             epoch: peer.send.epoch,
         };
         let cap = buf.len().min(config.max_datagram);
-        if let Some((rail, control)) = peer.paths.take_control(now, config) {
+        if let Some((rail, control)) = peer.paths.take_control(now, config, peer.send.has_unacked()) {
             // A probe or its answer: no frames, alone in its datagram.
             let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
             w.set_ack_request(control == Control::Probe);

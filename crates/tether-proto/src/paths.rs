@@ -357,10 +357,11 @@ impl Paths {
                 if let Some(to) = next {
                     if let Some((from, to)) = p.set(now, to) {
                         on_change(Transition { rail: p.rail, from, to });
-                        // Probe a newly suspect path at once; a down one
-                        // after the slow interval (it has just been probed).
+                        // Probe a newly suspect path at once, a newly down
+                        // one once more soon; `take_control` then keeps down
+                        // paths at the slow rate unless every path is down.
                         p.next_probe = Some(match to {
-                            PathState::Down => now + config.path_down_probe_interval,
+                            PathState::Down => now + config.path_probe_interval,
                             _ => now,
                         });
                         if to == PathState::Down {
@@ -379,18 +380,28 @@ impl Paths {
         }
     }
 
-    /// A probe or pong to send now, with its rail.
-    pub fn take_control(&mut self, now: Instant, config: &Config) -> Option<(RailId, Control)> {
+    /// A probe or pong to send now, with its rail. `data_waiting`: the
+    /// peer has unacknowledged data, so a way to it is urgent.
+    pub fn take_control(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        data_waiting: bool,
+    ) -> Option<(RailId, Control)> {
         if let Some(p) = self.paths.iter_mut().find(|p| p.pong_owed) {
             p.pong_owed = false;
             return Some((p.rail, Control::Pong));
         }
+        // With every path down and data waiting nothing can move until one
+        // answers: probe them all at the suspect rate, not the slow one.
+        let all_down = data_waiting && self.paths.iter().all(|p| p.state == PathState::Down);
         let p = self.paths.iter_mut().find(|p| p.next_probe.is_some_and(|t| t <= now))?;
         p.probe_sent_at = Some(now);
         p.stats.probes_sent += 1;
         p.next_probe = match p.state {
             PathState::Active => None,
             PathState::Suspect => Some(now + config.path_probe_interval),
+            PathState::Down if all_down => Some(now + config.path_probe_interval),
             PathState::Down => Some(now + config.path_down_probe_interval),
         };
         Some((p.rail, Control::Probe))
