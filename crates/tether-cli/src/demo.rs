@@ -83,8 +83,7 @@ pub struct NodeReport {
 #[derive(Debug, Serialize)]
 pub struct DemoReport {
     /// With --rails 2 or more: each node's rail timeline and paths toward
-    /// each peer, as (node, peer, timeline). A node's events all land in
-    /// the entry of its first peer (events are drained once).
+    /// each peer, as (node, peer, timeline).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rails: Vec<(NodeId, NodeId, crate::timeline::Timeline)>,
     pub nodes: Vec<NodeReport>,
@@ -265,10 +264,9 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     let mut rails = Vec::new();
     if o.rails > 1 {
         for (node, ep) in endpoints.iter().enumerate() {
-            // Each node's events are drained once, toward its first peer's
-            // table; the paths of every peer are read.
-            for peer in (0..o.nodes).filter(|&p| p != node as NodeId) {
-                rails.push((node as NodeId, peer, crate::timeline::Timeline::collect(ep, peer, rail_origin)));
+            let peers: Vec<NodeId> = (0..o.nodes).filter(|&p| p != node as NodeId).collect();
+            for (peer, t) in crate::timeline::Timeline::collect_all(ep, &peers, rail_origin) {
+                rails.push((node as NodeId, peer, t));
             }
         }
     }

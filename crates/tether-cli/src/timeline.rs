@@ -55,27 +55,45 @@ impl Timeline {
     /// Drain `ep`'s events (other kinds are dropped: the stream reports
     /// failures through its own checks) and read its paths to `peer`.
     pub fn collect(ep: &Endpoint, peer: NodeId, origin: Instant) -> Self {
+        Self::collect_all(ep, &[peer], origin).pop().map(|(_, t)| t).unwrap_or_default()
+    }
+
+    /// One timeline per peer in `peers`, from one drain of `ep`'s events.
+    pub fn collect_all(ep: &Endpoint, peers: &[NodeId], origin: Instant) -> Vec<(NodeId, Self)> {
         let ms = |at: Instant| at.saturating_since(origin).as_secs_f64() * 1e3;
-        let mut t = Timeline::default();
+        let mut out: Vec<(NodeId, Timeline)> = peers.iter().map(|&p| (p, Timeline::default())).collect();
+        fn of(out: &mut [(NodeId, Timeline)], peer: NodeId) -> Option<&mut Timeline> {
+            out.iter_mut().find(|(p, _)| *p == peer).map(|(_, t)| t)
+        }
         while let Some(e) = ep.poll_event() {
             match e {
-                Event::PathChanged { rail, from, to, at, .. } => t.events.push(RailEvent {
-                    t_ms: ms(at),
-                    rail,
-                    from: state_name(from),
-                    to: state_name(to),
-                }),
-                Event::FailedOver { failover: f, at, .. } => t.failovers.push(FailoverRecord {
-                    t_ms: ms(at),
-                    from: f.from,
-                    to: f.to,
-                    gap_ms: f.gap.as_secs_f64() * 1e3,
-                }),
+                Event::PathChanged { peer, rail, from, to, at } => {
+                    if let Some(t) = of(&mut out, peer) {
+                        t.events.push(RailEvent {
+                            t_ms: ms(at),
+                            rail,
+                            from: state_name(from),
+                            to: state_name(to),
+                        });
+                    }
+                }
+                Event::FailedOver { peer, failover: f, at } => {
+                    if let Some(t) = of(&mut out, peer) {
+                        t.failovers.push(FailoverRecord {
+                            t_ms: ms(at),
+                            from: f.from,
+                            to: f.to,
+                            gap_ms: f.gap.as_secs_f64() * 1e3,
+                        });
+                    }
+                }
                 _ => {}
             }
         }
-        t.paths = ep.paths(peer).iter().map(PathRecord::of).collect();
-        t
+        for (peer, t) in &mut out {
+            t.paths = ep.paths(*peer).iter().map(PathRecord::of).collect();
+        }
+        out
     }
 
     pub fn is_empty(&self) -> bool {
