@@ -18,7 +18,7 @@ use tether::{Config, Endpoint, NodeId, Options};
 use tether::{FaultCounters, FaultPlan};
 use tether_io::{AddressBook, Transport, UdpTransport};
 
-use crate::net::loopback;
+use crate::net::{loopback, udp_rail_addrs};
 use crate::pattern;
 use crate::summary::Summary;
 
@@ -314,10 +314,7 @@ fn rail_endpoints(o: &DemoOpts, plan: &FaultPlan) -> anyhow::Result<Vec<Arc<Endp
         }
         endpoints.push(Arc::new(Endpoint::udp_rails(node, &binds, options)?));
     }
-    let addrs: Vec<Vec<SocketAddr>> = endpoints
-        .iter()
-        .map(|e| e.rail_addrs().into_iter().map(|a| a.expect("UDP has an address")).collect())
-        .collect();
+    let addrs: Vec<Vec<SocketAddr>> = endpoints.iter().map(|e| udp_rail_addrs(e)).collect();
     for (node, ep) in endpoints.iter().enumerate() {
         for (peer, a) in addrs.iter().enumerate().filter(|&(p, _)| p != node) {
             ep.add_peer_rails(peer as NodeId, a)?;

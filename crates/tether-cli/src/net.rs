@@ -238,13 +238,15 @@ impl NetOpts {
         let binds = vec![loopback(); self.rails];
         let rx = Endpoint::udp_rails(RECEIVER, &binds, self.options()?)?;
         let tx = Endpoint::udp_rails(SENDER, &binds, self.options()?)?;
-        let addrs = |e: &Endpoint| {
-            e.rail_addrs().into_iter().map(|a| a.expect("UDP has an address")).collect::<Vec<_>>()
-        };
-        rx.add_peer_rails(SENDER, &addrs(&tx))?;
-        tx.add_peer_rails(RECEIVER, &addrs(&rx))?;
+        rx.add_peer_rails(SENDER, &udp_rail_addrs(&tx))?;
+        tx.add_peer_rails(RECEIVER, &udp_rail_addrs(&rx))?;
         Ok((rx, tx))
     }
+}
+
+/// Every rail's address of an endpoint whose rails are all UDP sockets.
+pub fn udp_rail_addrs(e: &Endpoint) -> Vec<SocketAddr> {
+    e.rail_addrs().into_iter().map(|a| a.expect("a UDP rail has an address")).collect()
 }
 
 pub fn loopback() -> SocketAddr {

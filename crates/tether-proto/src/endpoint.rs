@@ -202,11 +202,10 @@ impl Endpoint {
         };
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
-        let payload_bytes =
-            unverified.frames().map(|f| if let Frame::Data(d) = f { d.payload.len() } else { 0 }).sum();
+        // The datagram's length bounds its payloads: room without a walk.
         let stream = self.peers.get_mut(&unverified.header.src_node).map(|p| &mut p.recv);
         let mut lander =
-            Lander::new(&mut self.landing_arena, payload_bytes, stream, &self.config, &mut self.placements);
+            Lander::new(&mut self.landing_arena, datagram.len(), stream, &self.config, &mut self.placements);
         let packet = match unverified.verify_landing(&mut lander) {
             Ok(p) => p,
             Err(e) => return self.stats.count_wire_error(e),
@@ -256,10 +255,10 @@ impl Endpoint {
         // An empty datagram is a probe (ACK-request flag) or its answer.
         let empty = packet.body_len() == 0;
         let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
-        let data = packet.frames().any(|f| matches!(f, Frame::Data(_)));
+        // One placement per DATA frame: the datagram carried data.
+        let data = !self.placements.is_empty();
         if let Some(t) = peer.paths.on_receive(now, rail, data, probe, pong) {
-            let (from, to) = (t.from, t.to);
-            self.events.push_back(Event::PathChanged { peer: h.src_node, rail, from, to, at: now });
+            self.events.push_back(t.event(h.src_node, now));
         }
         let mut data_admitted = None;
         let mut landings = Landings::commit(&mut self.landing_arena, &self.placements);
@@ -293,14 +292,7 @@ impl Endpoint {
                             let (events, src) = (&mut self.events, h.src_node);
                             let failover =
                                 peer.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
-                                    let (rail, from, to) = (t.rail, t.from, t.to);
-                                    events.push_back(Event::PathChanged {
-                                        peer: src,
-                                        rail,
-                                        from,
-                                        to,
-                                        at: now,
-                                    });
+                                    events.push_back(t.event(src, now))
                                 });
                             if let Some(failover) = failover {
                                 events.push_back(Event::FailedOver { peer: src, failover, at: now });
@@ -343,13 +335,7 @@ impl Endpoint {
                 if t.to != PathState::Active {
                     send.fail_over(now, t.rail);
                 }
-                events.push_back(Event::PathChanged {
-                    peer: id,
-                    rail: t.rail,
-                    from: t.from,
-                    to: t.to,
-                    at: now,
-                });
+                events.push_back(t.event(id, now));
             });
             peer.send.on_timer(now, self.config.retransmit, &mut self.stats);
             if peer.send.should_abandon(now, &self.config) {

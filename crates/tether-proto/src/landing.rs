@@ -23,7 +23,7 @@ use std::mem::MaybeUninit;
 use bytes::{Bytes, BytesMut};
 use tether_wire::{DataFrame, Landing};
 
-use crate::recv_stream::RecvStream;
+use crate::recv_stream::{copy_to_bytes, RecvStream};
 use crate::{Config, Stats};
 
 /// Arena chunks are allocated at least this large, so most datagrams land
@@ -57,6 +57,20 @@ pub(crate) enum Landed {
     Partial { end_addr: usize },
 }
 
+impl Landed {
+    /// The payload as bytes of its own: the landing itself, or else a copy
+    /// of `payload` (from the verified datagram) into `arena`, counted.
+    pub fn into_bytes(self, payload: &[u8], arena: &mut BytesMut, stats: &mut Stats) -> Bytes {
+        match self {
+            Landed::Arena(bytes) => bytes,
+            Landed::Nowhere | Landed::Partial { .. } => {
+                stats.bytes_copied_after_verify += payload.len() as u64;
+                copy_to_bytes(arena, payload)
+            }
+        }
+    }
+}
+
 /// The [`Landing`] the endpoint hands to `Unverified::verify_landing`.
 pub(crate) struct Lander<'s> {
     arena: &'s mut BytesMut,
@@ -67,9 +81,10 @@ pub(crate) struct Lander<'s> {
 }
 
 impl<'s> Lander<'s> {
-    /// Room is reserved in `arena` for `payload_bytes`, the DATA payloads
-    /// of the datagram; `stream` is the receiving stream the (still
-    /// unverified) header names, if there is one.
+    /// Room is reserved in `arena` for `payload_bytes`, at least the DATA
+    /// payloads of the datagram (reserved up front: growing the arena
+    /// mid-datagram would move landings already written); `stream` is the
+    /// receiving stream the (still unverified) header names, if any.
     pub fn new(
         arena: &'s mut BytesMut,
         payload_bytes: usize,

@@ -26,7 +26,7 @@
 
 use core::time::Duration;
 
-use crate::{Config, Instant};
+use crate::{Config, Event, Instant, NodeId};
 
 /// A rail's number on this node: the runtime maps it to a socket (or any
 /// other transport), the core only tells rails apart.
@@ -164,6 +164,13 @@ pub(crate) struct Transition {
     pub to: PathState,
 }
 
+impl Transition {
+    /// The application's event for this change on the path to `peer`.
+    pub fn event(self, peer: NodeId, at: Instant) -> Event {
+        Event::PathChanged { peer, rail: self.rail, from: self.from, to: self.to, at }
+    }
+}
+
 /// The paths to one peer.
 #[derive(Debug)]
 pub(crate) struct Paths {
@@ -222,12 +229,12 @@ impl Paths {
         pong: bool,
     ) -> Option<Transition> {
         let tracked = self.tracked();
-        let p = self.path_mut(rail)?;
-        p.stats.datagrams_received += 1;
+        let i = self.paths.iter().position(|p| p.rail == rail)?;
         if data {
             self.reply_rail = rail;
         }
-        let p = self.path_mut(rail).expect("found above");
+        let p = &mut self.paths[i];
+        p.stats.datagrams_received += 1;
         if !tracked {
             return None;
         }

@@ -195,13 +195,7 @@ impl RecvStream {
             if config.retransmit == RetransmitMode::GoBackN && seq > self.expected {
                 stats.out_of_window += 1;
             } else {
-                let data = match landed {
-                    Landed::Arena(bytes) => bytes,
-                    Landed::Nowhere | Landed::Partial { .. } => {
-                        stats.bytes_copied_after_verify += frame.payload.len() as u64;
-                        copy_to_bytes(arena, frame.payload)
-                    }
-                };
+                let data = landed.into_bytes(frame.payload, arena, stats);
                 let stashed = Stashed { flags: frame.flags, total_len: frame.total_len, data };
                 self.out_of_order.insert(seq, stashed);
             }
@@ -272,13 +266,7 @@ impl RecvStream {
                 stats.protocol_violations += 1;
             }
             if flags.last() {
-                let message = match landed {
-                    Landed::Arena(bytes) => bytes,
-                    Landed::Nowhere | Landed::Partial { .. } => {
-                        stats.bytes_copied_after_verify += payload.len() as u64;
-                        copy_to_bytes(arena, payload)
-                    }
-                };
+                let message = landed.into_bytes(payload, arena, stats);
                 dq.push(Delivery { from, message }, stats);
                 return;
             }

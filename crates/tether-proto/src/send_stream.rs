@@ -53,7 +53,7 @@ struct Segment {
 impl Segment {
     /// The rail this segment's arrival proves delivers: its only one.
     fn evidence(&self) -> u8 {
-        if self.rails_sent.count_ones() == 1 {
+        if self.rails_sent.is_power_of_two() {
             self.rails_sent
         } else {
             0

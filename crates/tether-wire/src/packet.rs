@@ -211,14 +211,8 @@ impl<'a> Unverified<'a> {
                     // Bad frames in a datagram whose checksum fails are
                     // corruption, and are counted as such; with a good
                     // checksum the sender itself is at fault.
-                    let (header, body) = (&datagram[..HEADER_LEN], &datagram[HEADER_LEN..at]);
-                    let sum =
-                        if checksum == ChecksumKind::None { 0 } else { checksum.compute(&[body, header]) };
-                    return Err(if sum == trailer_of(datagram, at) {
-                        e
-                    } else {
-                        WireError::ChecksumMismatch
-                    });
+                    let intact = expected_trailer(checksum, datagram, at) == trailer_of(datagram, at);
+                    return Err(if intact { e } else { WireError::ChecksumMismatch });
                 }
             }
         }
@@ -244,12 +238,7 @@ impl<'a> Unverified<'a> {
 
     /// Check the trailer in its own pass over the bytes.
     pub fn verify(self) -> Result<Packet<'a>, WireError> {
-        let (d, at) = (self.datagram, self.at);
-        let expected = match self.header.checksum {
-            ChecksumKind::None => 0,
-            kind => kind.compute(&[&d[HEADER_LEN..at], &d[..HEADER_LEN]]),
-        };
-        self.check(expected)
+        self.check(expected_trailer(self.header.checksum, self.datagram, self.at))
     }
 
     /// Check the trailer while copying each DATA payload to where `landing`
@@ -287,6 +276,15 @@ impl<'a> Unverified<'a> {
             return Err(WireError::ChecksumMismatch);
         }
         Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at] })
+    }
+}
+
+/// The trailer the bytes before `at` call for: the algorithm's value over
+/// body then header, or 0 with `none` (as the writer leaves it).
+fn expected_trailer(kind: ChecksumKind, datagram: &[u8], at: usize) -> u64 {
+    match kind {
+        ChecksumKind::None => 0,
+        kind => kind.compute(&[&datagram[HEADER_LEN..at], &datagram[..HEADER_LEN]]),
     }
 }
 
