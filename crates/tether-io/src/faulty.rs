@@ -160,6 +160,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn raw_fd(&self) -> Option<RawFd> {
         self.inner.raw_fd()
     }
+    fn has_peer(&self, node: NodeId) -> bool {
+        self.inner.has_peer(node)
+    }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
         self.inner.add_peer(node, addr)
     }

@@ -55,6 +55,12 @@ pub trait Transport {
         None
     }
 
+    /// Can this transport address `node`? (A transport that cannot tell
+    /// says yes, and a send to a node it cannot reach fails when tried.)
+    fn has_peer(&self, _node: NodeId) -> bool {
+        true
+    }
+
     /// Learn (or change) the address of a node.
     fn add_peer(&mut self, _node: NodeId, _addr: SocketAddr) -> Result<(), TransportError> {
         Err(TransportError::InvalidArgs)
@@ -99,6 +105,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn raw_fd(&self) -> Option<RawFd> {
         (**self).raw_fd()
+    }
+    fn has_peer(&self, node: NodeId) -> bool {
+        (**self).has_peer(node)
     }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
         (**self).add_peer(node, addr)

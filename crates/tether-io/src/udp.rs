@@ -135,6 +135,9 @@ impl Transport for UdpTransport {
         Some(self.socket.as_raw_fd())
     }
 
+    fn has_peer(&self, node: NodeId) -> bool {
+        self.book.addr(node).is_some()
+    }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
         self.book.insert(node, addr);
         Ok(())

@@ -10,6 +10,8 @@ use tether_proto::{Config, Endpoint, Instant};
 fn main() {
     let mut a = Endpoint::new(Config::default(), 1, 1).unwrap();
     let mut b = Endpoint::new(Config::default(), 2, 1).unwrap();
+    a.add_peer(2).unwrap();
+    b.add_peer(1).unwrap();
     let mut buf = vec![0u8; 2048];
     let n = 1_000_000u64;
     let t = Wall::now();

@@ -2,63 +2,97 @@
 //!
 //! This is the sans-IO core's public face (quinn-proto style): `handle_*`
 //! take input with `now` first, `poll_*` give output. See the crate docs
-//! for the polling order.
+//! for the polling order. The endpoint itself decides little: it checks
+//! what no single peer can (the checksum algorithm, the addressing, the
+//! peer limit), routes each datagram to its [`Peer`] by node id, and keeps
+//! the earliest of the peers' deadlines; each peer is a state machine of
+//! its own (`peer`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use bytes::{Bytes, BytesMut};
-use tether_wire::{Frame, Header, HeaderFlags, PacketWriter, Unverified};
+use bytes::BytesMut;
+use tether_wire::Unverified;
 use thiserror::Error;
 
-use crate::event::{Event, FailReason, MessageId, MessageState};
-use crate::landing::{Lander, Landings, Placement};
-use crate::paths::{Control, PathInfo, PathState, RailId, MAX_RAILS};
+use crate::context::Context;
+use crate::delivery::{copy_to_bytes, DeliveryQueue};
+use crate::event::{Event, MessageId, MessageState};
+use crate::landing::LandingArea;
+use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
-use crate::recv_stream::{copy_to_bytes, DeliveryQueue};
+use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
 
 /// Most peers one endpoint keeps state for: a flood of forged source ids
 /// must not grow memory without bound.
 pub const MAX_PEERS: usize = 4096;
 
+/// Why a message was not accepted for sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SendError {
+    /// The message is larger than `Config::max_message_len`.
     #[error("message of {len} bytes exceeds the limit of {max}")]
-    MessageTooLarge { len: usize, max: usize },
+    MessageTooLarge {
+        /// The message's length.
+        len: usize,
+        /// The largest message the endpoint accepts.
+        max: usize,
+    },
     /// The send buffer for this peer is full: back-pressure, try again after progress.
     #[error("send buffer full")]
     WouldBlock,
+    /// The destination is this endpoint itself.
     #[error("cannot send to this endpoint itself")]
     SelfSend,
+    /// The endpoint already keeps state for `MAX_PEERS` peers.
     #[error("too many peers")]
     TooManyPeers,
+    /// No peer with this node id was added (`Endpoint::add_peer`,
+    /// `set_paths`), nor has one been heard from.
+    #[error("unknown peer: node {0} was never added")]
+    UnknownPeer(NodeId),
 }
 
 /// A datagram for the driver to send: `buf[..len]` to `dst` over `rail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
+    /// The destination node.
     pub dst: NodeId,
+    /// Bytes of the caller's buffer the datagram takes.
     pub len: usize,
+    /// The rail to send it on.
     pub rail: RailId,
 }
 
+/// Why a peer's paths were not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum PathError {
+    /// An empty list of rails.
     #[error("a peer needs at least one rail")]
     NoRails,
+    /// A rail id of `MAX_RAILS` or more.
     #[error("rails are numbered 0 to {}", MAX_RAILS - 1)]
     BadRail,
+    /// The peer is this endpoint itself.
     #[error("cannot have paths to this endpoint itself")]
     SelfPeer,
+    /// The endpoint already keeps state for `MAX_PEERS` peers.
     #[error("too many peers")]
     TooManyPeers,
 }
 
+/// One node's protocol state toward all its peers (see the crate docs).
+#[derive(Debug)]
 pub struct Endpoint {
     config: Config,
     node: NodeId,
     incarnation: u64,
     peers: BTreeMap<NodeId, Peer>,
+    /// Every peer with a running timer, by deadline: the earliest is the
+    /// endpoint's next timeout. Kept in step with each peer's table.
+    deadlines: BTreeSet<(Instant, NodeId)>,
     /// Round-robin start for `poll_transmit`, so no peer starves another.
     next_peer: NodeId,
     deliveries: DeliveryQueue,
@@ -66,12 +100,10 @@ pub struct Endpoint {
     stats: Stats,
     send_arena: BytesMut,
     recv_arena: BytesMut,
-    /// Where payloads land while their datagram is verified (`landing`):
-    /// its own arena, so nothing else is copied in between landings.
-    landing_arena: BytesMut,
-    /// How the current datagram's payloads were placed; reused, so
-    /// receiving allocates nothing once it has grown.
-    placements: Vec<Placement>,
+    /// Where payloads land while their datagram is verified (`landing`).
+    landing: LandingArea,
+    /// Assert every invariant after every operation (tests; debug builds).
+    checked: bool,
 }
 
 impl Endpoint {
@@ -88,35 +120,154 @@ impl Endpoint {
             node,
             incarnation,
             peers: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             next_peer: 0,
             events: VecDeque::new(),
             stats: Stats::default(),
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
-            landing_arena: BytesMut::new(),
-            placements: Vec::new(),
+            landing: LandingArea::default(),
+            checked: cfg!(debug_assertions),
         })
     }
 
+    /// Export the hard state: what a new engine needs to go on as this
+    /// one (see `snapshot`).
+    pub fn snapshot(&self) -> EndpointSnapshot {
+        EndpointSnapshot {
+            node: self.node,
+            incarnation: self.incarnation,
+            peers: self.peers.values().map(Peer::snapshot).collect(),
+            deliveries: self.deliveries.iter().cloned().collect(),
+            events: self.events.iter().cloned().collect(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Rebuild an endpoint from its hard state at `now`: the same node and
+    /// incarnation, every stream where it was, every soft state fresh.
+    pub fn restore(config: Config, snapshot: EndpointSnapshot, now: Instant) -> Result<Self, ConfigError> {
+        let mut ep = Endpoint::new(config, snapshot.node, snapshot.incarnation)?;
+        for d in snapshot.deliveries {
+            ep.deliveries.push(d, &mut Stats::default());
+        }
+        ep.events.extend(snapshot.events);
+        ep.stats = snapshot.stats;
+        for p in snapshot.peers {
+            ep.restore_peer(p, now);
+        }
+        Ok(ep)
+    }
+
+    fn restore_peer(&mut self, snapshot: PeerSnapshot, now: Instant) {
+        let id = snapshot.node;
+        let peer = Peer::restore(&self.config, snapshot, now);
+        Self::reschedule(&mut self.deadlines, id, None, peer.next_timeout());
+        self.peers.insert(id, peer);
+    }
+
+    /// Turn the invariant assertions on or off (on by default in debug
+    /// builds; tests and the simulator turn them on in release builds).
+    pub fn set_invariant_checks(&mut self, on: bool) {
+        self.checked = on;
+    }
+
+    /// This endpoint's node id.
     pub fn node(&self) -> NodeId {
         self.node
     }
+    /// This endpoint's incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }
+    /// The configuration it runs with.
     pub fn config(&self) -> &Config {
         &self.config
     }
+    /// Its counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
-    fn peer_mut(&mut self, id: NodeId) -> Option<&mut Peer> {
-        if !self.peers.contains_key(&id) && self.peers.len() >= MAX_PEERS {
-            return None;
+    /// Run `f` on peer `id` with a context lent from the endpoint's other
+    /// fields, then bring the peer's timers and the deadline index up to
+    /// date (and check every invariant, when checks are on). `None` for a
+    /// peer the endpoint does not know.
+    fn with_peer<R>(
+        &mut self,
+        id: NodeId,
+        f: impl FnOnce(&mut Peer, &mut Context<'_>, &mut LandingArea) -> R,
+    ) -> Option<R> {
+        let Endpoint {
+            config,
+            node,
+            incarnation,
+            peers,
+            deadlines,
+            deliveries,
+            events,
+            stats,
+            recv_arena,
+            landing,
+            checked,
+            ..
+        } = self;
+        let peer = peers.get_mut(&id)?;
+        let before = peer.next_timeout();
+        let mut cx =
+            Context { config, node: *node, incarnation: *incarnation, stats, events, deliveries, recv_arena };
+        let out = f(peer, &mut cx, landing);
+        let after = peer.update_timers(config);
+        if *checked {
+            peer.check_invariants(config);
         }
-        let config = &self.config;
-        Some(self.peers.entry(id).or_insert_with(|| Peer::new(config)))
+        Self::reschedule(deadlines, id, before, after);
+        Some(out)
+    }
+
+    /// Move a peer's entry in the deadline index from `before` to `after`.
+    fn reschedule(
+        deadlines: &mut BTreeSet<(Instant, NodeId)>,
+        id: NodeId,
+        before: Option<Instant>,
+        after: Option<Instant>,
+    ) {
+        if before == after {
+            return;
+        }
+        if let Some(t) = before {
+            deadlines.remove(&(t, id));
+        }
+        if let Some(t) = after {
+            deadlines.insert((t, id));
+        }
+    }
+
+    /// The peer's state, created if new and there is room.
+    fn peer_entry(&mut self, id: NodeId) -> Option<&mut Peer> {
+        if !self.peers.contains_key(&id) {
+            if self.peers.len() >= MAX_PEERS {
+                return None;
+            }
+            let peer = Peer::new(id, &self.config);
+            Self::reschedule(&mut self.deadlines, id, None, peer.next_timeout());
+            self.peers.insert(id, peer);
+        }
+        self.peers.get_mut(&id)
+    }
+
+    /// Know `peer`, reached over rail 0 until `set_paths` says otherwise.
+    /// Sending needs a known peer. Adding one already known changes nothing.
+    pub fn add_peer(&mut self, peer: NodeId) -> Result<(), PathError> {
+        if peer == self.node {
+            return Err(PathError::SelfPeer);
+        }
+        self.peer_entry(peer).map(|_| ()).ok_or(PathError::TooManyPeers)
+    }
+
+    /// Is `peer` known (added, given paths, or heard from)?
+    pub fn knows(&self, peer: NodeId) -> bool {
+        self.peers.contains_key(&peer)
     }
 
     /// Queue a message for `peer`. The bytes are copied once, into the
@@ -124,21 +275,14 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        self.push(now, peer, data)
-    }
-
-    /// Like `send`, taking ownership of the bytes: no copy at all.
-    pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
-        self.check_send(peer, msg.len())?;
-        self.push(now, peer, msg)
-    }
-
-    /// Queue checked bytes into the peer's sender-based log.
-    fn push(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         let max_fragment = self.config.max_fragment();
-        let p = self.peer_mut(peer).ok_or(SendError::TooManyPeers)?;
-        let seq = p.send.push_message(now, msg, max_fragment);
+        let seq = self
+            .with_peer(peer, |p, _, _| p.send.push_message(now, data, max_fragment))
+            .ok_or(SendError::UnknownPeer(peer))?;
         self.stats.messages_sent += 1;
+        if self.checked {
+            self.check_counters();
+        }
         Ok(MessageId { peer, seq })
     }
 
@@ -149,7 +293,8 @@ impl Endpoint {
         if len > self.config.max_message_len {
             return Err(SendError::MessageTooLarge { len, max: self.config.max_message_len });
         }
-        let buffered = self.peers.get(&peer).map_or(0, |p| p.send.bytes_buffered());
+        let Some(p) = self.peers.get(&peer) else { return Err(SendError::UnknownPeer(peer)) };
+        let buffered = p.send.bytes_buffered();
         if buffered > 0 && buffered + len > self.config.send_buffer_bytes {
             return Err(SendError::WouldBlock);
         }
@@ -162,9 +307,10 @@ impl Endpoint {
     }
 
     /// The rails that lead to `peer` (the runtime's address book knows
-    /// each rail's remote address). Until this is called a peer is reached
-    /// over rail 0 alone. With two or more, each path's health is tracked
-    /// and data fails over between them (see `paths`).
+    /// each rail's remote address); adds the peer if it is new. Until this
+    /// is called a peer is reached over rail 0 alone. With two or more,
+    /// each path's health is tracked and data fails over between them
+    /// (see `paths`).
     pub fn set_paths(&mut self, peer: NodeId, rails: &[RailId]) -> Result<(), PathError> {
         if peer == self.node {
             return Err(PathError::SelfPeer);
@@ -175,8 +321,8 @@ impl Endpoint {
         if rails.iter().any(|&r| r as usize >= MAX_RAILS) {
             return Err(PathError::BadRail);
         }
-        let p = self.peer_mut(peer).ok_or(PathError::TooManyPeers)?;
-        p.paths.set_rails(Instant::ZERO, rails);
+        self.peer_entry(peer).ok_or(PathError::TooManyPeers)?;
+        self.with_peer(peer, |p, _, _| p.paths.set_rails(Instant::ZERO, rails));
         Ok(())
     }
 
@@ -202,10 +348,9 @@ impl Endpoint {
         };
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
-        // The datagram's length bounds its payloads: room without a walk.
-        let stream = self.peers.get_mut(&unverified.header.src_node).map(|p| &mut p.recv);
-        let mut lander =
-            Lander::new(&mut self.landing_arena, datagram.len(), stream, &self.config, &mut self.placements);
+        let src = unverified.header.src_node;
+        let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
+        let mut lander = self.landing.lander(datagram.len(), stream, self.config.recv_window);
         let packet = match unverified.verify_landing(&mut lander) {
             Ok(p) => p,
             Err(e) => return self.stats.count_wire_error(e),
@@ -221,139 +366,31 @@ impl Endpoint {
             self.stats.misdirected += 1;
             return;
         }
-        if h.src_inc == 0 {
+        if h.src_inc == 0 || self.peer_entry(src).is_none() {
             self.stats.protocol_violations += 1;
             return;
         }
-        let Some(peer) = self.peer_mut(h.src_node) else {
-            self.stats.protocol_violations += 1;
-            return;
-        };
-        if h.src_inc < peer.incarnation {
-            self.stats.stale_dropped += 1;
-            return;
-        }
-        if h.src_inc > peer.incarnation {
-            let restarted = peer.incarnation != 0;
-            peer.incarnation = h.src_inc;
-            if restarted {
-                self.on_peer_restart(h.src_node);
-            }
-        }
-        let peer = self.peers.get_mut(&h.src_node).expect("created above");
-        if h.dst_inc != 0 && h.dst_inc != self.incarnation {
-            // Meant for an earlier life of ours. Answer at once so the peer
-            // learns our new incarnation and settles its old stream.
-            self.stats.stale_dropped += 1;
-            peer.recv.request_ack(now, true);
-            return;
-        }
-        if peer.unreachable {
-            peer.unreachable = false;
-            self.events.push_back(Event::PeerReachable { peer: h.src_node });
-        }
-        // An empty datagram is a probe (ACK-request flag) or its answer.
-        let empty = packet.body_len() == 0;
-        let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
-        // One placement per DATA frame: the datagram carried data.
-        let data = !self.placements.is_empty();
-        if let Some(t) = peer.paths.on_receive(now, rail, data, probe, pong) {
-            self.events.push_back(t.event(h.src_node, now));
-        }
-        let mut data_admitted = None;
-        let mut landings = Landings::commit(&mut self.landing_arena, &self.placements);
-        for frame in packet.frames() {
-            match frame {
-                Frame::Data(d) => {
-                    let landed = landings.next(&mut self.landing_arena, &mut self.stats);
-                    let admitted = *data_admitted.get_or_insert_with(|| peer.recv.admit_epoch(h.epoch));
-                    if !admitted {
-                        self.stats.stale_dropped += 1;
-                        continue;
-                    }
-                    peer.recv.on_data(
-                        now,
-                        h.src_node,
-                        &d,
-                        landed,
-                        &self.config,
-                        &mut self.deliveries,
-                        &mut self.recv_arena,
-                        &mut self.stats,
-                    );
-                }
-                Frame::Ack(a) => {
-                    if a.epoch != peer.send.epoch {
-                        continue;
-                    }
-                    match peer.send.on_ack(now, a.cumulative, a.ranges(), self.config.retransmit) {
-                        Ok(outcome) => {
-                            self.stats.messages_acked += outcome.messages_acked;
-                            let (events, src) = (&mut self.events, h.src_node);
-                            let failover =
-                                peer.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
-                                    events.push_back(t.event(src, now))
-                                });
-                            if let Some(failover) = failover {
-                                events.push_back(Event::FailedOver { peer: src, failover, at: now });
-                            }
-                        }
-                        Err(_) => self.stats.protocol_violations += 1,
-                    }
-                }
-            }
-        }
-        // Every landing was split off above; none may linger into the next
-        // datagram's (a no-op unless a frame went unvisited).
-        self.landing_arena.clear();
-        if h.flags.ack_request() && data_admitted.is_some() {
-            peer.recv.request_ack(now, true);
-        }
-    }
-
-    fn on_peer_restart(&mut self, id: NodeId) {
-        let peer = self.peers.get_mut(&id).expect("caller holds the peer");
-        let failed = peer.send.abandon(id, FailReason::PeerRestarted);
-        peer.recv.reset(None);
-        self.stats.messages_failed += failed.len();
-        self.events.push_back(Event::PeerRestarted { peer: id, failed });
+        self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
     }
 
     /// Run the timers that have expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for (&id, peer) in self.peers.iter_mut() {
-            let (send, events, stats) = (&mut peer.send, &mut self.events, &mut self.stats);
-            peer.paths.on_timer(now, &self.config, |t| {
-                // Data leaves a path as soon as it is suspect: new data goes
-                // to a healthy rail, and what the path still carried goes
-                // again over it at once (a false suspicion costs duplicates
-                // the receiver drops; waiting for `down` cost a window's
-                // worth of stalled data, measured: 9.7 ms median failover).
-                if t.from == PathState::Active && send.in_flight_on(t.rail) {
-                    stats.failovers += 1;
-                }
-                if t.to != PathState::Active {
-                    send.fail_over(now, t.rail);
-                }
-                events.push_back(t.event(id, now));
-            });
-            peer.send.on_timer(now, self.config.retransmit, &mut self.stats);
-            if peer.send.should_abandon(now, &self.config) {
-                let failed = peer.send.abandon(id, FailReason::PeerUnreachable);
-                self.stats.messages_failed += failed.len();
-                peer.unreachable = true;
-                self.events.push_back(Event::PeerUnreachable { failed });
-            }
+        // The due peers, in node order (the order every peer was visited
+        // in before deadlines were indexed: the simulator's totals depend on it).
+        let mut due: Vec<NodeId> =
+            self.deadlines.iter().take_while(|(t, _)| *t <= now).map(|&(_, id)| id).collect();
+        due.sort_unstable();
+        for id in due {
+            self.with_peer(id, |p, cx, _| p.handle_timeout(cx, now));
+        }
+        if self.checked {
+            self.check_counters();
         }
     }
 
     /// The earliest time `handle_timeout` must be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
-            .values()
-            .flat_map(|p| [p.send.deadline(&self.config), p.recv.deadline(), p.paths.deadline(&self.config)])
-            .flatten()
-            .min()
+        self.deadlines.first().map(|&(t, _)| t)
     }
 
     /// Build the next datagram into `buf` (at most `config.max_datagram`
@@ -368,59 +405,10 @@ impl Endpoint {
             .find(|(_, p)| p.wants_transmit(now, config))
             .map(|(&id, _)| id)?;
         self.next_peer = id.wrapping_add(1);
-        let peer = self.peers.get_mut(&id).expect("found above");
-        let header = Header {
-            flags: HeaderFlags::default(),
-            checksum: config.checksum,
-            src_node: self.node,
-            dst_node: id,
-            src_inc: self.incarnation,
-            dst_inc: peer.incarnation,
-            epoch: peer.send.epoch,
-        };
-        let cap = buf.len().min(config.max_datagram);
-        if let Some((rail, control)) = peer.paths.take_control(now, config, peer.send.has_unacked()) {
-            // A probe or its answer: no frames, alone in its datagram.
-            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
-            w.set_ack_request(control == Control::Probe);
-            let len = w.finish();
-            peer.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
-            self.stats.probes_sent += (control == Control::Probe) as u64;
-            self.stats.datagrams_sent += 1;
-            self.stats.bytes_sent += len as u64;
-            return Some(Transmit { dst: id, len, rail });
-        }
-        // Data goes where the rail policy says; an ACK alone answers on
-        // the rail the peer was last heard on.
-        let rail = if peer.send.has_work(now, config) {
-            peer.paths.data_rail(config.rail_policy)
-        } else {
-            peer.paths.reply_rail()
-        };
-        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
-        let mut acked = false;
-        if peer.recv.ack_pending() {
-            let ack = peer.recv.take_ack();
-            // Config validation guarantees room for a full ACK in any datagram.
-            acked = w.push_ack(&ack).is_ok();
-            self.stats.acks_sent += acked as u64;
-        }
-        let retransmits_before = self.stats.retransmits;
-        let frames = peer.send.fill(&mut w, now, rail, config, &mut self.stats);
-        if frames == 0 && !acked {
-            return None;
-        }
-        if frames == 0 {
-            self.stats.standalone_acks += 1;
-        }
-        let len = w.finish();
-        let retransmits = self.stats.retransmits - retransmits_before;
-        peer.paths.on_sent(now, rail, frames as u64, retransmits, frames > 0);
-        self.stats.datagrams_sent += 1;
-        self.stats.bytes_sent += len as u64;
-        Some(Transmit { dst: id, len, rail })
+        self.with_peer(id, |p, cx, _| p.poll_transmit(cx, now, buf)).flatten()
     }
 
+    /// The next event for the application, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -432,12 +420,9 @@ impl Endpoint {
         if was_full {
             // Room again: segments that waited for it go in now, and their
             // senders hear so at once.
-            for (&id, peer) in self.peers.iter_mut() {
-                let (config, dq, arena, stats) =
-                    (&self.config, &mut self.deliveries, &mut self.recv_arena, &mut self.stats);
-                if peer.recv.drain(id, config, dq, arena, stats) {
-                    peer.recv.request_ack_now();
-                }
+            let ids: Vec<NodeId> = self.peers.keys().copied().collect();
+            for id in ids {
+                self.with_peer(id, |p, cx, _| p.on_delivery_room(cx));
             }
         }
         Some(d)
@@ -454,6 +439,7 @@ impl Endpoint {
         self.deliveries.len()
     }
 
+    /// Where a sent message stands.
     pub fn message_state(&self, id: MessageId) -> MessageState {
         match self.peers.get(&id.peer) {
             Some(p) => p.send.message_state(id.seq),
@@ -479,5 +465,23 @@ impl Endpoint {
     /// True when nothing is owed to any peer: no unacknowledged data, no ACK pending.
     pub fn is_idle(&self) -> bool {
         self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
+    }
+
+    /// Every message accepted is acknowledged, failed or still pending,
+    /// exactly once; the deadline index agrees with the peers' tables.
+    fn check_counters(&self) {
+        let pending: u64 = self.peers.values().map(|p| p.send.pending_messages()).sum();
+        let s = &self.stats;
+        assert_eq!(
+            s.messages_sent,
+            s.messages_acked + s.messages_failed + pending,
+            "sent = acknowledged + failed + pending"
+        );
+        assert_eq!(
+            self.deadlines.len(),
+            self.peers.values().filter(|p| p.next_timeout().is_some()).count(),
+            "one deadline per peer with a running timer"
+        );
+        self.deliveries.check_invariants();
     }
 }

@@ -17,7 +17,8 @@
 //! from seeds/001 section 4.2.
 
 mod config;
-
+mod context;
+mod delivery;
 mod endpoint;
 mod event;
 mod landing;
@@ -26,17 +27,23 @@ mod peer;
 mod recv_stream;
 mod rtt;
 mod send_stream;
-
+mod snapshot;
 mod stats;
 mod time;
+mod timer;
 
 pub use config::{Config, ConfigError, RetransmitMode};
 
 pub use endpoint::{Endpoint, PathError, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
+pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
+pub use send_stream::{LoggedSegment, SendLog, SendSnapshot};
+pub use snapshot::{EndpointSnapshot, PeerSnapshot};
 pub use stats::Stats;
+pub use tether_wire::DataFlags;
 pub use time::Instant;
+pub use timer::Timer;
 
 /// A node's identity, independent of any address or rail.
 pub type NodeId = u32;

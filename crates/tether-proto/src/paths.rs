@@ -1,6 +1,6 @@
 //! Paths to one peer: which rails lead to it and how each is doing
-//! (seeds/001 section 4: transient versus permanent failure; seeds/003
-//! sections 3-4: multi-rail).
+//! (Tang and Bilas [TB] section 4: transient versus permanent failure;
+//! Trahay et al. [NMAD] sections 3-4: multi-rail; docs/REFERENCES.md).
 //!
 //! A *rail* is one way out of this node (a NIC, a network, a socket bound
 //! to one address); a *path* is a rail as seen toward one peer. Health is
@@ -21,8 +21,8 @@
 //! (a "pong"), sent back at once on the rail the probe came in on. ACKs
 //! sent alone go back on the rail the peer's data last came in on.
 //!
-//! Everything here is soft state (DESIGN.md, the engine seam): a new
-//! engine rebuilds it from the configured rails.
+//! Everything here but the list of rails is soft state (docs/ARCHITECTURE.md,
+//! the engine seam): a new engine rebuilds it from the configured rails.
 
 use core::time::Duration;
 
@@ -143,16 +143,22 @@ impl Path {
         Some((from, to))
     }
 
-    /// When this path's timers next need a look.
-    fn deadline(&self, config: &Config) -> Option<Instant> {
-        let silence = self.awaiting_since.and_then(|t| match self.state {
+    /// When silence after a send that asked for an answer changes the
+    /// path's state: suspect, then down.
+    fn silence_deadline(&self, config: &Config) -> Option<Instant> {
+        self.awaiting_since.and_then(|t| match self.state {
             PathState::Active => Some(t + config.path_suspect_after),
             PathState::Suspect => Some(t + config.path_down_after),
             PathState::Down => None,
-        });
+        })
+    }
+
+    /// When the path is next due a probe: one scheduled, or an idle
+    /// healthy path's.
+    fn probe_deadline(&self, config: &Config) -> Option<Instant> {
         let idle = (self.state == PathState::Active && self.awaiting_since.is_none())
             .then(|| self.last_sent + config.path_idle_probe_interval);
-        [silence, self.next_probe, idle].into_iter().flatten().min()
+        [self.next_probe, idle].into_iter().flatten().min()
     }
 }
 
@@ -418,11 +424,26 @@ impl Paths {
         self.paths.iter().any(|p| p.pong_owed || p.next_probe.is_some_and(|t| t <= now))
     }
 
-    pub fn deadline(&self, config: &Config) -> Option<Instant> {
+    /// The earliest silence deadline over the paths (see `Timer::PathSilence`).
+    pub fn silence_deadline(&self, config: &Config) -> Option<Instant> {
         if !self.tracked() {
             return None;
         }
-        self.paths.iter().filter_map(|p| p.deadline(config)).min()
+        self.paths.iter().filter_map(|p| p.silence_deadline(config)).min()
+    }
+
+    /// The earliest probe deadline over the paths (see `Timer::Probe`).
+    pub fn probe_deadline(&self, config: &Config) -> Option<Instant> {
+        if !self.tracked() {
+            return None;
+        }
+        self.paths.iter().filter_map(|p| p.probe_deadline(config)).min()
+    }
+
+    /// The rails that lead to the peer: configuration, not soft state, so
+    /// a rebuilt peer gets the same paths (with fresh health).
+    pub fn rails(&self) -> Vec<RailId> {
+        self.paths.iter().map(|p| p.rail).collect()
     }
 
     pub fn info(&self) -> impl Iterator<Item = PathInfo> + '_ {

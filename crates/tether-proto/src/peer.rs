@@ -1,41 +1,323 @@
-//! Everything one endpoint keeps about one remote endpoint: the two halves
-//! of the stream and the peer's incarnation.
+//! One remote endpoint, as a state machine of its own (quinn-proto's
+//! `Connection`): the two halves of the stream, the peer's incarnation,
+//! its paths and its named timers. The endpoint routes each datagram to
+//! its peer by node id and keeps only the earliest deadline over peers;
+//! everything a peer decides, it decides here, with a [`Context`] lent by
+//! the endpoint for the call.
 //!
-//! State is per peer, never per message (seeds/001 section 4.1). The hard
-//! state that must survive an engine failure (DESIGN.md, the engine seam)
-//! lives in the streams: unacknowledged segments, next and expected sequence
-//! numbers; the RTT estimate and timers are soft and could be rebuilt.
+//! State is per peer, never per message (Tang and Bilas [TB] section 4.1;
+//! docs/REFERENCES.md). The hard state that must survive an engine failure
+//! (Zhou et al. [FTGM] section 4's host-side backup) is what
+//! [`Peer::snapshot`] exports and [`Peer::restore`] rebuilds from: the
+//! streams' logs, the peer's incarnation, and the configured rails. The
+//! RTT estimate, timers and rail health are soft and rebuilt.
 
-use crate::paths::Paths;
+use tether_wire::{Frame, Header, HeaderFlags, Packet, PacketWriter};
+
+use crate::context::Context;
+use crate::event::{Event, FailReason};
+use crate::landing::LandingArea;
+use crate::paths::{Control, PathState, Paths, RailId};
 use crate::recv_stream::RecvStream;
 use crate::send_stream::SendStream;
-use crate::Config;
+use crate::snapshot::PeerSnapshot;
+use crate::timer::{Timer, TimerTable};
+use crate::{Config, Instant, NodeId, Transmit};
 
 #[derive(Debug)]
 pub(crate) struct Peer {
+    id: NodeId,
     pub send: SendStream,
     pub recv: RecvStream,
     /// The peer's incarnation as last seen; 0 before we heard from it.
-    pub incarnation: u64,
+    incarnation: u64,
+    /// The peer has sent us something, ever. Until it has, nothing sent
+    /// to it can have arrived, and a failure is certain, not in doubt.
+    answered: bool,
     /// Reported unreachable and not heard from since.
-    pub unreachable: bool,
+    unreachable: bool,
     /// The rails that lead to the peer and their health.
     pub paths: Paths,
+    timers: TimerTable,
 }
 
 impl Peer {
-    pub fn new(config: &Config) -> Self {
-        Peer {
+    pub fn new(id: NodeId, config: &Config) -> Self {
+        let mut p = Peer {
+            id,
             send: SendStream::new(config, 1),
             recv: RecvStream::new(config),
             incarnation: 0,
+            answered: false,
             unreachable: false,
-            paths: Paths::new(crate::Instant::ZERO),
+            paths: Paths::new(Instant::ZERO),
+            timers: TimerTable::default(),
+        };
+        p.update_timers(config);
+        p
+    }
+
+    /// Export the hard state.
+    pub fn snapshot(&self) -> PeerSnapshot {
+        PeerSnapshot {
+            node: self.id,
+            incarnation: self.incarnation,
+            answered: self.answered,
+            unreachable: self.unreachable,
+            rails: self.paths.rails(),
+            send: self.send.snapshot(),
+            recv: self.recv.snapshot(),
         }
     }
 
+    /// Rebuild a peer from its hard state at `now`: the streams resume
+    /// where they were (everything in flight goes again, an ACK is owed at
+    /// once), with a fresh RTT estimate, fresh timers and every path
+    /// healthy until it proves otherwise.
+    pub fn restore(config: &Config, snapshot: PeerSnapshot, now: Instant) -> Self {
+        let mut paths = Paths::new(now);
+        if !snapshot.rails.is_empty() {
+            paths.set_rails(now, &snapshot.rails);
+        }
+        let mut p = Peer {
+            id: snapshot.node,
+            send: SendStream::restore(config, snapshot.send, now),
+            recv: RecvStream::restore(config, snapshot.recv),
+            incarnation: snapshot.incarnation,
+            answered: snapshot.answered,
+            unreachable: snapshot.unreachable,
+            paths,
+            timers: TimerTable::default(),
+        };
+        p.update_timers(config);
+        p
+    }
+
+    /// The earliest of this peer's timers.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.timers.next().map(|(_, at)| at)
+    }
+
+    /// Set every timer from the state it guards; returns the earliest.
+    /// Called after every operation on the peer, so the table is never stale.
+    pub fn update_timers(&mut self, config: &Config) -> Option<Instant> {
+        let t = &mut self.timers;
+        t.set(Timer::Retransmit, self.send.rto_deadline());
+        t.set(Timer::Abandon, self.send.abandon_deadline(config));
+        t.set(Timer::Coalesce, self.send.new_data_due(config));
+        t.set(Timer::DelayedAck, self.recv.ack_deadline());
+        t.set(Timer::PathSilence, self.paths.silence_deadline(config));
+        t.set(Timer::Probe, self.paths.probe_deadline(config));
+        self.next_timeout()
+    }
+
     /// Something should go on the wire to this peer at `now`.
-    pub fn wants_transmit(&self, now: crate::Instant, config: &Config) -> bool {
+    pub fn wants_transmit(&self, now: Instant, config: &Config) -> bool {
         self.recv.ack_due(now) || self.send.has_work(now, config) || self.paths.control_due(now)
+    }
+
+    /// Take in a verified datagram from this peer (the endpoint checked its
+    /// checksum, addressing and source incarnation), over `rail`. Its DATA
+    /// payloads were placed in `landing` during verification.
+    pub fn handle_packet(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        rail: RailId,
+        packet: &Packet<'_>,
+        landing: &mut LandingArea,
+    ) {
+        let h = packet.header;
+        if h.src_inc < self.incarnation {
+            cx.stats.stale_dropped += 1;
+            return;
+        }
+        if h.src_inc > self.incarnation {
+            let restarted = self.incarnation != 0;
+            self.incarnation = h.src_inc;
+            if restarted {
+                self.on_restart(cx);
+            }
+        }
+        self.answered = true;
+        if h.dst_inc != 0 && h.dst_inc != cx.incarnation {
+            // Meant for an earlier life of ours. Answer at once so the peer
+            // learns our new incarnation and settles its old stream.
+            cx.stats.stale_dropped += 1;
+            self.recv.request_ack(now, true);
+            return;
+        }
+        if self.unreachable {
+            self.unreachable = false;
+            cx.events.push_back(Event::PeerReachable { peer: self.id });
+        }
+        // An empty datagram is a probe (ACK-request flag) or its answer.
+        let empty = packet.body_len() == 0;
+        let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
+        if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
+            cx.events.push_back(t.event(self.id, now));
+        }
+        let mut data_admitted = None;
+        let mut landings = landing.commit();
+        for frame in packet.frames() {
+            match frame {
+                Frame::Data(d) => {
+                    let landed = landings.next(cx.stats);
+                    let admitted = *data_admitted.get_or_insert_with(|| self.recv.admit_epoch(h.epoch));
+                    if !admitted {
+                        cx.stats.stale_dropped += 1;
+                        continue;
+                    }
+                    self.recv.on_data(cx, now, self.id, &d, landed);
+                }
+                Frame::Ack(a) => {
+                    if a.epoch != self.send.epoch() {
+                        continue;
+                    }
+                    match self.send.on_ack(now, a.cumulative, a.ranges(), cx.config.retransmit) {
+                        Ok(outcome) => {
+                            cx.stats.messages_acked += outcome.messages_acked;
+                            let (events, id) = (&mut *cx.events, self.id);
+                            let failover =
+                                self.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
+                                    events.push_back(t.event(id, now))
+                                });
+                            if let Some(failover) = failover {
+                                events.push_back(Event::FailedOver { peer: id, failover, at: now });
+                            }
+                        }
+                        Err(_) => cx.stats.protocol_violations += 1,
+                    }
+                }
+            }
+        }
+        if h.flags.ack_request() && data_admitted.is_some() {
+            self.recv.request_ack(now, true);
+        }
+    }
+
+    /// The peer came back as a new incarnation: what was unacknowledged to
+    /// its old life failed, and what it had sent us is void.
+    fn on_restart(&mut self, cx: &mut Context<'_>) {
+        let failed = self.send.abandon(self.id, FailReason::PeerRestarted, !self.answered);
+        self.recv.reset(None);
+        cx.stats.messages_failed += failed.len();
+        cx.events.push_back(Event::PeerRestarted { peer: self.id, failed });
+    }
+
+    /// Run the timers that have expired by `now`.
+    pub fn handle_timeout(&mut self, cx: &mut Context<'_>, now: Instant) {
+        let expired = |t| self.timers.expired(t, now);
+        let (paths_due, rto_due, abandon_due) = (
+            expired(Timer::PathSilence) || expired(Timer::Probe),
+            expired(Timer::Retransmit),
+            expired(Timer::Abandon),
+        );
+        if paths_due {
+            self.on_path_timers(cx, now);
+        }
+        if rto_due {
+            // A failover just now may have re-armed it: `on_timer` checks again.
+            self.send.on_timer(now, cx.config.retransmit, cx.stats);
+        }
+        if abandon_due && self.send.should_abandon(now, cx.config) {
+            let failed = self.send.abandon(self.id, FailReason::PeerUnreachable, !self.answered);
+            cx.stats.messages_failed += failed.len();
+            self.unreachable = true;
+            cx.events.push_back(Event::PeerUnreachable { failed });
+        }
+    }
+
+    /// Path silence and probe timers: state changes, and data leaving a
+    /// path that stopped answering.
+    fn on_path_timers(&mut self, cx: &mut Context<'_>, now: Instant) {
+        let (send, events, stats, id) = (&mut self.send, &mut *cx.events, &mut *cx.stats, self.id);
+        self.paths.on_timer(now, cx.config, |t| {
+            // Data leaves a path as soon as it is suspect: new data goes
+            // to a healthy rail, and what the path still carried goes
+            // again over it at once (a false suspicion costs duplicates
+            // the receiver drops; waiting for `down` cost a window's
+            // worth of stalled data, measured: 9.7 ms median failover).
+            if t.from == PathState::Active && send.in_flight_on(t.rail) {
+                stats.failovers += 1;
+            }
+            if t.to != PathState::Active {
+                send.fail_over(now, t.rail);
+            }
+            events.push_back(t.event(id, now));
+        });
+    }
+
+    /// Build the next datagram to this peer into `buf`. ACKs ride on data
+    /// when there is any; small messages share one datagram.
+    pub fn poll_transmit(&mut self, cx: &mut Context<'_>, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let config = cx.config;
+        let header = Header {
+            flags: HeaderFlags::default(),
+            checksum: config.checksum,
+            src_node: cx.node,
+            dst_node: self.id,
+            src_inc: cx.incarnation,
+            dst_inc: self.incarnation,
+            epoch: self.send.epoch(),
+        };
+        let cap = buf.len().min(config.max_datagram);
+        let stats = &mut *cx.stats;
+        if let Some((rail, control)) = self.paths.take_control(now, config, self.send.has_unacked()) {
+            // A probe or its answer: no frames, alone in its datagram.
+            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+            w.set_ack_request(control == Control::Probe);
+            let len = w.finish();
+            self.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
+            stats.probes_sent += (control == Control::Probe) as u64;
+            stats.datagrams_sent += 1;
+            stats.bytes_sent += len as u64;
+            return Some(Transmit { dst: self.id, len, rail });
+        }
+        // Data goes where the rail policy says; an ACK alone answers on
+        // the rail the peer was last heard on.
+        let rail = if self.send.has_work(now, config) {
+            self.paths.data_rail(config.rail_policy)
+        } else {
+            self.paths.reply_rail()
+        };
+        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        let mut acked = false;
+        if self.recv.ack_pending() {
+            let ack = self.recv.take_ack();
+            // Config validation guarantees room for a full ACK in any datagram.
+            acked = w.push_ack(&ack).is_ok();
+            stats.acks_sent += acked as u64;
+        }
+        let retransmits_before = stats.retransmits;
+        let frames = self.send.fill(&mut w, now, rail, config, stats);
+        if frames == 0 && !acked {
+            return None;
+        }
+        if frames == 0 {
+            stats.standalone_acks += 1;
+        }
+        let len = w.finish();
+        let retransmits = stats.retransmits - retransmits_before;
+        self.paths.on_sent(now, rail, frames as u64, retransmits, frames > 0);
+        stats.datagrams_sent += 1;
+        stats.bytes_sent += len as u64;
+        Some(Transmit { dst: self.id, len, rail })
+    }
+
+    /// The application read from a full delivery queue: segments that
+    /// waited for room go in now, and the sender hears so at once.
+    pub fn on_delivery_room(&mut self, cx: &mut Context<'_>) {
+        if self.recv.drain(cx, self.id) {
+            self.recv.request_ack_now();
+        }
+    }
+
+    /// Both halves' invariants, and the timer table agrees with them.
+    pub fn check_invariants(&self, config: &Config) {
+        self.send.check_invariants(config);
+        self.recv.check_invariants(config);
+        assert_eq!(self.timers.get(Timer::Retransmit), self.send.rto_deadline(), "stale retransmit timer");
+        assert_eq!(self.timers.get(Timer::DelayedAck), self.recv.ack_deadline(), "stale delayed-ACK timer");
     }
 }

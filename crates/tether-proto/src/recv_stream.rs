@@ -2,68 +2,94 @@
 //!
 //! A segment is acknowledged only once it has been consumed into the
 //! application's delivery queue (or into the message being reassembled for
-//! it): the commit point of seeds/000 section 4, so a crash between receipt
-//! and delivery can never lose an acknowledged message. Segments that arrive
-//! ahead of a hole wait in a bounded out-of-order buffer and are reported in
-//! SACK ranges; in go-back-N mode nothing is kept out of order.
+//! it): the commit point of Zhou et al. [FTGM] section 4
+//! (docs/REFERENCES.md), so a crash between receipt and delivery can never
+//! lose an acknowledged message. Segments that arrive ahead of a hole wait
+//! in a bounded out-of-order buffer and are reported in SACK ranges; in
+//! go-back-N mode nothing is kept out of order.
+//!
+//! Hard and soft state: everything here but the owed ACK is hard (the
+//! epoch, delivered-up-to, the message being reassembled, the segments
+//! held out of order, some of which the sender may already have seen
+//! selectively acknowledged and will not send again). [`RecvSnapshot`]
+//! exports it; a restored stream owes the sender an ACK at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use core::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
 
-use crate::landing::Landed;
+use crate::context::Context;
+use crate::delivery::copy_to_bytes;
 use crate::{Config, Delivery, Instant, NodeId, RetransmitMode, Stats};
 
-/// Messages delivered to the application and not yet read, with a byte
-/// limit: when it is full, new data is not consumed and so not acknowledged.
-#[derive(Debug, Default)]
-pub(crate) struct DeliveryQueue {
-    queue: VecDeque<Delivery>,
-    bytes: usize,
-    limit: usize,
-}
-
-impl DeliveryQueue {
-    pub fn new(limit: usize) -> Self {
-        DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit }
-    }
-    pub fn has_room(&self) -> bool {
-        // One message may overshoot the limit, so the largest allowed message always fits.
-        self.bytes < self.limit
-    }
-    fn push(&mut self, d: Delivery, stats: &mut Stats) {
-        self.bytes += d.message.len();
-        stats.messages_delivered += 1;
-        self.queue.push_back(d);
-    }
-    pub fn pop(&mut self) -> Option<Delivery> {
-        let d = self.queue.pop_front()?;
-        self.bytes -= d.message.len();
-        Some(d)
-    }
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-}
-
-/// Copy `data` into a shared arena chunk: one allocation per chunk, not per message.
-pub(crate) fn copy_to_bytes(arena: &mut BytesMut, data: &[u8]) -> Bytes {
-    const CHUNK: usize = 64 * 1024;
-    if arena.capacity() - arena.len() < data.len() {
-        arena.reserve(data.len().max(CHUNK));
-    }
-    arena.extend_from_slice(data);
-    arena.split().freeze()
-}
-
+/// A verified payload's landing (see `landing`), handed to the stream with
+/// its frame.
 #[derive(Debug)]
-struct Stashed {
-    flags: DataFlags,
-    total_len: Option<u32>,
-    data: Bytes,
+pub(crate) enum Landed {
+    /// Not copied: the stream copies from the datagram if it keeps it.
+    Nowhere,
+    /// Copied and committed: the stream keeps these bytes as they are.
+    Arena(Bytes),
+    /// Written into the spare capacity of this stream's reassembly buffer,
+    /// `len` bytes, through [`RecvStream::continuation`].
+    Partial { len: usize },
+}
+
+impl Landed {
+    /// The payload as bytes of its own: the landing itself, or else a copy
+    /// of `payload` (from the verified datagram) into `arena`, counted.
+    pub fn into_bytes(self, payload: &[u8], arena: &mut BytesMut, stats: &mut Stats) -> Bytes {
+        match self {
+            Landed::Arena(bytes) => bytes,
+            Landed::Nowhere | Landed::Partial { .. } => {
+                stats.bytes_copied_after_verify += payload.len() as u64;
+                copy_to_bytes(arena, payload)
+            }
+        }
+    }
+}
+
+/// A segment held out of order: hard state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StashedSegment {
+    /// Whether it is the first and/or the last fragment of its message.
+    pub flags: DataFlags,
+    /// The whole message's length, carried by first fragments.
+    pub total_len: Option<u32>,
+    /// The fragment's bytes.
+    pub data: Bytes,
+}
+
+/// The message being reassembled, as exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PartialMessage {
+    /// Fragments consumed so far (and acknowledged) of a `total`-byte message.
+    Assembling {
+        /// The bytes consumed so far.
+        received: Bytes,
+        /// The message's length.
+        total: usize,
+    },
+    /// A message that broke a rule: its remaining fragments are dropped.
+    Discarding,
+}
+
+/// A receive stream's hard state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvSnapshot {
+    /// The peer's stream epoch being received; `None` before the first data.
+    pub epoch: Option<u32>,
+    /// Delivered-up-to: every segment below it was consumed (delivered or
+    /// taken into the message being reassembled) and may be acknowledged.
+    pub delivered_upto: u64,
+    /// The message being reassembled, if any.
+    pub partial: Option<PartialMessage>,
+    /// Segments above a hole, by sequence number.
+    pub out_of_order: Vec<(u64, StashedSegment)>,
 }
 
 #[derive(Debug)]
@@ -71,6 +97,12 @@ enum Partial {
     Assembling {
         buf: BytesMut,
         total: usize,
+        /// Bytes of `buf`'s spare capacity lent to the current datagram's
+        /// landing by `continuation`; any other write to `buf` clears it.
+        /// A [`Landed::Partial`] of exactly this length is the proof that
+        /// the landing wrote those bytes into this very buffer, untouched
+        /// since.
+        lent: usize,
     },
     /// The message broke a rule (too large, inconsistent lengths): its
     /// remaining fragments are consumed and dropped, so the stream goes on.
@@ -85,21 +117,15 @@ struct AckState {
 
 #[derive(Debug)]
 pub(crate) struct RecvStream {
+    // Hard state.
     /// The peer's stream epoch we are receiving; `None` before the first data.
     epoch: Option<u32>,
     expected: u64,
-    out_of_order: BTreeMap<u64, Stashed>,
+    out_of_order: BTreeMap<u64, StashedSegment>,
     partial: Option<Partial>,
+    // Soft state.
     ack: AckState,
     ack_delay: Duration,
-}
-
-/// How an arriving data frame related to the stream, for ACK urgency.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Arrival {
-    InOrder,
-    /// Ahead of a hole, a duplicate, or refused: the sender should hear at once.
-    Irregular,
 }
 
 impl RecvStream {
@@ -112,6 +138,41 @@ impl RecvStream {
             ack: AckState::default(),
             ack_delay: config.ack_delay,
         }
+    }
+
+    /// Export the hard state.
+    pub fn snapshot(&self) -> RecvSnapshot {
+        let partial = self.partial.as_ref().map(|p| match p {
+            Partial::Assembling { buf, total, .. } => {
+                PartialMessage::Assembling { received: Bytes::copy_from_slice(buf), total: *total }
+            }
+            Partial::Discarding => PartialMessage::Discarding,
+        });
+        RecvSnapshot {
+            epoch: self.epoch,
+            delivered_upto: self.expected,
+            partial,
+            out_of_order: self.out_of_order.iter().map(|(&seq, s)| (seq, s.clone())).collect(),
+        }
+    }
+
+    /// Rebuild a stream from its hard state. It owes its sender an ACK at
+    /// once: whatever ACK was owed went with the soft state.
+    pub fn restore(config: &Config, snapshot: RecvSnapshot) -> Self {
+        let mut r = RecvStream::new(config);
+        r.epoch = snapshot.epoch;
+        r.expected = snapshot.delivered_upto;
+        r.out_of_order = snapshot.out_of_order.into_iter().collect();
+        r.partial = snapshot.partial.map(|p| match p {
+            PartialMessage::Assembling { received, total } => {
+                let mut buf = BytesMut::with_capacity(total);
+                buf.extend_from_slice(&received);
+                Partial::Assembling { buf, total, lent: 0 }
+            }
+            PartialMessage::Discarding => Partial::Discarding,
+        });
+        r.request_ack_now();
+        r
     }
 
     /// A new epoch (or a new incarnation of the peer) starts a fresh
@@ -143,47 +204,47 @@ impl RecvStream {
     }
 
     /// The reassembly buffer `frame` would continue in order, with room for
-    /// its payload: where the payload can land during verification.
+    /// its payload: where the payload can land during verification. Lends
+    /// the buffer's spare capacity: the landing that asks is the only
+    /// writer until the frame is consumed (see [`Partial::Assembling`]).
     pub fn continuation(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
         if frame.seq != self.expected || frame.flags.first() {
             return None;
         }
+        let len = frame.payload.len();
         match &mut self.partial {
-            Some(Partial::Assembling { buf, total })
-                if buf.len() + frame.payload.len() <= *total
-                    && buf.capacity() - buf.len() >= frame.payload.len() =>
+            Some(Partial::Assembling { buf, total, lent })
+                if buf.len() + len <= *total && buf.capacity() - buf.len() >= len =>
             {
+                *lent = len;
                 Some(buf)
             }
             _ => None,
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
+    /// Take in a verified DATA frame of the current epoch.
     pub fn on_data(
         &mut self,
+        cx: &mut Context<'_>,
         now: Instant,
         from: NodeId,
         frame: &DataFrame<'_>,
         landed: Landed,
-        config: &Config,
-        dq: &mut DeliveryQueue,
-        arena: &mut BytesMut,
-        stats: &mut Stats,
-    ) -> Arrival {
+    ) {
         let seq = frame.seq;
+        let stats = &mut *cx.stats;
         if seq < self.expected || self.out_of_order.contains_key(&seq) {
             stats.duplicates_discarded += 1;
             self.request_ack(now, true);
-            return Arrival::Irregular;
+            return;
         }
-        if seq >= self.expected + config.recv_window as u64 {
+        if seq >= self.expected + cx.config.recv_window as u64 {
             stats.out_of_window += 1;
             self.request_ack(now, true);
-            return Arrival::Irregular;
+            return;
         }
-        let full = !dq.has_room();
+        let full = !cx.deliveries.has_room();
         if seq > self.expected || full {
             if full {
                 // The commit point: nothing is consumed, so nothing new is
@@ -192,48 +253,30 @@ impl RecvStream {
                 // no retransmission, lets the stream continue: see `drain`.
                 stats.out_of_window += 1;
             }
-            if config.retransmit == RetransmitMode::GoBackN && seq > self.expected {
+            if cx.config.retransmit == RetransmitMode::GoBackN && seq > self.expected {
                 stats.out_of_window += 1;
             } else {
-                let data = landed.into_bytes(frame.payload, arena, stats);
-                let stashed = Stashed { flags: frame.flags, total_len: frame.total_len, data };
+                let data = landed.into_bytes(frame.payload, cx.recv_arena, stats);
+                let stashed = StashedSegment { flags: frame.flags, total_len: frame.total_len, data };
                 self.out_of_order.insert(seq, stashed);
             }
             self.request_ack(now, true);
-            return Arrival::Irregular;
+            return;
         }
-        self.consume(from, frame.flags, frame.total_len, frame.payload, landed, config, dq, arena, stats);
-        self.drain(from, config, dq, arena, stats);
+        self.consume(cx, from, frame.flags, frame.total_len, frame.payload, landed);
+        self.drain(cx, from);
         self.request_ack(now, !self.out_of_order.is_empty());
-        Arrival::InOrder
     }
 
     /// Consume stashed segments that are now in order, while the delivery
     /// queue has room. Called after an in-order arrival and after the
     /// application reads: a stashed segment may already be selectively
     /// acknowledged, and then its sender will never send it again.
-    pub fn drain(
-        &mut self,
-        from: NodeId,
-        config: &Config,
-        dq: &mut DeliveryQueue,
-        arena: &mut BytesMut,
-        stats: &mut Stats,
-    ) -> bool {
+    pub fn drain(&mut self, cx: &mut Context<'_>, from: NodeId) -> bool {
         let mut progressed = false;
-        while dq.has_room() {
+        while cx.deliveries.has_room() {
             let Some(s) = self.out_of_order.remove(&self.expected) else { break };
-            self.consume(
-                from,
-                s.flags,
-                s.total_len,
-                &s.data,
-                Landed::Arena(s.data.clone()),
-                config,
-                dq,
-                arena,
-                stats,
-            );
+            self.consume(cx, from, s.flags, s.total_len, &s.data, Landed::Arena(s.data.clone()));
             progressed = true;
         }
         progressed
@@ -246,19 +289,16 @@ impl RecvStream {
     }
 
     /// Take the in-order segment `self.expected` into reassembly or delivery.
-    #[allow(clippy::too_many_arguments)]
     fn consume(
         &mut self,
+        cx: &mut Context<'_>,
         from: NodeId,
         flags: DataFlags,
         total_len: Option<u32>,
         payload: &[u8],
         landed: Landed,
-        config: &Config,
-        dq: &mut DeliveryQueue,
-        arena: &mut BytesMut,
-        stats: &mut Stats,
     ) {
+        let stats = &mut *cx.stats;
         self.expected += 1;
         if flags.first() {
             if self.partial.take().is_some() {
@@ -266,12 +306,12 @@ impl RecvStream {
                 stats.protocol_violations += 1;
             }
             if flags.last() {
-                let message = landed.into_bytes(payload, arena, stats);
-                dq.push(Delivery { from, message }, stats);
+                let message = landed.into_bytes(payload, cx.recv_arena, stats);
+                cx.deliveries.push(Delivery { from, message }, stats);
                 return;
             }
             let total = total_len.map_or(0, |t| t as usize);
-            if total > config.max_message_len {
+            if total > cx.config.max_message_len {
                 stats.protocol_violations += 1;
                 self.partial = Some(Partial::Discarding);
                 return;
@@ -279,7 +319,7 @@ impl RecvStream {
             let mut buf = BytesMut::with_capacity(total);
             stats.bytes_copied_after_verify += payload.len() as u64;
             buf.extend_from_slice(payload);
-            self.partial = Some(Partial::Assembling { buf, total });
+            self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
             return;
         }
         match self.partial.take() {
@@ -289,7 +329,7 @@ impl RecvStream {
                     self.partial = Some(Partial::Discarding);
                 }
             }
-            Some(Partial::Assembling { mut buf, total }) => {
+            Some(Partial::Assembling { mut buf, total, lent }) => {
                 if buf.len() + payload.len() > total || (flags.last() && buf.len() + payload.len() != total) {
                     stats.protocol_violations += 1;
                     if !flags.last() {
@@ -298,16 +338,14 @@ impl RecvStream {
                     return;
                 }
                 match landed {
-                    Landed::Partial { end_addr }
-                        if buf.as_ptr() as usize + buf.len() + payload.len() == end_addr =>
-                    {
-                        // SAFETY: verification landed exactly these bytes in
-                        // this buffer's spare capacity: it ends where the
-                        // landing began (checked above), and nothing has
-                        // written to it since (the landing was planned for
-                        // the datagram's first frame, this one).
-                        unsafe { buf.set_len(buf.len() + payload.len()) };
-                        debug_assert_eq!(&buf[buf.len() - payload.len()..], payload);
+                    Landed::Partial { len } if len == payload.len() && lent == len => {
+                        // SAFETY: `continuation` lent exactly `len` bytes of
+                        // this buffer's spare capacity to this datagram's
+                        // landing (`lent`), every other write to the buffer
+                        // clears `lent`, and verification succeeded, so
+                        // those bytes hold this payload.
+                        unsafe { buf.set_len(buf.len() + len) };
+                        debug_assert_eq!(&buf[buf.len() - len..], payload);
                     }
                     _ => {
                         stats.bytes_copied_after_verify += payload.len() as u64;
@@ -315,9 +353,9 @@ impl RecvStream {
                     }
                 }
                 if flags.last() {
-                    dq.push(Delivery { from, message: buf.freeze() }, stats);
+                    cx.deliveries.push(Delivery { from, message: buf.freeze() }, stats);
                 } else {
-                    self.partial = Some(Partial::Assembling { buf, total });
+                    self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
                 }
             }
         }
@@ -344,7 +382,8 @@ impl RecvStream {
         self.ack.pending && self.ack.due.is_some_and(|due| due <= now)
     }
 
-    pub fn deadline(&self) -> Option<Instant> {
+    /// When the owed ACK must go at the latest.
+    pub fn ack_deadline(&self) -> Option<Instant> {
         self.ack.due.filter(|_| self.ack.pending)
     }
 
@@ -382,5 +421,20 @@ impl RecvStream {
         // Offsets fit in u32: the receive window is at most 2^20 segments.
         let range = SackRange { start: (start - self.expected) as u32, end: (end - self.expected) as u32 };
         ack.push_range(range)
+    }
+
+    /// The receiver's windows hold (see `check_invariants` on the sender).
+    pub fn check_invariants(&self, config: &Config) {
+        let window = config.recv_window as u64;
+        assert!(self.out_of_order.len() as u64 <= window, "more held out of order than the window");
+        if let (Some((&lo, _)), Some((&hi, _))) =
+            (self.out_of_order.first_key_value(), self.out_of_order.last_key_value())
+        {
+            assert!(lo >= self.expected, "a consumed segment is still held out of order");
+            assert!(hi < self.expected + window, "a held segment beyond the window");
+        }
+        if let Some(Partial::Assembling { buf, total, .. }) = &self.partial {
+            assert!(buf.len() <= *total, "a reassembled message longer than announced");
+        }
     }
 }

@@ -2,14 +2,24 @@
 //!
 //! Every segment stays in this queue, in sequence order, until the
 //! cumulative ACK passes it; retransmissions are sent from here, so no
-//! extra copy is ever made for reliability (seeds/001 section 4.1,
-//! seeds/003 section 4). The window limits segments in flight (the papers'
-//! send-queue size); `bytes_buffered` limits what the application may queue.
+//! extra copy is ever made for reliability (Tang and Bilas [TB] section
+//! 4.1, Trahay et al. [NMAD] section 4; docs/REFERENCES.md). The window
+//! limits segments in flight (the papers' send-queue size);
+//! `bytes_buffered` limits what the application may queue.
 //!
 //! Loss is detected two ways: a SACK showing that a segment sent *later*
 //! arrived while an earlier one is still missing (fast retransmit, with a
 //! small reordering allowance), and the retransmission timeout, one per
-//! stream (seeds/001: one timer, not one per packet).
+//! stream ([TB]: one timer, not one per packet).
+//!
+//! The state is split in two types. [`SendLog`] and each segment's
+//! [`LoggedSegment`] are *hard* state: what must survive an engine failure
+//! (Zhou et al. [FTGM] section 4's host-side backup: the next sequence
+//! number to assign, the cumulative ACK, the highest sequence ever put on
+//! the wire, the epoch, every unacknowledged message). Everything else
+//! (transmission times and counts, SACK marks, rails, the RTT estimate,
+//! the timeout) is soft: [`SendStream::restore`] rebuilds it from the log,
+//! treating everything that was in flight as lost.
 
 use std::collections::VecDeque;
 
@@ -27,13 +37,24 @@ const REORDER_ALLOWANCE: u64 = 3;
 /// Failure records kept for `message_state` queries.
 const FAILURE_HISTORY: usize = 256;
 
-#[derive(Debug)]
-struct Segment {
-    seq: u64,
-    msg: u64,
-    flags: DataFlags,
-    total_len: u32,
-    data: Bytes,
+/// One unacknowledged segment as the log keeps it: hard state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedSegment {
+    /// Its sequence number in the stream.
+    pub seq: u64,
+    /// The number of the message it belongs to.
+    pub msg: u64,
+    /// Whether it is the first and/or the last fragment of its message.
+    pub flags: DataFlags,
+    /// The whole message's length.
+    pub total_len: u32,
+    /// The fragment's bytes.
+    pub data: Bytes,
+}
+
+/// How one segment has fared on the wire: soft state.
+#[derive(Debug, Clone, Copy)]
+struct TxState {
     last_tx: Instant,
     /// Position in this stream's transmission order: "sent after" for loss
     /// detection must not depend on two sends sharing a timestamp.
@@ -50,7 +71,11 @@ struct Segment {
     rails_sent: u8,
 }
 
-impl Segment {
+impl TxState {
+    fn unsent(now: Instant) -> Self {
+        TxState { last_tx: now, tx_order: 0, tx_count: 0, sacked: false, lost: false, rail: 0, rails_sent: 0 }
+    }
+
     /// The rail this segment's arrival proves delivers: its only one.
     fn evidence(&self) -> u8 {
         if self.rails_sent.is_power_of_two() {
@@ -62,30 +87,78 @@ impl Segment {
 }
 
 #[derive(Debug)]
-pub(crate) struct SendStream {
+struct Segment {
+    log: LoggedSegment,
+    tx: TxState,
+}
+
+/// The hard state of a send stream: with its segments, everything a new
+/// engine needs to go on without losing or repeating a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendLog {
+    /// The stream's epoch: bumped on every abandonment, so the receiver
+    /// discards any partial message of the old one.
     pub epoch: u32,
+    /// The cumulative ACK: every segment below it was acknowledged.
+    pub acked_upto: u64,
+    /// Every segment below this was put on the wire at least once (recorded
+    /// before the datagram leaves): the line between "in doubt" and
+    /// "certainly not delivered" if the peer is abandoned.
+    pub sent_upto: u64,
+    /// The next sequence number to assign.
+    pub next_seq: u64,
+    /// The next message number to assign.
+    pub next_msg: u64,
+    /// Messages below this are settled: acknowledged or failed.
+    pub settled_below: u64,
+    /// Failed runs of messages, newest last, for `message_state` queries.
+    pub failures: VecDeque<(FailedMessages, FailReason)>,
+    /// Messages below this lost their failure record to the bounded history.
+    pub forgotten_below: u64,
+}
+
+impl SendLog {
+    fn new(epoch: u32) -> Self {
+        SendLog {
+            epoch,
+            acked_upto: 0,
+            sent_upto: 0,
+            next_seq: 0,
+            next_msg: 0,
+            settled_below: 0,
+            failures: VecDeque::new(),
+            forgotten_below: 0,
+        }
+    }
+}
+
+/// A send stream's hard state, exported: the log and its segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendSnapshot {
+    /// Sequence numbers, counters and the failure history.
+    pub log: SendLog,
+    /// Every unacknowledged segment, in sequence order from `log.acked_upto`.
+    pub segments: Vec<LoggedSegment>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SendStream {
+    /// Hard state (with each segment's `log`).
+    log: SendLog,
+    /// Unacknowledged segments from `log.acked_upto` to `log.next_seq`.
     segments: VecDeque<Segment>,
-    /// Sequence number of `segments[0]`; equals `next_seq` when empty.
-    base_seq: u64,
-    next_seq: u64,
-    /// Every segment below this was transmitted at least once.
-    sent_upto: u64,
+    // Soft state from here on: derived from the log, or rebuilt.
     lost_count: usize,
+    /// Bytes of the messages not yet acknowledged (derived from the log).
     bytes_buffered: usize,
     /// Wire bytes of the segments never sent yet, for the coalescing rule.
     unsent_wire_bytes: usize,
-    next_msg: u64,
-    /// Messages below this are settled: acknowledged or failed.
-    settled_below: u64,
     next_tx_order: u64,
     next_ack_request: u64,
     rto_deadline: Option<Instant>,
     /// Last time the peer showed it is alive on this stream, for abandonment.
     last_heard: Instant,
     pub rtt: RttEstimator,
-    failures: VecDeque<(FailedMessages, FailReason)>,
-    /// Messages below this lost their failure record to the bounded history.
-    forgotten_below: u64,
 }
 
 /// What an ACK did.
@@ -107,24 +180,64 @@ pub(crate) struct AckBeyondSent;
 impl SendStream {
     pub fn new(config: &Config, epoch: u32) -> Self {
         SendStream {
-            epoch,
+            log: SendLog::new(epoch),
             segments: VecDeque::new(),
-            base_seq: 0,
-            next_seq: 0,
-            sent_upto: 0,
             lost_count: 0,
             bytes_buffered: 0,
             unsent_wire_bytes: 0,
-            next_msg: 0,
-            settled_below: 0,
             next_tx_order: 0,
             next_ack_request: 0,
             rto_deadline: None,
             last_heard: Instant::ZERO,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
-            failures: VecDeque::new(),
-            forgotten_below: 0,
         }
+    }
+
+    /// Export the hard state.
+    pub fn snapshot(&self) -> SendSnapshot {
+        SendSnapshot {
+            log: self.log.clone(),
+            segments: self.segments.iter().map(|s| s.log.clone()).collect(),
+        }
+    }
+
+    /// Rebuild a stream from its hard state at `now`. Nothing is known of
+    /// what the wire did with the segments that were in flight, so all of
+    /// them count as lost and go again at once (the receiver drops any
+    /// duplicate by sequence number); the RTT estimate starts afresh and
+    /// the patience clock for abandonment restarts.
+    pub fn restore(config: &Config, snapshot: SendSnapshot, now: Instant) -> Self {
+        let SendSnapshot { log, segments } = snapshot;
+        let mut s = SendStream::new(config, log.epoch);
+        let in_flight_end = log.sent_upto;
+        for logged in segments {
+            let mut tx = TxState::unsent(now);
+            if logged.seq < in_flight_end {
+                // Sent before, over rails nobody remembers: a resend, and
+                // its ACK proves no rail delivers (it may answer a copy
+                // sent before the restore).
+                tx.tx_count = 1;
+                tx.rails_sent = u8::MAX;
+                tx.lost = true;
+                s.lost_count += 1;
+            } else {
+                s.unsent_wire_bytes += DataFrame::encoded_len(logged.data.len(), logged.flags);
+            }
+            if logged.flags.last() {
+                s.bytes_buffered += logged.total_len as usize;
+            }
+            s.segments.push_back(Segment { log: logged, tx });
+        }
+        s.log = log;
+        s.last_heard = now;
+        if s.in_flight() > 0 {
+            s.rto_deadline = Some(now + s.rtt.rto());
+        }
+        s
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.log.epoch
     }
 
     pub fn bytes_buffered(&self) -> usize {
@@ -136,7 +249,7 @@ impl SendStream {
     }
 
     fn in_flight(&self) -> u64 {
-        self.sent_upto - self.base_seq
+        self.log.sent_upto - self.log.acked_upto
     }
 
     /// Something to put on the wire now: a lost segment, or new data the
@@ -150,19 +263,19 @@ impl SendStream {
     /// coalescing delay, so a burst of small messages shares datagrams but
     /// no message waits longer than `coalesce_delay`. `None`: nothing to send
     /// or the window is closed.
-    fn new_data_due(&self, config: &Config) -> Option<Instant> {
-        if self.sent_upto == self.next_seq || self.in_flight() >= config.send_window as u64 {
+    pub fn new_data_due(&self, config: &Config) -> Option<Instant> {
+        if self.log.sent_upto == self.log.next_seq || self.in_flight() >= config.send_window as u64 {
             return None;
         }
-        let oldest = &self.segments[(self.sent_upto - self.base_seq) as usize];
+        let oldest = &self.segments[(self.log.sent_upto - self.log.acked_upto) as usize];
         // Only whole small messages wait: a fragment of a larger message
         // gains nothing from company, and holding the short tail of a
         // message whose other fragments just left would only delay it.
-        let small_message = oldest.flags.first() && oldest.flags.last();
+        let small_message = oldest.log.flags.first() && oldest.log.flags.last();
         if !small_message || self.in_flight() == 0 || self.unsent_wire_bytes >= config.max_fragment() {
             return Some(Instant::ZERO);
         }
-        Some(oldest.last_tx + config.coalesce_delay)
+        Some(oldest.tx.last_tx + config.coalesce_delay)
     }
 
     /// Queue one message, cut into fragments of at most `max_fragment` bytes.
@@ -172,8 +285,8 @@ impl SendStream {
             // The patience clock starts when there is something to deliver.
             self.last_heard = now;
         }
-        let msg = self.next_msg;
-        self.next_msg += 1;
+        let msg = self.log.next_msg;
+        self.log.next_msg += 1;
         let total = data.len();
         self.bytes_buffered += total;
         let mut offset = 0;
@@ -181,21 +294,15 @@ impl SendStream {
             let end = (offset + max_fragment).min(total);
             let flags = DataFlags::new(offset == 0, end == total);
             self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
-            self.segments.push_back(Segment {
-                seq: self.next_seq,
+            let log = LoggedSegment {
+                seq: self.log.next_seq,
                 msg,
                 flags,
                 total_len: total as u32,
                 data: data.slice(offset..end),
-                last_tx: now,
-                tx_order: 0,
-                tx_count: 0,
-                sacked: false,
-                lost: false,
-                rail: 0,
-                rails_sent: 0,
-            });
-            self.next_seq += 1;
+            };
+            self.segments.push_back(Segment { log, tx: TxState::unsent(now) });
+            self.log.next_seq += 1;
             offset = end;
             if offset == total {
                 return msg;
@@ -219,35 +326,35 @@ impl SendStream {
                 if self.lost_count == 0 {
                     break;
                 }
-                if !self.segments[i].lost {
+                if !self.segments[i].tx.lost {
                     continue;
                 }
                 if !self.write_segment(w, i, now, rail, stats) {
                     return written;
                 }
-                self.segments[i].lost = false;
+                self.segments[i].tx.lost = false;
                 self.lost_count -= 1;
                 written += 1;
             }
         }
-        while self.sent_upto < self.next_seq && self.in_flight() < config.send_window as u64 {
-            let i = (self.sent_upto - self.base_seq) as usize;
+        while self.log.sent_upto < self.log.next_seq && self.in_flight() < config.send_window as u64 {
+            let i = (self.log.sent_upto - self.log.acked_upto) as usize;
             if !self.write_segment(w, i, now, rail, stats) {
                 break;
             }
-            let s = &self.segments[i];
+            let s = &self.segments[i].log;
             self.unsent_wire_bytes -= DataFrame::encoded_len(s.data.len(), s.flags);
-            self.sent_upto += 1;
+            self.log.sent_upto += 1;
             written += 1;
         }
         if written > 0 {
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
-            if self.in_flight() >= threshold.max(1) && self.sent_upto >= self.next_ack_request {
+            if self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request {
                 // Ask for an immediate ACK, but at most once per quarter
                 // window, so a full pipe does not turn every packet into a request.
                 w.set_ack_request(true);
                 stats.ack_requests += 1;
-                self.next_ack_request = self.sent_upto + (config.send_window as u64 / 4).max(1);
+                self.next_ack_request = self.log.sent_upto + (config.send_window as u64 / 4).max(1);
             }
         }
         written
@@ -261,21 +368,21 @@ impl SendStream {
         rail: RailId,
         stats: &mut Stats,
     ) -> bool {
-        let s = &mut self.segments[i];
+        let Segment { log: s, tx } = &mut self.segments[i];
         if DataFrame::encoded_len(s.data.len(), s.flags) > w.remaining() {
             return false;
         }
         if w.push_data(s.seq, s.flags, s.total_len, &s.data).is_err() {
             return false;
         }
-        if s.tx_count > 0 {
+        if tx.tx_count > 0 {
             stats.retransmits += 1;
         }
-        s.tx_count += 1;
-        s.last_tx = now;
-        s.rail = rail;
-        s.rails_sent |= 1 << rail;
-        s.tx_order = self.next_tx_order;
+        tx.tx_count += 1;
+        tx.last_tx = now;
+        tx.rail = rail;
+        tx.rails_sent |= 1 << rail;
+        tx.tx_order = self.next_tx_order;
         self.next_tx_order += 1;
         stats.data_frames_sent += 1;
         if self.rto_deadline.is_none() {
@@ -292,32 +399,32 @@ impl SendStream {
         ranges: impl Iterator<Item = SackRange>,
         mode: RetransmitMode,
     ) -> Result<AckOutcome, AckBeyondSent> {
-        if cumulative > self.sent_upto {
+        if cumulative > self.log.sent_upto {
             return Err(AckBeyondSent);
         }
         self.last_heard = now;
         let mut outcome = AckOutcome::default();
         let mut sample = None;
-        while self.segments.front().is_some_and(|s| s.seq < cumulative) {
-            let s = self.segments.pop_front().expect("front checked above");
-            if s.lost {
+        while self.segments.front().is_some_and(|s| s.log.seq < cumulative) {
+            let Segment { log: s, tx } = self.segments.pop_front().expect("front checked above");
+            if tx.lost {
                 self.lost_count -= 1;
             }
             if s.flags.last() {
                 self.bytes_buffered -= s.total_len as usize;
-                self.settled_below = s.msg + 1;
+                self.log.settled_below = s.msg + 1;
                 outcome.messages_acked += 1;
             }
             // Karn: only a segment sent exactly once gives an unambiguous sample.
-            sample = if s.tx_count == 1 { Some(now - s.last_tx) } else { None };
-            if !s.sacked {
-                outcome.rails |= s.evidence();
-                outcome.latest_rails |= 1 << s.rail;
+            sample = if tx.tx_count == 1 { Some(now - tx.last_tx) } else { None };
+            if !tx.sacked {
+                outcome.rails |= tx.evidence();
+                outcome.latest_rails |= 1 << tx.rail;
             }
             outcome.progressed = true;
         }
         if outcome.progressed {
-            self.base_seq = cumulative;
+            self.log.acked_upto = cumulative;
             if let Some(rtt) = sample {
                 self.rtt.on_sample(rtt);
             }
@@ -337,45 +444,52 @@ impl SendStream {
     fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> (u8, u8) {
         let (mut rails, mut latest) = (0u8, 0u8);
         let mut newest_sacked: Option<(u64, u64)> = None; // (seq, tx_order)
+        let base = self.log.acked_upto;
         for r in ranges {
-            let lo = (cumulative + r.start as u64).max(self.base_seq);
-            let hi = (cumulative + r.end as u64).min(self.sent_upto);
+            let lo = (cumulative + r.start as u64).max(base);
+            let hi = (cumulative + r.end as u64).min(self.log.sent_upto);
             for seq in lo..hi {
-                let s = &mut self.segments[(seq - self.base_seq) as usize];
-                if !s.sacked {
-                    s.sacked = true;
-                    rails |= s.evidence();
-                    latest |= 1 << s.rail;
-                    if s.lost {
-                        s.lost = false;
+                let tx = &mut self.segments[(seq - base) as usize].tx;
+                if !tx.sacked {
+                    tx.sacked = true;
+                    rails |= tx.evidence();
+                    latest |= 1 << tx.rail;
+                    if tx.lost {
+                        tx.lost = false;
                         self.lost_count -= 1;
                     }
                 }
-                if newest_sacked.is_none_or(|(_, order)| s.tx_order > order) {
-                    newest_sacked = Some((seq, s.tx_order));
+                if newest_sacked.is_none_or(|(_, order)| tx.tx_order > order) {
+                    newest_sacked = Some((seq, tx.tx_order));
                 }
             }
         }
         let Some((top_seq, top_order)) = newest_sacked else { return (rails, latest) };
         for s in self.segments.iter_mut() {
-            if s.seq + REORDER_ALLOWANCE > top_seq {
+            if s.log.seq + REORDER_ALLOWANCE > top_seq {
                 break;
             }
-            if !s.sacked && !s.lost && s.tx_count > 0 && s.tx_order < top_order {
-                s.lost = true;
+            let tx = &mut s.tx;
+            if !tx.sacked && !tx.lost && tx.tx_count > 0 && tx.tx_order < top_order {
+                tx.lost = true;
                 self.lost_count += 1;
             }
         }
         (rails, latest)
     }
 
-    pub fn deadline(&self, config: &Config) -> Option<Instant> {
-        let abandon = self.has_unacked().then(|| self.last_heard + config.abandon_after);
-        [self.rto_deadline, abandon, self.new_data_due(config)].into_iter().flatten().min()
+    /// The retransmission timer's deadline.
+    pub fn rto_deadline(&self) -> Option<Instant> {
+        self.rto_deadline
+    }
+
+    /// When the peer will have been silent too long with data outstanding.
+    pub fn abandon_deadline(&self, config: &Config) -> Option<Instant> {
+        self.has_unacked().then(|| self.last_heard + config.abandon_after)
     }
 
     pub fn should_abandon(&self, now: Instant, config: &Config) -> bool {
-        self.has_unacked() && now >= self.last_heard + config.abandon_after
+        self.abandon_deadline(config).is_some_and(|at| now >= at)
     }
 
     /// The retransmission timer expired: back off and resend everything in
@@ -390,10 +504,10 @@ impl SendStream {
         let in_flight = self.in_flight() as usize;
         for s in self.segments.iter_mut().take(in_flight) {
             if mode == RetransmitMode::GoBackN {
-                s.sacked = false;
+                s.tx.sacked = false;
             }
-            if !s.sacked && !s.lost {
-                s.lost = true;
+            if !s.tx.sacked && !s.tx.lost {
+                s.tx.lost = true;
                 self.lost_count += 1;
             }
         }
@@ -402,7 +516,7 @@ impl SendStream {
 
     /// Something sent over `rail` is still unacknowledged.
     pub fn in_flight_on(&self, rail: RailId) -> bool {
-        self.segments.iter().take(self.in_flight() as usize).any(|s| s.rail == rail && !s.sacked)
+        self.segments.iter().take(self.in_flight() as usize).any(|s| s.tx.rail == rail && !s.tx.sacked)
     }
 
     /// The path over `rail` went down: everything last sent over it that
@@ -413,8 +527,8 @@ impl SendStream {
         let in_flight = self.in_flight() as usize;
         let mut moved = 0;
         for s in self.segments.iter_mut().take(in_flight) {
-            if s.rail == rail && !s.sacked && !s.lost {
-                s.lost = true;
+            if s.tx.rail == rail && !s.tx.sacked && !s.tx.lost {
+                s.tx.lost = true;
                 moved += 1;
             }
         }
@@ -429,47 +543,86 @@ impl SendStream {
 
     /// Give up on everything unacknowledged and start a fresh epoch, so the
     /// receiver discards any partial message of the old one. Returns the
-    /// failed messages (empty range if there were none).
-    pub fn abandon(&mut self, peer: NodeId, reason: FailReason) -> FailedMessages {
-        let in_doubt_end = match self.segments.get((self.sent_upto - self.base_seq) as usize) {
-            Some(first_unsent) => first_unsent.msg,
-            None => self.next_msg,
+    /// failed messages (empty range if there were none). `never_answered`:
+    /// the peer never sent anything at all, so nothing reached it and no
+    /// message is in doubt.
+    pub fn abandon(&mut self, peer: NodeId, reason: FailReason, never_answered: bool) -> FailedMessages {
+        let log = &mut self.log;
+        let in_doubt_end = match self.segments.get((log.sent_upto - log.acked_upto) as usize) {
+            _ if never_answered => log.settled_below,
+            Some(first_unsent) => first_unsent.log.msg,
+            None => log.next_msg,
         };
-        let failed = FailedMessages { peer, first: self.settled_below, end: self.next_msg, in_doubt_end };
+        let failed = FailedMessages { peer, first: log.settled_below, end: log.next_msg, in_doubt_end };
         self.segments.clear();
-        self.base_seq = 0;
-        self.next_seq = 0;
-        self.sent_upto = 0;
+        log.acked_upto = 0;
+        log.next_seq = 0;
+        log.sent_upto = 0;
+        log.settled_below = log.next_msg;
+        log.epoch = log.epoch.wrapping_add(1);
         self.lost_count = 0;
         self.bytes_buffered = 0;
         self.unsent_wire_bytes = 0;
         self.next_ack_request = 0;
-        self.settled_below = self.next_msg;
         self.rto_deadline = None;
-        self.epoch = self.epoch.wrapping_add(1);
         if !failed.is_empty() {
-            if self.failures.len() == FAILURE_HISTORY {
-                let (old, _) = self.failures.pop_front().expect("history is full");
-                self.forgotten_below = old.end;
+            if log.failures.len() == FAILURE_HISTORY {
+                let (old, _) = log.failures.pop_front().expect("history is full");
+                log.forgotten_below = old.end;
             }
-            self.failures.push_back((failed, reason));
+            log.failures.push_back((failed, reason));
         }
         failed
     }
 
+    /// Messages accepted and not yet settled (acknowledged or failed).
+    pub fn pending_messages(&self) -> u64 {
+        self.log.next_msg - self.log.settled_below
+    }
+
     pub fn message_state(&self, msg: u64) -> MessageState {
-        if msg >= self.next_msg {
+        let log = &self.log;
+        if msg >= log.next_msg {
             return MessageState::Unknown;
         }
-        if msg >= self.settled_below {
+        if msg >= log.settled_below {
             return MessageState::Pending;
         }
-        if msg < self.forgotten_below {
+        if msg < log.forgotten_below {
             return MessageState::Unknown;
         }
-        match self.failures.iter().rev().find(|(f, _)| f.contains(msg)) {
+        match log.failures.iter().rev().find(|(f, _)| f.contains(msg)) {
             Some((_, reason)) => MessageState::Failed(*reason),
             None => MessageState::Delivered,
         }
+    }
+
+    /// The sender's counters and windows agree with its log (TigerBeetle
+    /// style: cheap enough for every test, off in production builds).
+    pub fn check_invariants(&self, config: &Config) {
+        let log = &self.log;
+        assert!(log.acked_upto <= log.sent_upto && log.sent_upto <= log.next_seq, "sequence order: {log:?}");
+        assert_eq!(self.segments.len() as u64, log.next_seq - log.acked_upto, "one segment per unacked seq");
+        assert!(self.in_flight() <= config.send_window as u64, "in flight beyond the window");
+        assert!(log.settled_below <= log.next_msg, "settled beyond assigned");
+        assert!(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer");
+        let (mut lost, mut buffered, mut unsent) = (0, 0, 0);
+        for (i, s) in self.segments.iter().enumerate() {
+            assert_eq!(s.log.seq, log.acked_upto + i as u64, "segments contiguous");
+            assert!(s.log.msg >= log.settled_below, "a settled message is still queued");
+            let sent = s.log.seq < log.sent_upto;
+            assert!(!(s.tx.lost && s.tx.sacked), "a segment both lost and selectively acknowledged");
+            assert!(sent || !(s.tx.lost || s.tx.sacked), "an unsent segment marked lost or acknowledged");
+            lost += s.tx.lost as usize;
+            if s.log.flags.last() {
+                buffered += s.log.total_len as usize;
+            }
+            if !sent {
+                unsent += DataFrame::encoded_len(s.log.data.len(), s.log.flags);
+            }
+        }
+        assert_eq!(lost, self.lost_count, "lost count");
+        assert_eq!(buffered, self.bytes_buffered, "buffered bytes");
+        assert_eq!(unsent, self.unsent_wire_bytes, "unsent wire bytes");
     }
 }

@@ -27,12 +27,20 @@ struct Pair {
     sent: [u64; 2],
 }
 
+/// An endpoint that knows its one peer, with every invariant checked.
+fn endpoint(config: Config, node: u32, incarnation: u64, peer: u32) -> Endpoint {
+    let mut ep = Endpoint::new(config, node, incarnation).unwrap();
+    ep.add_peer(peer).unwrap();
+    ep.set_invariant_checks(true);
+    ep
+}
+
 impl Pair {
     fn new(config: Config) -> Self {
         Pair {
             now: Instant::from_nanos(1_000_000),
-            a: Endpoint::new(config.clone(), A, 1).unwrap(),
-            b: Endpoint::new(config, B, 1).unwrap(),
+            a: endpoint(config.clone(), A, 1, B),
+            b: endpoint(config, B, 1, A),
             wire: VecDeque::new(),
             keep: Box::new(|_, _| true),
             sent: [0; 2],
@@ -296,7 +304,7 @@ fn restarted_peer_gets_a_fresh_stream_and_old_packets_are_dropped() {
     let t = p.a.poll_transmit(p.now, &mut buf).unwrap();
     let old = buf[..t.len].to_vec();
     // A restarts with a new incarnation.
-    p.a = Endpoint::new(Config::default(), A, 2).unwrap();
+    p.a = endpoint(Config::default(), A, 2, B);
     p.a.send(p.now, B, b"after").unwrap();
     p.run(Duration::from_millis(10));
     let now = p.now;
@@ -310,7 +318,7 @@ fn restarted_peer_gets_a_fresh_stream_and_old_packets_are_dropped() {
 fn a_checksum_downgrade_is_refused() {
     let mut p = Pair::new(Config::default());
     let weak = Config { checksum: tether_wire::ChecksumKind::None, ..Config::default() };
-    let mut forger = Endpoint::new(weak, A, 1).unwrap();
+    let mut forger = endpoint(weak, A, 1, B);
     forger.send(p.now, B, b"unchecked").unwrap();
     let mut buf = vec![0u8; 2048];
     let t = forger.poll_transmit(p.now, &mut buf).unwrap();

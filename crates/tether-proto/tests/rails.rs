@@ -35,6 +35,8 @@ impl Rails {
     fn new(config: Config) -> Self {
         let mut a = Endpoint::new(config.clone(), A, 1).unwrap();
         let mut b = Endpoint::new(config, B, 1).unwrap();
+        a.set_invariant_checks(true);
+        b.set_invariant_checks(true);
         a.set_paths(B, &[0, 1]).unwrap();
         b.set_paths(A, &[0, 1]).unwrap();
         Rails {
@@ -320,6 +322,7 @@ fn striping_uses_every_healthy_rail_and_survives_a_cut() {
 #[test]
 fn one_rail_behaves_as_before_no_probes() {
     let mut a = Endpoint::new(Config::default(), A, 1).unwrap();
+    a.add_peer(B).unwrap();
     a.send(Instant::from_nanos(1), B, b"x").unwrap();
     let mut buf = vec![0u8; 2048];
     let t = a.poll_transmit(Instant::from_nanos(1), &mut buf).unwrap();

@@ -478,11 +478,12 @@ impl<'a> World<'a> {
 /// A node's endpoint, told that every rail leads to every other node.
 fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
     let mut ep = Endpoint::new(cfg.proto.clone(), id, incarnation).expect("simulation config is valid");
-    if cfg.rails > 1 {
-        let rails: Vec<RailId> = (0..cfg.rails).collect();
-        for peer in (0..cfg.nodes).filter(|&p| p != id) {
-            ep.set_paths(peer, &rails).expect("at most MAX_RAILS rails");
-        }
+    // Every invariant after every operation: a broken one is a panic,
+    // which `run` turns into a violation carrying the seed.
+    ep.set_invariant_checks(true);
+    let rails: Vec<RailId> = (0..cfg.rails.max(1)).collect();
+    for peer in (0..cfg.nodes).filter(|&p| p != id) {
+        ep.set_paths(peer, &rails).expect("at most MAX_RAILS rails");
     }
     ep
 }

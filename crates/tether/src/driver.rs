@@ -96,6 +96,16 @@ impl Driver {
         }
     }
 
+    /// Make sure the core knows `peer` if rail 0 can reach it (a transport
+    /// given an address book up front): the core refuses sends to a node
+    /// nobody added, with a typed error at once.
+    pub fn learn_peer(&mut self, peer: NodeId) {
+        if !self.core.knows(peer) && self.rails[0].has_peer(peer) {
+            // A full peer table is reported by the send that follows.
+            let _ = self.core.add_peer(peer);
+        }
+    }
+
     /// Rail 0's transport.
     pub fn transport(&self) -> &(dyn Transport + Send) {
         &*self.rails[0]

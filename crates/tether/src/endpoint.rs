@@ -337,6 +337,7 @@ impl Endpoint {
             // cannot tell which, as with a real lost completion.
             CallVerdict::Operation { dropped: false, .. } => Some(FailReason::OperationFault),
         };
+        d.learn_peer(peer);
         let id = d.core.send(now, peer, msg)?;
         d.transmit(now);
         Ok(SendHandle { id: Some(id), injected, shared: self.shared.clone() })
@@ -356,6 +357,7 @@ impl Endpoint {
         }
         let shared = &self.shared;
         let id = block_on(shared, timeout, |d| {
+            d.learn_peer(peer);
             if !d.core.can_send(peer, msg.len()) {
                 return None;
             }

@@ -1,0 +1,26 @@
+//! What a peer's state machine works with besides its own state: the
+//! endpoint's configuration and identity, and the queues and counters all
+//! peers share. The endpoint lends one to a peer for each call (quinn-proto
+//! passes its `Connection` the same kind of context), so a peer's
+//! `handle_*` and `poll_*` take one argument where they took ten.
+
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+
+use crate::delivery::DeliveryQueue;
+use crate::{Config, Event, NodeId, Stats};
+
+/// The endpoint as one of its peers sees it.
+pub(crate) struct Context<'a> {
+    pub config: &'a Config,
+    /// This endpoint's node id and incarnation.
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub stats: &'a mut Stats,
+    pub events: &'a mut VecDeque<Event>,
+    /// The application's delivery queue: the commit point.
+    pub deliveries: &'a mut DeliveryQueue,
+    /// Where received bytes are copied when they were not landed in place.
+    pub recv_arena: &'a mut BytesMut,
+}

@@ -1,0 +1,83 @@
+//! Where received messages go: the application's delivery queue, and the
+//! arena that received bytes are copied into when they are not landed in
+//! place.
+//!
+//! The delivery queue is the commit point of Zhou et al. [FTGM] section 4
+//! (docs/REFERENCES.md): a receiver acknowledges a segment only once it is
+//! consumed into this queue (or into the message being reassembled for it),
+//! so no acknowledged message can be lost between receipt and the
+//! application. The queue is bounded in bytes; when it is full, new data is
+//! not consumed and so not acknowledged, and the sender holds it.
+//!
+//! This module knows nothing of streams or landings: both the receive
+//! stream and the landing code use it, and it uses neither.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::{Delivery, Stats};
+
+/// Arena chunks are allocated at least this large, so most copies land in
+/// space already there (one allocation per chunk, not per message).
+pub(crate) const ARENA_CHUNK: usize = 64 * 1024;
+
+/// Messages delivered to the application and not yet read, with a byte
+/// limit: when it is full, new data is not consumed and so not acknowledged.
+#[derive(Debug, Default)]
+pub(crate) struct DeliveryQueue {
+    queue: VecDeque<Delivery>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl DeliveryQueue {
+    pub fn new(limit: usize) -> Self {
+        DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit }
+    }
+
+    pub fn has_room(&self) -> bool {
+        // One message may overshoot the limit, so the largest allowed message always fits.
+        self.bytes < self.limit
+    }
+
+    pub fn push(&mut self, d: Delivery, stats: &mut Stats) {
+        self.bytes += d.message.len();
+        stats.messages_delivered += 1;
+        self.queue.push_back(d);
+    }
+
+    pub fn pop(&mut self) -> Option<Delivery> {
+        let d = self.queue.pop_front()?;
+        self.bytes -= d.message.len();
+        Some(d)
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Everything waiting, oldest first: what a rebuilt endpoint must
+    /// still hand the application (the queue is the application's, not
+    /// the engine's).
+    pub fn iter(&self) -> impl Iterator<Item = &Delivery> {
+        self.queue.iter()
+    }
+
+    /// The queue's own accounting agrees with its contents.
+    pub fn check_invariants(&self) {
+        assert!(
+            self.bytes == self.queue.iter().map(|d| d.message.len()).sum::<usize>(),
+            "delivery queue byte count disagrees with its contents"
+        );
+    }
+}
+
+/// Copy `data` into a shared arena chunk: one allocation per chunk, not per message.
+pub(crate) fn copy_to_bytes(arena: &mut BytesMut, data: &[u8]) -> Bytes {
+    if arena.capacity() - arena.len() < data.len() {
+        arena.reserve(data.len().max(ARENA_CHUNK));
+    }
+    arena.extend_from_slice(data);
+    arena.split().freeze()
+}

@@ -1,0 +1,61 @@
+//! The hard state of an endpoint, exported: what must survive a failure of
+//! the engine that runs the protocol, so a new engine can go on without
+//! losing or repeating a message (Zhou et al. [FTGM] section 4, the
+//! host-side backup; docs/REFERENCES.md).
+//!
+//! Per stream: the next sequence number to assign, the cumulative ACK, the
+//! highest sequence ever put on the wire, delivered-up-to, incarnation and
+//! epoch, every unacknowledged outgoing message, and the received data
+//! already acknowledged but not yet handed over (the message being
+//! reassembled, segments held out of order, the delivery queue). Timers,
+//! RTT estimates and rail health are soft: [`Endpoint::restore`] rebuilds
+//! them, and the simulator's `soft_state_loss` mix throws them away at
+//! random moments and requires every guarantee to hold.
+//!
+//! [`Endpoint::restore`]: crate::Endpoint::restore
+
+use crate::paths::RailId;
+use crate::recv_stream::RecvSnapshot;
+use crate::send_stream::SendSnapshot;
+use crate::{Delivery, Event, NodeId, Stats};
+
+/// One peer's hard state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerSnapshot {
+    /// The peer's node id.
+    pub node: NodeId,
+    /// The peer's incarnation as last seen (0: never heard from).
+    pub incarnation: u64,
+    /// The peer ever sent anything (see `FailedMessages::in_doubt_end`).
+    pub answered: bool,
+    /// Reported unreachable and not heard from since.
+    pub unreachable: bool,
+    /// The rails configured to reach it.
+    pub rails: Vec<RailId>,
+    /// The stream to the peer.
+    pub send: SendSnapshot,
+    /// The stream from the peer.
+    pub recv: RecvSnapshot,
+}
+
+/// An endpoint's hard state: everything [`Endpoint::restore`] needs.
+///
+/// [`Endpoint::restore`]: crate::Endpoint::restore
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EndpointSnapshot {
+    /// This endpoint's node id.
+    pub node: NodeId,
+    /// This endpoint's incarnation: a restored endpoint is the same life,
+    /// not a restart (its peers must not see a new incarnation).
+    pub incarnation: u64,
+    /// Every peer, in node order.
+    pub peers: Vec<PeerSnapshot>,
+    /// Messages delivered and not yet read by the application.
+    pub deliveries: Vec<Delivery>,
+    /// Events not yet read by the application.
+    pub events: Vec<Event>,
+    /// The counters, so they keep counting across a rebuild.
+    pub stats: Stats,
+}
