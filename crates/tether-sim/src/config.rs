@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use tether_fault::FaultPlan;
 use tether_proto::{Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
@@ -43,6 +45,10 @@ pub struct SimConfig {
     pub rail_loss: Vec<(RailId, f64)>,
     /// Nodes that crash and restart as a new incarnation, and when.
     pub restarts: Vec<(NodeId, Duration)>,
+    /// Moments a node's engine fails and is rebuilt from its hard state
+    /// (`Endpoint::snapshot` / `restore`): every timer, RTT estimate and
+    /// path's health is lost, the streams go on.
+    pub soft_losses: Vec<(NodeId, Duration)>,
     pub proto: Config,
     /// Faults apply until then; afterwards links heal (cuts for good stay).
     pub safety_phase: Duration,
@@ -70,6 +76,7 @@ impl SimConfig {
             rails: 1,
             rail_loss: Vec::new(),
             restarts: Vec::new(),
+            soft_losses: Vec::new(),
             proto: Config { abandon_after: Duration::from_millis(300), ..Config::default() },
             safety_phase: Duration::from_millis(50),
             time_limit: Duration::from_secs(30),
@@ -86,7 +93,7 @@ impl fmt::Display for SimConfig {
         write!(
             f,
             "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} rails={} \
-             rail_loss={:?} restarts={:?} safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} \
+             rail_loss={:?} restarts={:?} soft_losses={:?} safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} \
              window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?}",
             self.seed,
             self.mix,
@@ -98,6 +105,7 @@ impl fmt::Display for SimConfig {
             self.rails,
             self.rail_loss,
             self.restarts,
+            self.soft_losses,
             self.safety_phase,
             self.time_limit,
             self.pace,
@@ -142,10 +150,14 @@ pub enum FaultMix {
     RailStripe,
     /// Two rails; rail 0 between nodes 0 and 1 dies and node 1 restarts.
     RailRestart,
+    /// Loss, reordering and duplication while nodes lose all their soft
+    /// state (timers, RTT, rail health) at moments drawn from the seed,
+    /// each rebuilt from its hard state: nothing may be lost or repeated.
+    SoftStateLoss,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 17] = [
+    pub const ALL: [FaultMix; 18] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -163,6 +175,7 @@ impl FaultMix {
         FaultMix::RailLossy,
         FaultMix::RailStripe,
         FaultMix::RailRestart,
+        FaultMix::SoftStateLoss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -184,6 +197,7 @@ impl FaultMix {
             FaultMix::RailLossy => "rail_lossy_30pct",
             FaultMix::RailStripe => "rail_stripe_cut",
             FaultMix::RailRestart => "rail_restart",
+            FaultMix::SoftStateLoss => "soft_state_loss",
         }
     }
 
@@ -300,6 +314,17 @@ impl FaultMix {
                 c.rails = 2;
                 c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
                 c.restarts.push((1, Duration::from_millis(2)));
+            }
+            FaultMix::SoftStateLoss => {
+                rules(&mut c, &["drop:p=0.05", "delay:p=0.3,min=0us,max=200us", "duplicate:p=0.03"]);
+                // Drawn from a stream of its own, so the run's RNG (and
+                // every other mix) is untouched.
+                let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x5AF7_5747_E105_5E5D);
+                for _ in 0..rng.gen_range(4..=10) {
+                    let node = rng.gen_range(0..c.nodes);
+                    let at = Duration::from_micros(rng.gen_range(50..=4_000));
+                    c.soft_losses.push((node, at));
+                }
             }
         }
         c

@@ -39,6 +39,8 @@ pub struct SimReport {
     pub failed: u64,
     pub in_doubt_delivered: u64,
     pub lost_in_crash: u64,
+    /// Engines rebuilt from hard state (`SimConfig::soft_losses` that struck).
+    pub soft_losses: u64,
     pub violations: Vec<Violation>,
     pub retransmits: u64,
     pub checksum_failures: u64,
@@ -78,6 +80,9 @@ enum Ev {
         node: NodeId,
     },
     Restart {
+        node: NodeId,
+    },
+    SoftLoss {
         node: NodeId,
     },
     /// A slow application's turn to read.
@@ -141,6 +146,8 @@ struct World<'a> {
     release_at: Vec<Option<u64>>,
     /// Counters of crashed incarnations, so nothing they did is forgotten.
     dead_stats: Stats,
+    /// Engines rebuilt from hard state so far.
+    soft_losses: u64,
     buf: Vec<u8>,
     /// `TETHER_SIM_TRACE` set: print every datagram sent (for debugging a seed).
     trace: bool,
@@ -179,6 +186,7 @@ impl<'a> World<'a> {
                 .collect(),
             release_at: vec![None; cfg.nodes as usize],
             dead_stats: Stats::default(),
+            soft_losses: 0,
             buf: vec![0; 65_536],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
         };
@@ -188,6 +196,9 @@ impl<'a> World<'a> {
         }
         for &(node, at) in &cfg.restarts {
             w.schedule(ns(at), Ev::Restart { node });
+        }
+        for &(node, at) in &cfg.soft_losses {
+            w.schedule(ns(at), Ev::SoftLoss { node });
         }
         w
     }
@@ -249,6 +260,10 @@ impl<'a> World<'a> {
                     self.restart(node);
                     node
                 }
+                Ev::SoftLoss { node } => {
+                    self.lose_soft_state(node);
+                    node
+                }
                 Ev::Read { node } => {
                     self.nodes[node as usize].read_scheduled = false;
                     self.read(node, self.cfg.reader_batch.unwrap_or(usize::MAX));
@@ -308,6 +323,19 @@ impl<'a> World<'a> {
         node.incarnation += 1;
         node.ep = endpoint(self.cfg, id, node.incarnation);
         node.wake_at = None;
+    }
+
+    /// The node's engine fails and a new one is built from its hard state:
+    /// the same incarnation, every timer and estimate gone.
+    fn lose_soft_state(&mut self, id: NodeId) {
+        let now = self.instant();
+        let node = &mut self.nodes[id as usize];
+        let snapshot = node.ep.snapshot();
+        node.ep =
+            Endpoint::restore(self.cfg.proto.clone(), snapshot, now).expect("simulation config is valid");
+        node.ep.set_invariant_checks(true);
+        node.wake_at = None;
+        self.soft_losses += 1;
     }
 
     /// After a node did anything: send what it has, hand deliveries and
@@ -461,6 +489,7 @@ impl<'a> World<'a> {
             failed: c.failed,
             in_doubt_delivered: c.in_doubt_delivered,
             lost_in_crash: c.lost_in_crash,
+            soft_losses: self.soft_losses,
             violations: c.violations.clone(),
             retransmits: stats.retransmits,
             checksum_failures: stats.checksum_failures,
@@ -556,6 +585,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             failed: 0,
             in_doubt_delivered: 0,
             lost_in_crash: 0,
+            soft_losses: 0,
             violations: vec![Violation::Panicked { message }],
             retransmits: 0,
             checksum_failures: 0,
