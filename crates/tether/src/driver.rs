@@ -35,8 +35,6 @@ pub(crate) struct Driver {
     /// Datagrams the transport refused with an error other than back-pressure.
     pub send_errors: u64,
     pub last_send_error: Option<TransportError>,
-    /// `None`: not known, recompute; `Some(d)`: the core's `poll_timeout()`.
-    next_deadline: Option<Option<Instant>>,
     /// Faults on the application's calls, and the time they count from.
     api: Option<(Injector, Instant)>,
     /// Per rail: receive turns left before the rail counts as quiet. Quiet
@@ -71,7 +69,6 @@ impl Driver {
             rails,
             send_errors: 0,
             last_send_error: None,
-            next_deadline: None,
             api,
         }
     }
@@ -129,7 +126,7 @@ impl Driver {
         // A turn that brought nothing, with no timer due and nothing queued,
         // has nothing more to do: spinning receivers take this path millions
         // of times, so it must cost no more than the receive call.
-        if received == 0 && self.tx_start == self.tx_len && self.next_deadline().is_none_or(|t| now < t) {
+        if received == 0 && self.tx_start == self.tx_len && self.core.poll_timeout().is_none_or(|t| now < t) {
             return;
         }
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -138,37 +135,15 @@ impl Driver {
         self.transmit(now);
     }
 
-    /// The core's next deadline, recomputed only after something changed:
-    /// computing it visits every peer, too much to do per message sent.
-    pub fn next_deadline(&mut self) -> Option<Instant> {
-        *self.next_deadline.get_or_insert_with(|| self.core.poll_timeout())
-    }
-
-    /// The next delivered message. Reading from a full delivery queue lets
-    /// waiting data in and owes its sender an ACK at once: a new deadline.
-    pub fn recv(&mut self) -> Option<tether_proto::Delivery> {
-        let was_full = self.core.delivery_queue_full();
-        let d = self.core.recv();
-        if was_full {
-            self.refresh_deadline();
-        }
-        d
-    }
-
     /// How long the driver may sleep before there is work: the core's next
     /// deadline, or a datagram a fault injector holds back until then.
     pub fn idle_for(&mut self, now: Instant) -> Option<Duration> {
-        let timer = self.next_deadline().map(|t| t.saturating_since(now));
+        let timer = self.core.poll_timeout().map(|t| t.saturating_since(now));
         let held = self.rails.iter().filter_map(|t| t.next_wakeup()).min();
         match (timer, held) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    /// Call after changing the core (a send, a step).
-    pub fn refresh_deadline(&mut self) {
-        self.next_deadline = None;
     }
 
     fn receive(&mut self, now: Instant) -> usize {
@@ -209,10 +184,7 @@ impl Driver {
                 match self.flush_pending() {
                     Some(n) => sent += n,
                     // The socket is full: keep the rest for the next step.
-                    None => {
-                        self.refresh_deadline();
-                        return sent;
-                    }
+                    None => return sent,
                 }
                 continue;
             }
@@ -229,7 +201,6 @@ impl Driver {
                 }
             }
             if self.tx_len == 0 {
-                self.refresh_deadline();
                 return sent;
             }
         }

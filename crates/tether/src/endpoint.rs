@@ -295,7 +295,6 @@ impl Endpoint {
         d.core
             .set_paths(node, &rails)
             .map_err(|_| Error::Transport(tether_io::TransportError::InvalidArgs))?;
-        d.refresh_deadline();
         Ok(())
     }
 
@@ -376,16 +375,16 @@ impl Endpoint {
         if self.thread.is_none() {
             d.step(self.shared.clock.now());
         }
-        d.recv()
+        d.core.recv()
     }
 
     /// Wait for the next delivered message.
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
         // Fast path: a message already queued costs one lock, nothing more.
-        if let Some(d) = self.shared.lock().recv() {
+        if let Some(d) = self.shared.lock().core.recv() {
             return Ok(d);
         }
-        block_on(&self.shared, timeout, |d| d.recv())
+        block_on(&self.shared, timeout, |d| d.core.recv())
     }
 
     pub fn poll_event(&self) -> Option<Event> {
@@ -526,8 +525,7 @@ fn progress_loop(shared: &Shared) {
             let mut d = shared.lock();
             let now = shared.clock.now();
             d.step(now);
-            d.refresh_deadline();
-            d.idle_for(shared.clock.now())
+                d.idle_for(shared.clock.now())
         };
         shared.waiter.wait(next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE));
     }
