@@ -145,12 +145,14 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
-/// A received datagram whose every field and frame is valid but whose
-/// checksum is not yet verified. Nothing in it may be acted on until
+/// A received datagram whose header is valid but whose frames and
+/// checksum are not yet verified. Nothing in it may be acted on until
 /// [`verify`](Self::verify) or [`verify_landing`](Self::verify_landing)
 /// turns it into a [`Packet`]; it exists so the receiver can copy payloads
-/// to where they will land *while* verifying (seeds/003 5.2: one pass over
-/// the bytes instead of two) and commit the copies only if the check passes.
+/// to where they will land *while* verifying (Trahay et al. [NMAD] 5.2:
+/// one pass over the bytes instead of two) and commit the copies only if
+/// the check passes. The receive path walks the frames twice in all: once
+/// here while verifying, once to act on the verified packet.
 #[derive(Debug, Clone, Copy)]
 pub struct Unverified<'a> {
     pub header: Header,
@@ -169,7 +171,10 @@ pub trait Landing {
 }
 
 impl<'a> Unverified<'a> {
-    /// Every check [`Packet::parse`] makes except the checksum.
+    /// The header's checks: magic, version, flags, checksum kind, and the
+    /// body length against the bytes received. The frames are checked by
+    /// [`verify`](Self::verify) or [`verify_landing`](Self::verify_landing),
+    /// in the same walk that checks the trailer.
     pub fn parse(datagram: &'a [u8]) -> Result<Self, WireError> {
         let shortest = HEADER_LEN + MIN_TRAILER_LEN;
         if datagram.len() < shortest {
@@ -203,19 +208,6 @@ impl<'a> Unverified<'a> {
             return Err(WireError::LengthMismatch { claimed, actual });
         }
         let at = datagram.len() - width;
-        let mut rest = &datagram[HEADER_LEN..at];
-        while !rest.is_empty() {
-            match parse_frame(rest) {
-                Ok((_, len)) => rest = &rest[len..],
-                Err(e) => {
-                    // Bad frames in a datagram whose checksum fails are
-                    // corruption, and are counted as such; with a good
-                    // checksum the sender itself is at fault.
-                    let intact = expected_trailer(checksum, datagram, at) == trailer_of(datagram, at);
-                    return Err(if intact { e } else { WireError::ChecksumMismatch });
-                }
-            }
-        }
         let le32 = |r: core::ops::Range<usize>| u32::from_le_bytes(datagram[r].try_into().expect("4 bytes"));
         let le64 = |r: core::ops::Range<usize>| u64::from_le_bytes(datagram[r].try_into().expect("8 bytes"));
         let header = Header {
@@ -230,26 +222,32 @@ impl<'a> Unverified<'a> {
         Ok(Unverified { header, datagram, at })
     }
 
-    /// The frames, unverified: for planning where payloads land, never for
-    /// acting on them.
-    pub fn frames(&self) -> Frames<'a> {
-        Frames { rest: &self.datagram[HEADER_LEN..self.at] }
-    }
-
-    /// Check the trailer in its own pass over the bytes.
+    /// Check every frame, then the trailer in a pass of its own.
     pub fn verify(self) -> Result<Packet<'a>, WireError> {
+        let mut rest = &self.datagram[HEADER_LEN..self.at];
+        while !rest.is_empty() {
+            match parse_frame(rest) {
+                Ok((_, len)) => rest = &rest[len..],
+                Err(e) => return Err(self.frame_error(e)),
+            }
+        }
         self.check(expected_trailer(self.header.checksum, self.datagram, self.at))
     }
 
-    /// Check the trailer while copying each DATA payload to where `landing`
-    /// wants it: one pass over the payload bytes does both. On success every
-    /// landing given holds its payload; on failure none may be used.
+    /// Check every frame and the trailer while copying each DATA payload to
+    /// where `landing` wants it: one walk over the frames and one pass over
+    /// the payload bytes do all three. On success every landing given holds
+    /// its payload; on failure none may be used (a landing may have been
+    /// asked for before a later frame turned out bad).
     pub fn verify_landing(self, landing: &mut impl Landing) -> Result<Packet<'a>, WireError> {
         let (d, at) = (self.datagram, self.at);
         let mut sum = Checksummer::new(self.header.checksum);
         let mut rest = &d[HEADER_LEN..at];
         while !rest.is_empty() {
-            let (frame, len) = parse_frame(rest).expect("Unverified::parse walked these frames");
+            let (frame, len) = match parse_frame(rest) {
+                Ok(f) => f,
+                Err(e) => return Err(self.frame_error(e)),
+            };
             let (bytes, after) = rest.split_at(len);
             rest = after;
             let Frame::Data(data) = frame else {
@@ -267,6 +265,19 @@ impl<'a> Unverified<'a> {
         sum.update(&d[..HEADER_LEN]);
         let expected = if self.header.checksum == ChecksumKind::None { 0 } else { sum.finish() };
         self.check(expected)
+    }
+
+    /// What a malformed frame counts as: bad frames in a datagram whose
+    /// checksum fails are corruption, and are counted as such; with a good
+    /// checksum the sender itself is at fault.
+    fn frame_error(&self, e: WireError) -> WireError {
+        let intact = expected_trailer(self.header.checksum, self.datagram, self.at)
+            == trailer_of(self.datagram, self.at);
+        if intact {
+            e
+        } else {
+            WireError::ChecksumMismatch
+        }
     }
 
     fn check(self, expected: u64) -> Result<Packet<'a>, WireError> {

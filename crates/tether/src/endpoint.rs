@@ -525,7 +525,7 @@ fn progress_loop(shared: &Shared) {
             let mut d = shared.lock();
             let now = shared.clock.now();
             d.step(now);
-                d.idle_for(shared.clock.now())
+            d.idle_for(shared.clock.now())
         };
         shared.waiter.wait(next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE));
     }
