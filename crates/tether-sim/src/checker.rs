@@ -76,6 +76,8 @@ pub struct Checker {
     pub delivered: u64,
     pub failed: u64,
     pub lost_in_crash: u64,
+    /// Messages in a receiver's delivery queue when it crashed.
+    pub unread_at_crash: u64,
 }
 
 /// FNV-1a: a content fingerprint, so the checker need not keep the bytes.
@@ -93,30 +95,51 @@ impl Checker {
 
     /// `to` received `bytes` from `from`.
     pub fn on_deliver(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) {
+        if self.take(from, to, bytes) {
+            self.delivered += 1;
+        }
+    }
+
+    /// The receiving application crashed with this message delivered to
+    /// its queue (acknowledged: the commit point) and not yet read. It
+    /// counts as delivered, exactly once, in order, like any other; the
+    /// application that died with it is the application's own loss.
+    pub fn on_unread_at_crash(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) {
+        if self.take(from, to, bytes) {
+            self.unread_at_crash += 1;
+        }
+    }
+
+    /// Check one message handed to an application; true if it was new.
+    fn take(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) -> bool {
         let Some(head) = bytes.get(..MESSAGE_HEADER) else {
-            return self.violations.push(Violation::Unknown { to, why: "shorter than the message header" });
+            self.violations.push(Violation::Unknown { to, why: "shorter than the message header" });
+            return false;
         };
         let seq = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let inc = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
         let key = (from, inc, to);
         let Some(s) = self.streams.get_mut(&key) else {
-            return self.violations.push(Violation::Unknown { to, why: "no such stream" });
+            self.violations.push(Violation::Unknown { to, why: "no such stream" });
+            return false;
         };
         let Some(&(len, hash)) = s.sent.get(seq as usize) else {
-            return self.violations.push(Violation::Unknown { to, why: "sequence number never sent" });
+            self.violations.push(Violation::Unknown { to, why: "sequence number never sent" });
+            return false;
         };
         if len != bytes.len() || hash != fingerprint(bytes) {
             self.violations.push(Violation::Corrupted { stream: key, seq });
         }
         if s.delivered[seq as usize] {
-            return self.violations.push(Violation::Duplicate { stream: key, seq });
+            self.violations.push(Violation::Duplicate { stream: key, seq });
+            return false;
         }
         if let Some(after) = s.last_delivered.filter(|&l| seq < l) {
             self.violations.push(Violation::OutOfOrder { stream: key, seq, after });
         }
         s.delivered[seq as usize] = true;
         s.last_delivered = Some(seq);
-        self.delivered += 1;
+        true
     }
 
     pub fn on_failed(&mut self, sender: NodeId, sender_inc: u64, failed: FailedMessages) {

@@ -154,10 +154,17 @@ pub enum FaultMix {
     /// state (timers, RTT, rail health) at moments drawn from the seed,
     /// each rebuilt from its hard state: nothing may be lost or repeated.
     SoftStateLoss,
+    /// Two rails, each with message faults of its own (loss, reordering,
+    /// duplication, corruption), and rail 0 between nodes 0 and 1 cut.
+    RailFaults,
+    /// The mix and its rates drawn from the seed: nodes, rails, which
+    /// message faults at which rates, cuts, restarts, soft-state losses,
+    /// windows and datagram sizes (a swarm: every seed a different world).
+    Swarm,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 18] = [
+    pub const ALL: [FaultMix; 20] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -176,6 +183,8 @@ impl FaultMix {
         FaultMix::RailStripe,
         FaultMix::RailRestart,
         FaultMix::SoftStateLoss,
+        FaultMix::RailFaults,
+        FaultMix::Swarm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -198,6 +207,8 @@ impl FaultMix {
             FaultMix::RailStripe => "rail_stripe_cut",
             FaultMix::RailRestart => "rail_restart",
             FaultMix::SoftStateLoss => "soft_state_loss",
+            FaultMix::RailFaults => "rail_faults",
+            FaultMix::Swarm => "swarm",
         }
     }
 
@@ -209,7 +220,11 @@ impl FaultMix {
     pub fn may_fail(self) -> bool {
         matches!(
             self,
-            FaultMix::DeadLink | FaultMix::Restart | FaultMix::RailsBothCut | FaultMix::RailRestart
+            FaultMix::DeadLink
+                | FaultMix::Restart
+                | FaultMix::RailsBothCut
+                | FaultMix::RailRestart
+                | FaultMix::Swarm
         )
     }
 
@@ -326,6 +341,16 @@ impl FaultMix {
                     c.soft_losses.push((node, at));
                 }
             }
+            FaultMix::RailFaults => {
+                c.rails = 2;
+                let [flip, cut] = corrupt(0.03);
+                rules(
+                    &mut c,
+                    &["drop:p=0.05", "delay:p=0.5,min=0us,max=150us", "duplicate:p=0.03", &flip, &cut],
+                );
+                c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
+            }
+            FaultMix::Swarm => swarm(&mut c, seed),
         }
         c
     }
@@ -333,4 +358,92 @@ impl FaultMix {
 
 fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {
     LinkCut { a, b, at, until, rail: Some(rail) }
+}
+
+/// Draw a whole world from the seed (Groce et al.'s swarm testing: each
+/// run leaves out a random set of features, so rare combinations appear).
+fn swarm(c: &mut SimConfig, seed: u64) {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x5A4A_4D00_0000_0001);
+    let mut rules: Vec<String> = Vec::new();
+    c.nodes = rng.gen_range(2..=4);
+    c.rails = rng.gen_range(1..=2);
+    let mut maybe = |p: f64| rng.gen_bool(p);
+    let (drop, delay, dup, flip, truncate, reorder, inject) =
+        (maybe(0.5), maybe(0.5), maybe(0.3), maybe(0.3), maybe(0.2), maybe(0.2), maybe(0.1));
+    if drop {
+        rules.push(format!("drop:p={:.3}", rng.gen_range(0.0..0.2)));
+    }
+    if delay {
+        rules.push(format!("delay:p={:.3},min=0us,max={}us", rng.gen_range(0.0..1.0), rng.gen_range(1..400)));
+    }
+    if dup {
+        rules.push(format!("duplicate:p={:.3}", rng.gen_range(0.0..0.1)));
+    }
+    if flip {
+        rules.push(format!("modify:p={:.3},bits=1..4", rng.gen_range(0.0..0.05)));
+    }
+    if truncate {
+        rules.push(format!("modify:p={:.3},mode=truncate", rng.gen_range(0.0..0.02)));
+    }
+    if reorder {
+        rules.push(format!(
+            "reorder:p={:.3},depth={},max_hold=2ms",
+            rng.gen_range(0.0..0.1),
+            rng.gen_range(2..6)
+        ));
+    }
+    if inject {
+        rules.push(format!("inject:p={:.3}", rng.gen_range(0.0..0.02)));
+    }
+    let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+    c.faults = plan(seed, &refs);
+    let node = |rng: &mut Pcg64Mcg, n: u32| rng.gen_range(0..n);
+    if rng.gen_bool(0.2) {
+        let (a, b) = (node(&mut rng, c.nodes), node(&mut rng, c.nodes));
+        if a != b {
+            let at = Duration::from_micros(rng.gen_range(300..3_000));
+            let until = rng.gen_bool(0.5).then(|| at + Duration::from_micros(rng.gen_range(500..5_000)));
+            let rail = (c.rails > 1 && rng.gen_bool(0.7)).then(|| rng.gen_range(0..c.rails));
+            c.cuts.push(LinkCut { a, b, at, until, rail });
+        }
+    }
+    if rng.gen_bool(0.15) {
+        let n = node(&mut rng, c.nodes);
+        c.restarts.push((n, Duration::from_micros(rng.gen_range(500..5_000))));
+    }
+    if rng.gen_bool(0.3) {
+        for _ in 0..rng.gen_range(1..=5) {
+            let n = node(&mut rng, c.nodes);
+            c.soft_losses.push((n, Duration::from_micros(rng.gen_range(50..4_000))));
+        }
+    }
+    if rng.gen_bool(0.15) {
+        c.proto.retransmit = RetransmitMode::GoBackN;
+    }
+    if c.rails > 1 && rng.gen_bool(0.3) {
+        c.proto.rail_policy = RailPolicy::Stripe;
+    }
+    if rng.gen_bool(0.15) {
+        // Every limit small, as in the `tight` mix.
+        c.proto.max_datagram = 256;
+        c.proto.send_window = 2;
+        c.proto.recv_window = 4;
+        c.proto.max_message_len = 128 * 1024;
+        c.proto.send_buffer_bytes = 128 * 1024;
+        c.proto.delivery_queue_bytes = 128 * 1024;
+        c.reader_batch = Some(1);
+    } else {
+        c.proto.send_window = [8, 64, 256][rng.gen_range(0..3)];
+        c.proto.max_datagram = [512, 1472, 9000][rng.gen_range(0..3)];
+    }
+}
+
+impl SimConfig {
+    /// Can messages legitimately fail in this world (a node restarts, or a
+    /// link dies with no other rail)? Else every message must be
+    /// delivered. (A swarm world has at most one cut.)
+    pub fn may_fail(&self) -> bool {
+        let kills_a_link = |c: &LinkCut| c.rail.is_none() || self.rails <= 1;
+        !self.restarts.is_empty() || self.cuts.iter().any(kills_a_link)
+    }
 }

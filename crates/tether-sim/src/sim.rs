@@ -41,6 +41,8 @@ pub struct SimReport {
     pub lost_in_crash: u64,
     /// Engines rebuilt from hard state (`SimConfig::soft_losses` that struck).
     pub soft_losses: u64,
+    /// Messages delivered to a receiver's queue that crashed before reading them.
+    pub unread_at_crash: u64,
     pub violations: Vec<Violation>,
     pub retransmits: u64,
     pub checksum_failures: u64,
@@ -70,6 +72,7 @@ enum Ev {
     /// is due now.
     Release {
         node: NodeId,
+        rail: RailId,
         at: u64,
     },
     Wake {
@@ -139,8 +142,9 @@ struct World<'a> {
     nodes: Vec<Node>,
     checker: Checker,
     links: LinkCounters,
-    /// Each node's network interface: what it does to datagrams it sends
-    /// and receives. Survives the node's restarts, as a NIC would.
+    /// Each node's network interface on each rail (`nic`): what it does to
+    /// datagrams it sends and receives. Survives the node's restarts, as a
+    /// NIC would.
     injectors: Vec<Injector>,
     /// When each injector's next release is scheduled.
     release_at: Vec<Option<u64>>,
@@ -179,12 +183,14 @@ impl<'a> World<'a> {
             checker: Checker::default(),
             links: LinkCounters::default(),
             injectors: (0..cfg.nodes)
-                .map(|id| {
-                    Injector::with_seed(&cfg.faults, node_seed(cfg.seed, id))
-                        .expect("simulation fault plan is valid")
+                .flat_map(|id| (0..rails(cfg)).map(move |rail| (id, rail)))
+                .map(|(id, rail)| {
+                    // Rail 0 keeps the seed a single-rail node has.
+                    let seed = node_seed(cfg.seed, id) ^ (rail as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+                    Injector::with_seed(&cfg.faults, seed).expect("simulation fault plan is valid")
                 })
                 .collect(),
-            release_at: vec![None; cfg.nodes as usize],
+            release_at: vec![None; cfg.nodes as usize * rails(cfg)],
             dead_stats: Stats::default(),
             soft_losses: 0,
             buf: vec![0; 65_536],
@@ -223,25 +229,23 @@ impl<'a> World<'a> {
             let now = self.instant();
             let node = match s.ev {
                 Ev::Arrive { src, dst, rail, bytes } => {
-                    if self.cfg.rails > 1 {
-                        // Rail runs use rail faults (cuts, loss) only: the
-                        // injector's held datagrams would forget their rail.
-                        self.nodes[dst as usize].ep.handle_datagram_on(now, rail, &bytes);
-                    } else if self.faulty() {
+                    if self.through_injector() {
                         let elapsed = self.elapsed();
-                        self.injectors[dst as usize].on_recv(elapsed, Some(src), &bytes);
-                        self.release(dst);
+                        let i = self.nic(dst, rail);
+                        self.injectors[i].on_recv(elapsed, Some(src), &bytes);
+                        self.release(dst, rail);
                     } else {
-                        self.nodes[dst as usize].ep.handle_datagram(now, &bytes);
+                        self.nodes[dst as usize].ep.handle_datagram_on(now, rail, &bytes);
                     }
                     dst
                 }
-                Ev::Release { node, at } => {
-                    if self.release_at[node as usize] != Some(at) {
+                Ev::Release { node, rail, at } => {
+                    let i = self.nic(node, rail);
+                    if self.release_at[i] != Some(at) {
                         continue; // superseded by a later scheduling
                     }
-                    self.release_at[node as usize] = None;
-                    self.release(node);
+                    self.release_at[i] = None;
+                    self.release(node, rail);
                     node
                 }
                 Ev::Wake { node, at } => {
@@ -311,6 +315,9 @@ impl<'a> World<'a> {
     /// The node crashes and comes back as a new incarnation.
     fn restart(&mut self, id: NodeId) {
         let node = &mut self.nodes[id as usize];
+        while let Some(d) = node.ep.recv() {
+            self.checker.on_unread_at_crash(d.from, id, &d.message);
+        }
         for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
             let key = (id, node.incarnation, peer);
             let ep = &node.ep;
@@ -404,20 +411,34 @@ impl<'a> World<'a> {
         Duration::from_nanos(self.now)
     }
 
-    /// Hand a node's endpoint what its injector has ready, and schedule
-    /// the release of what it still holds.
-    fn release(&mut self, id: NodeId) {
+    /// Do datagrams go through the nodes' injectors now? Single-rail runs
+    /// until the safety phase ends; multi-rail runs only if they have
+    /// message faults (a rail's own cuts and loss are the link's).
+    fn through_injector(&self) -> bool {
+        self.faulty() && (self.cfg.rails <= 1 || !self.cfg.faults.rules.is_empty())
+    }
+
+    /// The injector of a node's interface on `rail`: one per rail, as each
+    /// rail is a network card of its own (and so a held datagram keeps its rail).
+    fn nic(&self, node: NodeId, rail: RailId) -> usize {
+        node as usize * rails(self.cfg) + rail as usize
+    }
+
+    /// Hand a node's endpoint what its injector on `rail` has ready, and
+    /// schedule the release of what it still holds.
+    fn release(&mut self, id: NodeId, rail: RailId) {
         let (now, elapsed) = (self.instant(), self.elapsed());
+        let i = self.nic(id, rail);
         let ep = &mut self.nodes[id as usize].ep;
-        self.injectors[id as usize].drain_ready(elapsed, |_, bytes| {
-            ep.handle_datagram(now, bytes);
+        self.injectors[i].drain_ready(elapsed, |_, bytes| {
+            ep.handle_datagram_on(now, rail, bytes);
             true
         });
-        if let Some(due) = self.injectors[id as usize].next_release() {
+        if let Some(due) = self.injectors[i].next_release() {
             let at = ns(due).max(self.now);
-            if self.release_at[id as usize] != Some(at) {
-                self.release_at[id as usize] = Some(at);
-                self.schedule(at, Ev::Release { node: id, at });
+            if self.release_at[i] != Some(at) {
+                self.release_at[i] = Some(at);
+                self.schedule(at, Ev::Release { node: id, rail, at });
             }
         }
     }
@@ -433,12 +454,13 @@ impl<'a> World<'a> {
             let loss = self.cfg.rail_loss.iter().find(|(r, _)| *r == rail).map_or(0.0, |(_, p)| *p);
             if self.cut(src, dst, rail) || (loss > 0.0 && self.rng.gen_bool(loss)) {
                 self.links.cut += 1;
-            } else {
-                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
+                return;
             }
-            return;
-        }
-        if !self.faulty() {
+            if !self.through_injector() {
+                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
+                return;
+            }
+        } else if !self.through_injector() {
             if self.cut(src, dst, rail) {
                 self.links.cut += 1;
             } else {
@@ -450,8 +472,8 @@ impl<'a> World<'a> {
         // of it, or an old datagram injected toward any peer.
         let mut out = Vec::new();
         let elapsed = self.elapsed();
-        self.injectors[src as usize]
-            .on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
+        let i = self.nic(src, rail);
+        self.injectors[i].on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
         for (to, bytes) in out {
             if self.cut(src, to, rail) {
                 self.links.cut += 1;
@@ -490,6 +512,7 @@ impl<'a> World<'a> {
             in_doubt_delivered: c.in_doubt_delivered,
             lost_in_crash: c.lost_in_crash,
             soft_losses: self.soft_losses,
+            unread_at_crash: c.unread_at_crash,
             violations: c.violations.clone(),
             retransmits: stats.retransmits,
             checksum_failures: stats.checksum_failures,
@@ -515,6 +538,11 @@ fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
         ep.set_paths(peer, &rails).expect("at most MAX_RAILS rails");
     }
     ep
+}
+
+/// Rails between every pair of nodes (at least one).
+fn rails(cfg: &SimConfig) -> usize {
+    usize::from(cfg.rails.max(1))
 }
 
 fn node_seed(seed: u64, node: NodeId) -> u64 {
@@ -586,6 +614,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             in_doubt_delivered: 0,
             lost_in_crash: 0,
             soft_losses: 0,
+            unread_at_crash: 0,
             violations: vec![Violation::Panicked { message }],
             retransmits: 0,
             checksum_failures: 0,

@@ -4,11 +4,16 @@
 
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 18 mixes x 100 = 1800 runs per `cargo test`.
+/// Seeds per mix: 20 mixes x 100 = 2000 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 fn check_mix(mix: FaultMix) -> Vec<SimReport> {
     let reports = swarm(mix, 0..SEEDS, |_| {});
+    // A swarm draws its world from the seed: whether it may fail too.
+    let may_fail = |seed| match mix {
+        FaultMix::Swarm => mix.config(seed).may_fail(),
+        m => m.may_fail(),
+    };
     let mut failures = Vec::new();
     for r in &reports {
         if !r.ok() {
@@ -18,7 +23,7 @@ fn check_mix(mix: FaultMix) -> Vec<SimReport> {
                 &r.violations[..r.violations.len().min(3)],
                 r.config
             ));
-        } else if !mix.may_fail() && (r.failed > 0 || r.delivered != r.sent) {
+        } else if !may_fail(r.seed) && (r.failed > 0 || r.delivered != r.sent) {
             failures.push(format!(
                 "{}: {} of {} delivered, {} failed",
                 replay_line(r),
@@ -179,4 +184,23 @@ fn soft_state_loss() {
     let r = check_mix(FaultMix::SoftStateLoss);
     assert!(r.iter().all(|r| r.soft_losses >= 4), "every run loses soft state at least 4 times");
     assert!(r.iter().map(|r| r.retransmits).sum::<u64>() > 0);
+}
+
+#[test]
+fn rail_faults() {
+    // Message faults on every rail's interface, and a rail cut: every
+    // message delivered (check_mix demands it), the faults struck.
+    let r = check_mix(FaultMix::RailFaults);
+    assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.links.faults.modified > 0));
+    assert!(r.iter().map(|r| r.checksum_failures).sum::<u64>() > 0);
+    assert!(r.iter().all(|r| r.stats.failovers > 0), "the cut rail fails over");
+}
+
+#[test]
+fn swarm_of_worlds() {
+    // Each seed its own world; worlds where nothing can legitimately fail
+    // must deliver everything (check_mix), the others report exactly.
+    let r = check_mix(FaultMix::Swarm);
+    let distinct: std::collections::BTreeSet<_> = r.iter().map(|r| r.config.split(' ').nth(2)).collect();
+    assert!(distinct.len() >= 3, "worlds differ in size: {distinct:?}");
 }
