@@ -1,9 +1,10 @@
-//! `tether bench checksum`: the bandwidth table of seeds/003 Figure 4 on
-//! this machine. Every algorithm alone, fused with a copy, and as a copy
-//! followed by a second pass, both on blocks that stay in cache and on a
-//! buffer far larger than the last-level cache; next to plain memcpy and
-//! plain memory reads measured in the same run, so each figure is read as
-//! a ratio to what the memory system does anyway (seeds/003 section 5.1).
+//! `tether bench checksum`: the bandwidth table of Trahay et al. [NMAD]
+//! Figure 4 on this machine. Every algorithm alone, fused with a copy, and
+//! as a copy followed by a second pass, both on blocks that stay in cache
+//! and on a buffer far larger than the last-level cache; next to plain
+//! memcpy and plain memory reads measured in the same run, so each figure
+//! is read as a ratio to what the memory system does anyway (Trahay et al.
+//! [NMAD] section 5.1).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use serde::Serialize;
 use tether_wire::integrity::{crc32c_copy_with, CrcCopyKernel};
 use tether_wire::{ChecksumKind, Checksummer};
 
+use crate::args;
 use crate::summary::Summary;
 
 /// How long one measurement runs at least: long enough that the clock
@@ -21,16 +23,18 @@ const MIN_TIME: Duration = Duration::from_millis(30);
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChecksumOpts {
     /// Measurements per figure; the table shows median (min-max).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<usize>(1, 1000, "", ""))]
     pub runs: usize,
-    /// In-cache block size in bytes (the paper's 32 KiB).
-    #[arg(long, default_value_t = 32 * 1024)]
+    /// In-cache block size in bytes (the paper's 32 KiB; 64 B to 64 MiB).
+    #[arg(long, default_value_t = 32 * 1024, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(64, 64 << 20, "bytes", ""))]
     pub block: usize,
     /// Out-of-cache buffer size in MiB (walked in blocks; several times the
-    /// last-level cache).
-    #[arg(long, default_value_t = 128)]
+    /// last-level cache). Two buffers of it are allocated, so at most 4096.
+    #[arg(long, default_value_t = 128, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, 4096, "MiB", "two buffers of it are allocated"))]
     pub large_mib: usize,
-    /// Algorithms to measure (default: all nine).
+    /// Algorithms to measure, comma-separated [default: all nine].
     #[arg(long, value_delimiter = ',', value_parser = crate::net::checksum_kind)]
     pub algorithms: Vec<ChecksumKind>,
     /// Measure detection strength instead: the fraction of corruptions each
@@ -38,16 +42,18 @@ pub struct ChecksumOpts {
     #[arg(long)]
     pub errors: bool,
     /// Trials per pattern and algorithm for --errors.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 1_000_000_000, "", ""))]
     pub trials: u64,
-    /// Message length in bytes for --errors.
-    #[arg(long, default_value_t = 1024)]
+    /// Message length in bytes for --errors (16 B, two words to swap, to 1 MiB).
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(16, 1 << 20, "bytes", "the word swap needs two 8-byte words"))]
     pub error_len: usize,
     /// Seed for --errors (the same seed gives the same table).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
-    /// After the bandwidths, the T(L) model of seeds/003 section 5.2:
-    /// predicted checksum overhead for eager messages next to `tether
+    /// After the bandwidths, the T(L) model of Trahay et al. [NMAD] section
+    /// 5.2: predicted checksum overhead for eager messages next to `tether
     /// stream` with and without the checksum.
     #[arg(long)]
     pub model: bool,
@@ -55,11 +61,13 @@ pub struct ChecksumOpts {
     #[arg(long, default_value = "crc32c", value_parser = crate::net::checksum_kind)]
     pub model_checksum: ChecksumKind,
     /// Stream runs per size (alternating with and without) for --model.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, allow_negative_numbers = true, value_parser = args::int_in::<usize>(1, 1000, "", ""))]
     pub model_runs: usize,
-    /// Message sizes for --model.
-    #[arg(long, value_delimiter = ',', default_values_t = [4096, 32768, 65536])]
+    /// Message sizes for --model, comma-separated, in bytes (at least 8).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096, 32768, 65536], allow_negative_numbers = true,
+          value_parser = args::size(8))]
     pub model_sizes: Vec<usize>,
+    /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,4 +1,5 @@
-//! `tether campaign`: the fault-injection campaigns of seeds/002 section 6.
+//! `tether campaign`: the fault-injection campaigns of Li et al. [CI]
+//! section 6.
 //!
 //! Two real endpoints talk over UDP on loopback, both wrapped in the same
 //! fault plan: one fault kind at one rate, from one seed. Every cell of the
@@ -16,6 +17,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 use tether::{Endpoint, Error, FaultKind, FaultPlan, NodeId, Options};
 
+use crate::args;
 use crate::net::loopback;
 use crate::pattern;
 use crate::plot::{self, Chart, Series};
@@ -24,14 +26,14 @@ use crate::summary::Summary;
 /// The two hosts of every cell.
 const A: NodeId = 1;
 const B: NodeId = 2;
-/// Messages each side sends per round of the CPU-bound workload (seeds/002 6.2).
+/// Messages each side sends per round of the CPU-bound workload (Li et al. [CI] section 6.2).
 const PER_ROUND: u64 = 12;
 /// A message that has not arrived after this much silence is counted lost.
 const SILENCE: Duration = Duration::from_secs(3);
 /// Bound on any one blocking call, so a broken cell fails instead of hanging.
 const CALL: Duration = Duration::from_secs(10);
 
-/// The workloads of seeds/002 section 6.2.
+/// The workloads of Li et al. [CI] section 6.2.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
@@ -56,35 +58,41 @@ pub struct CampaignOpts {
     /// Workloads to run.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Workload::Comm, Workload::Cpu])]
     pub workloads: Vec<Workload>,
-    /// Fault kinds to sweep (default: every message fault: drop, delay,
-    /// modify, reorder, duplicate, inject).
+    /// Fault kinds to sweep, comma-separated [default: every message fault:
+    /// drop, delay, modify, reorder, duplicate, inject].
     #[arg(long, value_delimiter = ',')]
     pub kinds: Vec<String>,
-    /// Fault rates to sweep: the probability that a datagram is struck.
-    #[arg(long, value_delimiter = ',', default_values_t = [1e-4, 1e-3, 1e-2, 1e-1])]
+    /// Fault rates to sweep: the probability that a datagram is struck, in (0, 1].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = args::rate,
+          default_values_t = [1e-4, 1e-3, 1e-2, 1e-1])]
     pub rates: Vec<f64>,
     /// Seeds per kind and rate (and fault-free runs per workload).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<u64>(1, 1000, "", ""))]
     pub seeds: u64,
     /// The first seed; a cell replays with --first-seed N --seeds 1.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub first_seed: u64,
     /// Message size in bytes (at least 8: every message carries its index).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true, value_parser = args::size(8))]
     pub size: usize,
     /// Messages the communication-bound workload streams.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, MAX_MESSAGES, "", "each message is tracked"))]
     pub messages: u64,
     /// Rounds of the CPU-bound workload.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, MAX_MESSAGES / PER_ROUND, "", "12 messages each, each tracked"))]
     pub rounds: u64,
-    /// Computation per round of the CPU-bound workload.
-    #[arg(long, default_value = "1ms", value_parser = duration)]
+    /// Computation per round of the CPU-bound workload (at most 10s).
+    #[arg(long, default_value = "1ms",
+          value_parser = args::duration_in(Duration::ZERO, Duration::from_secs(10), "a round is meant to be short"))]
     pub compute: Duration,
-    /// Mean of the delay fault's exponential duration.
-    #[arg(long, default_value = "1ms", value_parser = duration)]
+    /// Mean of the delay fault's exponential duration (at most 1s: a
+    /// message delayed past 3 s of silence would count as lost).
+    #[arg(long, default_value = "1ms",
+          value_parser = args::duration_in(Duration::from_nanos(1), Duration::from_secs(1), "well below the 3 s after which a message counts as lost"))]
     pub delay: Duration,
-    /// Write campaign.csv and a PNG plot per workload into this directory.
+    /// Write campaign.csv and a PNG plot per workload into this directory [default: none].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print one JSON document with a record per cell instead of a table.
@@ -92,8 +100,41 @@ pub struct CampaignOpts {
     pub json: bool,
 }
 
-fn duration(text: &str) -> Result<Duration, String> {
-    tether_fault::parse_duration(text).ok_or_else(|| format!("`{text}` is not a duration like 500us or 2ms"))
+/// Messages a cell may track (a flag each, per direction): 10 million.
+const MAX_MESSAGES: u64 = 10_000_000;
+
+/// Refuse, before the first cell, what the sweep would ignore or could not
+/// finish: options of a workload or fault kind not in the sweep, a seed
+/// range past 2^64, an --out directory that cannot be made.
+pub fn check(o: &CampaignOpts, given: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    let kinds = kinds(o)?;
+    anyhow::ensure!(
+        o.first_seed.checked_add(o.seeds).is_some(),
+        "--first-seed {} plus --seeds {} passes the last seed, 2^64-1",
+        o.first_seed,
+        o.seeds
+    );
+    let without = |w: Workload, flags: &[&str]| -> anyhow::Result<()> {
+        if let Some(f) = flags.iter().find(|f| given(f)) {
+            anyhow::ensure!(
+                o.workloads.contains(&w),
+                "--{} is for the {} workload, which --workloads leaves out",
+                f.replace('_', "-"),
+                w.name()
+            );
+        }
+        Ok(())
+    };
+    without(Workload::Comm, &["messages"])?;
+    without(Workload::Cpu, &["rounds", "compute"])?;
+    anyhow::ensure!(
+        !given("delay") || kinds.contains(&FaultKind::Delay),
+        "--delay is the delay fault's mean, and --kinds leaves delay out"
+    );
+    if let Some(dir) = &o.out {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--out {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// One run of one workload under one fault kind, rate and seed.
@@ -358,8 +399,10 @@ fn kinds(o: &CampaignOpts) -> anyhow::Result<Vec<FaultKind>> {
     o.kinds
         .iter()
         .map(|name| {
-            let kind =
-                FaultKind::from_name(name).ok_or_else(|| anyhow::anyhow!("unknown fault kind `{name}`"))?;
+            let kind = FaultKind::from_name(name).ok_or_else(|| {
+                let known: Vec<_> = FaultKind::MESSAGE.iter().map(|k| k.name()).collect();
+                anyhow::anyhow!("--kinds: unknown fault kind `{name}` (one of {})", known.join(", "))
+            })?;
             anyhow::ensure!(
                 FaultKind::MESSAGE.contains(&kind),
                 "`{name}` faults surface to the application by design; a campaign sweeps message faults"

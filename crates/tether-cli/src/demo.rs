@@ -18,50 +18,68 @@ use tether::{Config, Endpoint, NodeId, Options};
 use tether::{FaultCounters, FaultPlan};
 use tether_io::{AddressBook, Transport, UdpTransport};
 
+use crate::args;
 use crate::net::{loopback, udp_rail_addrs};
 use crate::pattern;
 use crate::summary::Summary;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoOpts {
-    /// Endpoints (nodes) taking part.
-    #[arg(long, default_value_t = 4)]
+    /// Endpoints (nodes) taking part (2 to 64: each runs three threads).
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true, value_parser = args::int_in::<u32>(2, MAX_NODES, "", ""))]
     pub nodes: u32,
     /// Messages each node sends to each other node.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 1_000_000, "", ""))]
     pub messages: u64,
     /// Fraction of datagrams dropped on receive.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, value_parser = args::probability)]
     pub loss: f64,
     /// Fraction of datagrams delivered twice.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, allow_negative_numbers = true, value_parser = args::probability)]
     pub duplicate: f64,
     /// Fraction of datagrams with a flipped bit.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, allow_negative_numbers = true, value_parser = args::probability)]
     pub corrupt: f64,
     /// Fraction of datagrams held back and delivered after later ones.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, value_parser = args::probability)]
     pub reorder: f64,
     /// Fraction of datagrams held back for an exponentially distributed
     /// time (mean 200 us) before delivery.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = args::probability)]
     pub delay: f64,
-    /// More faults, in the compact form (e.g. `--fault inject:p=0.01,side=send`).
+    /// More faults, in the compact form (e.g. `--fault inject:p=0.01,side=send`) [default: none].
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
-    #[arg(long, default_value_t = 7)]
+    /// Seed for the message sizes and every fault draw (the same seed
+    /// gives the same faults).
+    #[arg(long, default_value_t = 7, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
     /// Rails per node (each a socket of its own on loopback).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, tether::MAX_RAILS as u64, "", ""))]
     pub rails: usize,
     /// With --rails 2 or more: node 0's rail 0 dies this many milliseconds
-    /// into the run (everything it sends or receives on it is dropped),
-    /// and the run prints the rail timeline of every node.
-    #[arg(long, value_name = "MS")]
+    /// after the start (everything it sends or receives on it is dropped),
+    /// and the run prints the rail timeline of every node, from the same
+    /// start [default: never].
+    #[arg(long, value_name = "MS", allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(0, 3_600_000, "ms", "at most an hour"))]
     pub cut_rail_at: Option<u64>,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The most nodes a demo runs: each is a sender, a receiver and a progress
+/// thread, and the all-to-all traffic grows with the square.
+const MAX_NODES: u64 = 64;
+
+/// What the options cannot do together, refused before anything runs.
+pub fn check(o: &DemoOpts) -> anyhow::Result<()> {
+    anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
+    plan(o)?;
+    Ok(())
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -158,22 +176,29 @@ fn dead_rail_plan(base: &FaultPlan, at: Duration) -> anyhow::Result<FaultPlan> {
 
 /// The demo's receive-side faults, plus any given with `--fault`.
 fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
-    let mut rules = vec![
+    let rules = [
         format!("drop:p={}", o.loss),
         format!("duplicate:p={}", o.duplicate),
         format!("modify:p={},bits=1", o.corrupt),
         format!("reorder:p={}", o.reorder),
         format!("delay:p={},mean=200us", o.delay),
     ];
-    rules.extend(o.faults.iter().cloned());
-    Ok(FaultPlan::parse_rules(o.seed, &rules)?)
+    let mut plan = FaultPlan::parse_rules(o.seed, &rules)?;
+    for r in &o.faults {
+        let rule =
+            FaultPlan::parse_rule(r, plan.rules.len()).map_err(|e| anyhow::anyhow!("--fault {r}: {e}"))?;
+        plan.rules.push(rule);
+    }
+    Ok(plan)
 }
 
 pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
-    anyhow::ensure!(o.nodes >= 2, "the demo needs at least two nodes");
-    anyhow::ensure!((1..=tether::MAX_RAILS).contains(&o.rails), "--rails must be 1 to {}", tether::MAX_RAILS);
-    anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
+    check(o)?;
     let plan = plan(o)?;
+    // The start: node 0's rail faults (--cut-rail-at) count from the
+    // moment its endpoint is made, just after this, and so does every
+    // rail timeline printed.
+    let start = Instant::now();
     let endpoints = if o.rails == 1 { single_rail_endpoints(o, &plan)? } else { rail_endpoints(o, &plan)? };
 
     let total_expected = o.messages * (o.nodes as u64) * (o.nodes as u64 - 1);
@@ -187,7 +212,6 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     });
     let delivered_total = Arc::new(AtomicU64::new(0));
     let origin = Instant::now();
-    let rail_origin = endpoints[0].now();
     let mut threads = Vec::new();
     for (node, ep) in endpoints.iter().enumerate() {
         let (ep_tx, ep_rx) = (ep.clone(), ep.clone());
@@ -265,7 +289,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     if o.rails > 1 {
         for (node, ep) in endpoints.iter().enumerate() {
             let peers: Vec<NodeId> = (0..o.nodes).filter(|&p| p != node as NodeId).collect();
-            for (peer, t) in crate::timeline::Timeline::collect_all(ep, &peers, rail_origin) {
+            for (peer, t) in crate::timeline::Timeline::collect_all(ep, &peers, clock_at(ep, start)) {
                 rails.push((node as NodeId, peer, t));
             }
         }
@@ -280,6 +304,15 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         seconds,
         ok,
     })
+}
+
+/// `ep`'s clock reading at `start`. Each endpoint's clock has an origin of
+/// its own (its creation), so one shared reading of `endpoints[0]` would
+/// shift every other node's events by the time between their creations.
+fn clock_at(ep: &Endpoint, start: Instant) -> tether::Instant {
+    let now = ep.now();
+    let since = start.elapsed().as_nanos() as u64;
+    tether::Instant::from_nanos(now.as_nanos().saturating_sub(since))
 }
 
 /// One socket per node: the demo as it always was.

@@ -3,6 +3,7 @@
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod args;
 mod bandwidth;
 mod bench;
 mod campaign;
@@ -19,7 +20,8 @@ mod summary;
 mod table;
 mod timeline;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use net::NetOpts;
 
@@ -46,24 +48,27 @@ enum Command {
     Bench(BenchOpts),
     /// Run the deterministic simulator over many seeds and check every guarantee.
     Sim(SimOpts),
-    /// Fault campaign (seeds/002 section 6): workloads under a sweep of fault
-    /// kinds x rates x seeds; nothing may be lost, duplicated or corrupted.
+    /// Fault campaign (Li et al. [CI] section 6): workloads under a sweep of
+    /// fault kinds x rates x seeds; nothing may be lost, duplicated or corrupted.
     Campaign(campaign::CampaignOpts),
 }
 
 #[derive(clap::Args)]
 struct SimOpts {
-    /// Fault mixes to run (default: all): clean, loss_20pct, heavy_reorder,
-    /// duplicate, corrupt, dead_link, flaky, go_back_n, restart, tight,
-    /// every_fault.
-    #[arg(long, value_delimiter = ',')]
+    /// Fault mixes to run, comma-separated [default: all].
+    // The names come from the simulator's own list, so the help and the
+    // accepted names are the mixes that run, never a copy that drifts.
+    #[arg(long, value_delimiter = ',',
+          value_parser = clap::builder::PossibleValuesParser::new(tether_sim::FaultMix::ALL.map(|m| m.name())))]
     mix: Vec<String>,
     /// Seeds per mix.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 1_000_000, "", ""))]
     seeds: u64,
     /// First seed (a failure prints the seed to replay with --first-seed N --seeds 1).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = args::seed)]
     first_seed: u64,
+    /// Print one JSON document (a record per mix) instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -75,21 +80,28 @@ struct BenchOpts {
     what: Option<BenchWhat>,
     #[command(flatten)]
     net: NetOpts,
-    /// Sizes to sweep (default: 8 B to 1 MiB).
-    #[arg(long, value_delimiter = ',')]
+    /// Sizes to sweep, comma-separated, in bytes [default: 8,64,1024,4096,16384,65536,262144,1048576].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = args::size(0))]
     sizes: Vec<usize>,
 }
 
 #[derive(Subcommand)]
 enum BenchWhat {
-    /// Checksums (seeds/003 section 5): bandwidth alone and fused with the
-    /// copy against memcpy and memory reads, detection strength (--errors),
-    /// and the T(L) overhead model against `tether stream` (--model).
+    /// Checksums (Trahay et al. [NMAD] section 5): bandwidth alone and fused
+    /// with the copy against memcpy and memory reads, detection strength
+    /// (--errors), and the T(L) overhead model against `tether stream` (--model).
     Checksum(bandwidth::ChecksumOpts),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Refusals of what was asked (values that clash, options that would be
+    // ignored) exit 2, as clap's own do; failures of what ran exit 1.
+    if let Err(e) = refuse(&cli.command, &matches) {
+        eprintln!("tether: {}", message(&e));
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Demo(o) => run_demo(&o),
         Command::Pingpong(o) => run_pingpong(&o),
@@ -99,9 +111,155 @@ fn main() {
         Command::Campaign(o) => run_campaign(&o),
     };
     if let Err(e) = result {
-        eprintln!("tether: {e:#}");
+        eprintln!("tether: {}", message(&e));
         std::process::exit(1);
     }
+}
+
+/// An error and its causes on one line, each cause once: an error that
+/// prints its source in its own message (`transport: invalid arguments`)
+/// would otherwise show the source twice, and a message of several lines
+/// (the TOML parser's) is joined so the first line says it all.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.ends_with(&c) {
+            out = format!("{out}: {c}");
+        }
+    }
+    out.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+/// Was `id` given on the command line (not a default)?
+fn given(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+}
+
+/// The first of `ids` given on the command line, as its flag.
+fn first_given(m: &ArgMatches, ids: &[&str]) -> Option<String> {
+    ids.iter().find(|id| given(m, id)).map(|id| flag(id))
+}
+
+/// The flag of an argument id (`rto_min_us` -> `--rto-min-us`).
+fn flag(id: &str) -> String {
+    match id {
+        "faults" => "--fault".into(),
+        "extra_rails" => "--rail".into(),
+        _ => format!("--{}", id.replace('_', "-")),
+    }
+}
+
+/// Refuse what the command would not do as asked: options it would ignore
+/// in this mode, and values that cannot go together. Checked before
+/// anything runs, so nobody reads a result they believe they configured.
+fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
+    let Some((_, m)) = m.subcommand() else { return Ok(()) };
+    match command {
+        Command::Pingpong(o) | Command::Stream(o) => check_net(o, m),
+        Command::Bench(o) => match (&o.what, m.subcommand()) {
+            (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
+            _ => check_bench(&o.net, m),
+        },
+        Command::Demo(o) => demo::check(o),
+        Command::Sim(o) => {
+            anyhow::ensure!(
+                o.first_seed.checked_add(o.seeds).is_some(),
+                "--first-seed {} plus --seeds {} passes the last seed, 2^64-1",
+                o.first_seed,
+                o.seeds
+            );
+            Ok(())
+        }
+        Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
+    }
+}
+
+/// `pingpong` and `stream`: loopback or two processes, raw or reliable.
+fn check_net(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
+    let two_process = o.listen.is_some() || o.connect.is_some();
+    if two_process {
+        // One run and one rail are what two-process mode does, so asking
+        // for them is fine; asking for more would be silently ignored.
+        if given(m, "runs") && o.runs > 1 {
+            anyhow::bail!("--runs repeats loopback runs; in two-process mode each process makes one run");
+        }
+        if o.rails > 1 {
+            anyhow::bail!("--rails is for loopback; across hosts add each rail with --rail LOCAL=REMOTE");
+        }
+    } else if let Some(f) = first_given(m, &["bind", "peer", "extra_rails"]) {
+        anyhow::bail!("{f} is for two-process mode (--listen or --connect); on loopback use --rails N");
+    }
+    if o.raw {
+        let reliable = [
+            "window",
+            "rto_min_us",
+            "give_up_after",
+            "checksum",
+            "mode",
+            "polling",
+            "rails",
+            "extra_rails",
+            "rail_policy",
+        ];
+        if let Some(f) = first_given(m, &reliable) {
+            anyhow::bail!("--raw measures the bare transport, without tether: {f} does not apply");
+        }
+    }
+    if given(m, "rail_policy") && o.rails < 2 && o.extra_rails.is_empty() {
+        anyhow::bail!("--rail-policy needs two or more rails (--rails N on loopback, --rail across hosts)");
+    }
+    net::check_addresses(o)?;
+    // Read the fault plan now: a bad rule or file is refused before a
+    // listener announces itself or a sender binds.
+    o.plan()?;
+    Ok(())
+}
+
+/// `bench`: the size sweep on loopback, raw and reliable side by side.
+fn check_bench(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
+    if given(m, "size") {
+        anyhow::bail!("bench sweeps --sizes; --size is for pingpong and stream");
+    }
+    if given(m, "raw") {
+        anyhow::bail!("bench measures raw and reliable side by side; --raw is for pingpong and stream");
+    }
+    if let Some(f) = first_given(m, &["listen", "connect", "bind", "peer", "extra_rails"]) {
+        anyhow::bail!("bench runs on loopback; {f} is for pingpong and stream across hosts");
+    }
+    if given(m, "rail_policy") && o.rails < 2 {
+        anyhow::bail!("--rail-policy needs --rails 2 or more");
+    }
+    o.plan()?;
+    Ok(())
+}
+
+/// `bench checksum`: the bandwidth table (and model), or --errors.
+fn check_checksum(o: &bandwidth::ChecksumOpts, m: &ArgMatches) -> anyhow::Result<()> {
+    if o.errors {
+        if let Some(f) = first_given(m, &["runs", "block", "large_mib"]) {
+            anyhow::bail!("--errors measures detection only; {f} is for the bandwidth table");
+        }
+        if let Some(f) = first_given(m, &["model", "model_checksum", "model_runs", "model_sizes"]) {
+            anyhow::bail!(
+                "--errors measures detection only; {f} goes with the bandwidth table, not --errors"
+            );
+        }
+    } else if let Some(f) = first_given(m, &["trials", "error_len", "seed"]) {
+        anyhow::bail!("{f} is for --errors (detection strength); add --errors or leave it out");
+    }
+    if !o.model {
+        if let Some(f) = first_given(m, &["model_checksum", "model_runs", "model_sizes"]) {
+            anyhow::bail!("{f} is for --model; add --model or leave it out");
+        }
+    }
+    anyhow::ensure!(
+        o.block <= o.large_mib << 20,
+        "--block {} B is larger than the out-of-cache buffer (--large-mib {})",
+        o.block,
+        o.large_mib
+    );
+    Ok(())
 }
 
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -204,7 +362,7 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
     } else {
         o.mix
             .iter()
-            .map(|m| tether_sim::FaultMix::from_name(m).ok_or_else(|| anyhow::anyhow!("unknown mix {m}")))
+            .map(|m| tether_sim::FaultMix::from_name(m).ok_or_else(|| anyhow::anyhow!("unknown mix `{m}`")))
             .collect::<anyhow::Result<_>>()?
     };
     let bar = (!o.json).then(|| {

@@ -9,6 +9,8 @@ use tether::{
 };
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
+use crate::args;
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Mode {
     Selective,
@@ -25,81 +27,113 @@ pub fn checksum_kind(name: &str) -> Result<ChecksumKind, String> {
 
 #[derive(Debug, Clone, Args)]
 pub struct NetOpts {
-    /// Message size in bytes.
-    #[arg(long, default_value_t = 8)]
+    /// Message size in bytes (0 to 64 MiB, the protocol's largest message).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = args::size(0))]
     pub size: usize,
-    /// Messages per run.
-    #[arg(long)]
+    /// Messages per run [default: by --size: pingpong 5000 (200 from 256
+    /// KiB), stream 256 MiB worth (2000 to 2 million); bench half and a
+    /// quarter of those].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::int_in::<u64>(1, MAX_COUNT, "", ""))]
     pub count: Option<u64>,
-    /// Repeat the measurement this many times and report the median, min and max.
-    #[arg(long, default_value_t = 5)]
+    /// Repeat the measurement this many times and report the median, min
+    /// and max (loopback only: each process of a two-process run makes one).
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<usize>(1, 1000, "", ""))]
     pub runs: usize,
     /// Send window in segments (the papers' send-queue size).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true,
+          value_parser = args::config_field(|c, v| { c.send_window = v; c.recv_window = v.max(1024) }))]
     pub window: usize,
     /// Largest datagram in bytes, header included.
-    #[arg(long, default_value_t = 1472)]
+    #[arg(long, default_value_t = 1472, allow_negative_numbers = true,
+          value_parser = args::config_field(|c, v| c.max_datagram = v))]
     pub mtu: usize,
-    /// Floor of the adaptive retransmission timeout, in microseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Floor of the adaptive retransmission timeout, in microseconds (above
+    /// the 25 us coalescing delay, at most the 250 ms ceiling).
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = rto_min_us())]
     pub rto_min_us: u64,
+    /// Give up on a peer that acknowledged nothing for this long while data
+    /// waited for it: its messages fail and the command says who did not
+    /// answer (from 250ms, the retransmission ceiling, to 1h).
+    #[arg(long, default_value = "5s", value_name = "DURATION",
+          value_parser = args::duration_in(Config::default().rto_max, Duration::from_secs(3600), "from the retransmission ceiling to an hour"))]
+    pub give_up_after: Duration,
     /// Checksum algorithm: none, crc32c, sum, xor, adler32, fletcher64,
     /// fnv1a, murmur3, xxh3.
     #[arg(long, default_value = "crc32c", value_parser = checksum_kind)]
     pub checksum: ChecksumKind,
+    /// Repair of lost segments: selective (only what the receiver's SACK
+    /// ranges show missing) or go-back-n (everything from the first gap).
     #[arg(long, value_enum, default_value_t = Mode::Selective)]
     pub mode: Mode,
     /// Fraction of datagrams dropped at random on receive (e.g. 0.01).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = args::probability)]
     pub loss: f64,
     /// Faults to inject, in the compact form, repeatable: `--fault
     /// drop:p=0.01 --fault delay:p=0.001,mean=2ms` (kinds: drop, delay,
-    /// modify, reorder, duplicate, inject, invocation, operation).
+    /// modify, reorder, duplicate, inject, invocation, operation) [default: none].
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
-    /// A TOML fault plan file (`[[fault]]` tables with the same keys).
+    /// A TOML fault plan file (`[[fault]]` tables with the same keys) [default: none].
     #[arg(long, value_name = "FILE")]
     pub fault_plan: Option<std::path::PathBuf>,
     /// Seed for the fault injector.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
     /// Measure the bare transport: no header, no reliability.
     #[arg(long)]
     pub raw: bool,
-    /// Busy-poll this long before sleeping in the kernel, in microseconds.
-    #[arg(long, default_value_t = 50)]
+    /// Busy-poll this long before sleeping in the kernel, in microseconds
+    /// (at most 1 s: longer only burns a core).
+    #[arg(long, default_value_t = 50, allow_negative_numbers = true, value_parser = args::int_in::<u64>(0, 1_000_000, "microseconds", ""))]
     pub spin_us: u64,
     /// No progress thread: the calling thread drives the protocol (inside
     /// its blocking calls) instead.
     #[arg(long)]
     pub polling: bool,
-    /// Two-process mode, receiving side: bind this address.
-    #[arg(long)]
+    /// Two-process mode, receiving side: bind this address (port 0: any
+    /// free port, printed when bound).
+    #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Two-process mode, sending side: the listener's address.
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub connect: Option<SocketAddr>,
     /// Two-process mode: this side's own address (sender) / the sender's address (listener, as --peer).
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub bind: Option<SocketAddr>,
     /// Two-process mode, listener: the sender's address.
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub peer: Option<SocketAddr>,
     /// Rails per endpoint on loopback (each a socket of its own); with 2 or
     /// more, path health is tracked and data fails over between them.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, tether::MAX_RAILS as u64, "", ""))]
     pub rails: usize,
     /// Two-process mode: another rail, `LOCAL=REMOTE` (this side's address
     /// on that network and the peer's), repeatable; --listen/--connect and
-    /// --bind/--peer are rail 0.
+    /// --bind/--peer are rail 0 [default: none].
     #[arg(long = "rail", value_name = "LOCAL=REMOTE", value_parser = rail_pair)]
     pub extra_rails: Vec<(SocketAddr, SocketAddr)>,
-    /// How data uses healthy rails.
+    /// How data uses healthy rails (with two or more): primary-backup
+    /// sends on the first healthy rail, stripe spreads over all.
     #[arg(long, value_enum, default_value_t = Policy::PrimaryBackup)]
     pub rail_policy: Policy,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The most messages one run may send: far beyond any measurement, and low
+/// enough that per-message bookkeeping (pingpong keeps every round trip)
+/// stays well under a gigabyte.
+pub const MAX_COUNT: u64 = 100_000_000;
+
+/// `--rto-min-us`: above the coalescing delay (`Config::validate` wants
+/// the floor above it) and at most the retransmission ceiling.
+fn rto_min_us() -> impl Fn(&str) -> Result<u64, String> + Clone {
+    let c = Config::default();
+    let lo = c.coalesce_delay.as_micros() as u64 + 1;
+    let hi = c.rto_max.as_micros() as u64;
+    args::int_in(lo, hi, "microseconds", "above the coalescing delay, at most the retransmission ceiling")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,6 +161,7 @@ impl NetOpts {
             recv_window: self.window.max(1024),
             rto_min,
             rto_initial: rto_min.max(Config::default().rto_initial),
+            abandon_after: self.give_up_after,
             checksum: self.checksum,
             retransmit: match self.mode {
                 Mode::Selective => RetransmitMode::Selective,
@@ -146,7 +181,10 @@ impl NetOpts {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-                FaultPlan::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                FaultPlan::from_toml(&text).map_err(|e| match FaultPlan::toml_error_location(&text, &e) {
+                    Some((line, column)) => anyhow::anyhow!("{}:{line}:{column}: {e}", path.display()),
+                    None => anyhow::anyhow!("{}: {e}", path.display()),
+                })?
             }
             None => FaultPlan::new(self.seed),
         };
@@ -156,7 +194,8 @@ impl NetOpts {
         }
         let first = plan.rules.len();
         for (i, r) in rules.iter().enumerate() {
-            plan.rules.push(FaultPlan::parse_rule(r, first + i)?);
+            plan.rules
+                .push(FaultPlan::parse_rule(r, first + i).map_err(|e| anyhow::anyhow!("--fault {r}: {e}"))?);
         }
         Ok(plan)
     }
@@ -177,12 +216,12 @@ impl NetOpts {
         node: NodeId,
         bind: SocketAddr,
         peers: &[(NodeId, SocketAddr)],
-    ) -> Result<UdpTransport, tether_io::TransportError> {
+    ) -> anyhow::Result<UdpTransport> {
         let mut book = AddressBook::new();
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        UdpTransport::bind(node, bind, book)
+        UdpTransport::bind(node, bind, book).map_err(|e| bind_error(bind, e))
     }
 
     /// A bare UDP transport for the raw baselines, with the fault plan
@@ -216,7 +255,7 @@ impl NetOpts {
         }
         let binds: Vec<SocketAddr> =
             std::iter::once(bind).chain(self.extra_rails.iter().map(|&(local, _)| local)).collect();
-        let ep = Endpoint::udp_rails(node, &binds, self.options()?)?;
+        let ep = udp_rails(node, &binds, self.options()?)?;
         for &(id, addr) in peers {
             let addrs: Vec<SocketAddr> =
                 std::iter::once(addr).chain(self.extra_rails.iter().map(|&(_, remote)| remote)).collect();
@@ -236,12 +275,24 @@ impl NetOpts {
             return Ok((rx, tx));
         }
         let binds = vec![loopback(); self.rails];
-        let rx = Endpoint::udp_rails(RECEIVER, &binds, self.options()?)?;
-        let tx = Endpoint::udp_rails(SENDER, &binds, self.options()?)?;
+        let rx = udp_rails(RECEIVER, &binds, self.options()?)?;
+        let tx = udp_rails(SENDER, &binds, self.options()?)?;
         rx.add_peer_rails(SENDER, &udp_rail_addrs(&tx))?;
         tx.add_peer_rails(RECEIVER, &udp_rail_addrs(&rx))?;
         Ok((rx, tx))
     }
+}
+
+/// `Endpoint::udp_rails`, binding each rail here so a failure names its address.
+pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> anyhow::Result<Endpoint> {
+    let rails = binds
+        .iter()
+        .map(|&b| {
+            let udp = UdpTransport::bind(node, b, AddressBook::new()).map_err(|e| bind_error(b, e))?;
+            Ok(Box::new(udp) as Box<dyn Transport + Send>)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Endpoint::with_rails(node, rails, options)?)
 }
 
 /// Every rail's address of an endpoint whose rails are all UDP sockets.
@@ -251,4 +302,134 @@ pub fn udp_rail_addrs(e: &Endpoint) -> Vec<SocketAddr> {
 
 pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("valid literal")
+}
+
+/// Addresses that cannot work together, refused before anything binds:
+/// mixed address families (an IPv6 socket cannot reach an IPv4 peer),
+/// nowhere to send to, and a sender whose port the listener cannot know.
+pub fn check_addresses(o: &NetOpts) -> anyhow::Result<()> {
+    let sendable = |flag: &str, a: SocketAddr| {
+        anyhow::ensure!(
+            !a.ip().is_unspecified() && a.port() != 0,
+            "{flag} {a}: datagrams need a real address and port to go to"
+        );
+        Ok(())
+    };
+    let same_family = |(fa, a): (&str, SocketAddr), (fb, b): (&str, SocketAddr)| {
+        anyhow::ensure!(
+            a.is_ipv4() == b.is_ipv4(),
+            "{fa} {a} and {fb} {b} are of different address families (IPv4 and IPv6)"
+        );
+        Ok(())
+    };
+    match (o.listen, o.connect) {
+        (Some(_), Some(_)) => anyhow::bail!("give --listen or --connect, not both"),
+        (Some(l), None) => {
+            anyhow::ensure!(
+                !(o.peer.is_some() && o.bind.is_some()),
+                "a listener takes the sender's address once: --peer (or --bind), not both"
+            );
+            if let Some((f, p)) = o.peer.map(|p| ("--peer", p)).or(o.bind.map(|b| ("--bind", b))) {
+                sendable(f, p)?;
+                same_family(("--listen", l), (f, p))?;
+            }
+        }
+        (None, Some(c)) => {
+            anyhow::ensure!(
+                o.peer.is_none(),
+                "--peer is the listener's option; a sender names the listener with --connect"
+            );
+            sendable("--connect", c)?;
+            if let Some(b) = o.bind {
+                anyhow::ensure!(
+                    b.port() != 0,
+                    "--bind {b}: give a fixed port; the listener names this address with --peer"
+                );
+                same_family(("--connect", c), ("--bind", b))?;
+            }
+        }
+        (None, None) => {}
+    }
+    for &(local, remote) in &o.extra_rails {
+        sendable("--rail", remote)?;
+        same_family(("--rail", local), ("--rail", remote))?;
+    }
+    Ok(())
+}
+
+/// How long a listener waits for the first message: time to start the
+/// other side by hand, and a bound, so a listener nobody talks to ends.
+pub const FIRST_WAIT: Duration = Duration::from_secs(60);
+
+/// A listener says where it listens and what for, before it waits: one
+/// line on stderr (stdout stays the result, a table or one JSON document).
+pub fn listening(cmd: &str, local: SocketAddr, peer: SocketAddr, what: &str) {
+    eprintln!(
+        "tether {cmd}: listening on {local} for {what} from {peer}; waiting up to {} s for the first",
+        FIRST_WAIT.as_secs()
+    );
+}
+
+/// A listener's first message never came.
+pub fn nothing_arrived(cmd: &str, local: SocketAddr, peer: SocketAddr) -> anyhow::Error {
+    anyhow::anyhow!(
+        "nothing arrived from {peer} within {} s (start `tether {cmd} --connect {local} --bind {peer}` there)",
+        FIRST_WAIT.as_secs()
+    )
+}
+
+/// A sender's peer went quiet: nobody there at all, or gone mid-run.
+pub fn no_answer(
+    cmd: &str,
+    addr: SocketAddr,
+    bind: SocketAddr,
+    acked: u64,
+    total: u64,
+    quiet: Duration,
+) -> anyhow::Error {
+    let quiet = tether_fault::format_duration(quiet);
+    if acked == 0 {
+        anyhow::anyhow!(
+            "nobody answered at {addr}: nothing was acknowledged within {quiet} (--give-up-after); \
+             is `tether {cmd} --listen {addr} --peer {bind}` running there?"
+        )
+    } else {
+        anyhow::anyhow!(
+            "{addr} stopped answering: {acked} of {total} messages acknowledged, then nothing for {quiet} (--give-up-after)"
+        )
+    }
+}
+
+/// Wait until everything `tx` sent is acknowledged, for as long as the
+/// peer keeps acknowledging: a slow peer is waited for, a silent one makes
+/// messages fail after `quiet` (the layer's own bound), which ends the wait
+/// with `gone()`.
+pub fn drain(tx: &Endpoint, quiet: Duration, gone: impl Fn() -> anyhow::Error) -> anyhow::Result<()> {
+    let mut acked = tx.stats().messages_acked;
+    loop {
+        // Twice `quiet`: within it the peer either acknowledges something
+        // or its messages fail; a flush as long as `quiet` could race that.
+        let done = tx.flush(Some(quiet * 2));
+        let s = tx.stats();
+        if s.messages_failed > 0 {
+            return Err(gone());
+        }
+        match done {
+            Ok(()) => return Ok(()),
+            Err(tether::Error::TimedOut) if s.messages_acked > acked => acked = s.messages_acked,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A bind that failed, with the address and the system's words for why
+/// (`address already in use`, not `errno 98`).
+fn bind_error(addr: SocketAddr, e: impl Into<tether::Error>) -> anyhow::Error {
+    match e.into() {
+        tether::Error::Transport(tether_io::TransportError::Os(errno)) => {
+            anyhow::anyhow!("cannot bind {addr}: {}", std::io::Error::from_raw_os_error(errno))
+        }
+        tether::Error::Transport(t) => anyhow::anyhow!("cannot bind {addr}: {t}"),
+        other => anyhow::anyhow!("cannot bind {addr}: {other}"),
+    }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
+use crate::net::{listening, loopback, nothing_arrived, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
 use crate::pattern;
 use crate::raw::RawPeer;
 use crate::summary::Summary;
@@ -29,9 +29,9 @@ pub fn default_count(size: usize) -> u64 {
     }
 }
 
-/// Echo `count + WARMUP` messages back to their sender.
-fn reliable_echo(ep: &tether::Endpoint, count: u64) -> anyhow::Result<()> {
-    for _ in 0..count + WARMUP {
+/// Echo `rounds` messages back to their sender.
+fn reliable_echo(ep: &tether::Endpoint, rounds: u64) -> anyhow::Result<()> {
+    for _ in 0..rounds {
         let d = ep.recv(Some(TIMEOUT))?;
         ep.send(d.from, &d.message)?;
     }
@@ -39,15 +39,28 @@ fn reliable_echo(ep: &tether::Endpoint, count: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn reliable_client(ep: &tether::Endpoint, size: usize, count: u64) -> anyhow::Result<PingpongRun> {
+/// Who the client talks to, for its errors: the listener's address and
+/// this side's (two-process mode) or none (loopback).
+type Far = Option<(SocketAddr, SocketAddr)>;
+
+fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> anyhow::Result<PingpongRun> {
+    let size = o.size;
     let mut buf = vec![0u8; size];
-    let mut samples = Vec::with_capacity(count as usize);
+    // Capped: a huge --count grows the vector as it goes instead of
+    // reserving gigabytes up front.
+    let mut samples = Vec::with_capacity(count.min(1 << 20) as usize);
     let mut corrupted = 0;
+    // A round trip crosses twice; each way the layer gives up after
+    // --give-up-after without an acknowledgement.
+    let bound = o.give_up_after * 2;
     for i in 0..count + WARMUP {
         pattern::fill(&mut buf, SENDER, i);
         let t0 = Instant::now();
         ep.send(RECEIVER, &buf)?;
-        let d = ep.recv(Some(TIMEOUT))?;
+        let d = match ep.recv(Some(bound)) {
+            Err(tether::Error::TimedOut) => return Err(silent(far, i, count + WARMUP, bound)),
+            r => r?,
+        };
         let rtt = t0.elapsed();
         if d.message.len() != size || !pattern::verify(&d.message, SENDER, i) {
             corrupted += 1;
@@ -61,10 +74,27 @@ fn reliable_client(ep: &tether::Endpoint, size: usize, count: u64) -> anyhow::Re
     Ok(PingpongRun { rtt_us, corrupted, retransmits: ep.stats().retransmits })
 }
 
+/// No echo came back within `waited`.
+fn silent(far: Far, done: u64, total: u64, waited: Duration) -> anyhow::Error {
+    let waited = tether_fault::format_duration(waited);
+    match far {
+        Some((addr, bind)) if done == 0 => anyhow::anyhow!(
+            "nobody answered at {addr}: no echo within {waited}; \
+             is `tether pingpong --listen {addr} --peer {bind}` running there?"
+        ),
+        Some((addr, _)) => {
+            anyhow::anyhow!(
+                "{addr} stopped answering after {done} of {total} round trips (no echo within {waited})"
+            )
+        }
+        None => anyhow::anyhow!("the echo side stopped answering after {done} of {total} round trips"),
+    }
+}
+
 pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
     let (server, client) = o.loopback_pair()?;
-    let echo = std::thread::spawn(move || reliable_echo(&server, count));
-    let run = reliable_client(&client, o.size, count)?;
+    let echo = std::thread::spawn(move || reliable_echo(&server, count + WARMUP));
+    let run = reliable_client(&client, o, count, None)?;
     echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
     Ok(run)
 }
@@ -87,14 +117,25 @@ fn raw_round_trip(peer: &mut RawPeer, dst: u32, msg: &[u8], mtu: usize) -> anyho
     Ok(bytes)
 }
 
-fn raw_echo(mut peer: RawPeer, count: u64, size: usize, mtu: usize) -> anyhow::Result<()> {
+/// Echo `count + WARMUP` messages; the first may take `first` to come,
+/// and `silent` says why when it does not.
+fn raw_echo(
+    mut peer: RawPeer,
+    (count, size, mtu): (u64, usize, usize),
+    first: Duration,
+    silent: impl FnOnce() -> anyhow::Error,
+) -> anyhow::Result<()> {
     let chunks = size.div_ceil(mtu).max(1);
     let mut buf = vec![0u8; size];
-    for _ in 0..count + WARMUP {
+    let mut silent = Some(silent);
+    for i in 0..count + WARMUP {
         let mut got = 0;
         let mut at = 0;
         while got < chunks {
-            let n = peer.recv(TIMEOUT)?;
+            let n = peer.recv(if i == 0 && got == 0 { first } else { TIMEOUT })?;
+            if n == 0 && i == 0 && got == 0 {
+                return Err(silent.take().expect("only the first wait")());
+            }
             if n == 0 {
                 anyhow::bail!("raw echo timed out");
             }
@@ -125,10 +166,12 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
     let mut server = RawPeer::new(server_t, o.mtu, spin);
     server.t.add_peer(SENDER, client_addr)?;
     let (size, mtu) = (o.size, o.mtu);
-    let echo = std::thread::spawn(move || raw_echo(server, count, size, mtu));
+    let echo = std::thread::spawn(move || {
+        raw_echo(server, (count, size, mtu), TIMEOUT, || anyhow::anyhow!("raw echo timed out"))
+    });
     let mut client = RawPeer::new(client_t, o.mtu, spin);
     let mut buf = vec![0u8; size];
-    let mut samples = Vec::with_capacity(count as usize);
+    let mut samples = Vec::with_capacity(count.min(1 << 20) as usize);
     for i in 0..count + WARMUP {
         pattern::fill(&mut buf, SENDER, i);
         let t0 = Instant::now();
@@ -143,12 +186,27 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
 
 /// Two-process mode: the echo side.
 pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<()> {
+    let what = format!("{} round trips of {} B ({count} and {WARMUP} to warm up)", count + WARMUP, o.size);
     if o.raw {
         let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
-        return raw_echo(RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us)), count, o.size, o.mtu);
+        let local = t.local_addr().unwrap_or(addr);
+        listening("pingpong", local, peer, &format!("{what}, raw"));
+        let peer_t = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
+        return raw_echo(peer_t, (count, o.size, o.mtu), FIRST_WAIT, || {
+            nothing_arrived("pingpong", local, peer)
+        });
     }
     let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
-    reliable_echo(&ep, count)
+    let local = ep.local_addr().unwrap_or(addr);
+    listening("pingpong", local, peer, &what);
+    match ep.recv(Some(FIRST_WAIT)) {
+        Err(tether::Error::TimedOut) => Err(nothing_arrived("pingpong", local, peer)),
+        Err(e) => Err(e.into()),
+        Ok(d) => {
+            ep.send(d.from, &d.message)?;
+            reliable_echo(&ep, count + WARMUP - 1)
+        }
+    }
 }
 
 /// Two-process mode: the measuring side.
@@ -161,7 +219,15 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         for i in 0..count + WARMUP {
             pattern::fill(&mut buf, SENDER, i);
             let t0 = Instant::now();
-            raw_round_trip(&mut client, RECEIVER, &buf, o.mtu)?;
+            // Raw has no acknowledgements to give up on: a lost datagram
+            // ends the run after TIMEOUT, and so does an absent listener.
+            raw_round_trip(&mut client, RECEIVER, &buf, o.mtu).map_err(|e| {
+                if i == 0 {
+                    silent(Some((addr, bind)), 0, count + WARMUP, TIMEOUT)
+                } else {
+                    e
+                }
+            })?;
             if i >= WARMUP {
                 samples.push(t0.elapsed().as_secs_f64() * 1e6);
             }
@@ -173,5 +239,5 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         });
     }
     let ep = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
-    reliable_client(&ep, o.size, count)
+    reliable_client(&ep, o, count, Some((addr, bind)))
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tether::FaultCounters;
 
-use crate::net::{loopback, NetOpts, RECEIVER, SENDER};
+use crate::net::{listening, loopback, no_answer, nothing_arrived, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
 use crate::pattern;
 use crate::raw::RawPeer;
 use crate::timeline::Timeline;
@@ -190,12 +190,17 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
 
 /// Two-process mode, receiving side.
 pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
-    let timeout = Duration::from_secs(60);
+    let timeout = FIRST_WAIT;
     if o.raw {
         let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
+        let local = t.local_addr().unwrap_or(addr);
+        listening("stream", local, peer, &format!("{count} raw messages of {} B", o.size));
         let mut rx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
         let mut tally = Tally::default();
         let first = rx.recv(timeout)?;
+        if first == 0 {
+            return Err(nothing_arrived("stream", local, peer));
+        }
         let start = Instant::now();
         let mut last = start;
         let mut n = first;
@@ -218,8 +223,13 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         ));
     }
     let rx = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
+    let local = rx.local_addr().unwrap_or(addr);
+    listening("stream", local, peer, &format!("{count} messages of {} B", o.size));
     let mut tally = Tally::default();
-    let first = rx.recv(Some(timeout))?;
+    let first = match rx.recv(Some(timeout)) {
+        Err(tether::Error::TimedOut) => return Err(nothing_arrived("stream", local, peer)),
+        r => r?,
+    };
     let start = Instant::now();
     tally.take(&first.message, o.size);
     for _ in 1..count {
@@ -251,11 +261,21 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     let origin = tx.now();
     let mut buf = vec![0u8; o.size];
     let start = Instant::now();
+    // Messages to a peer that stopped answering fail after --give-up-after;
+    // stop at the first failure rather than refill the send buffer and wait
+    // that long again for every bufferful still to send.
+    let quiet = || no_answer("stream", addr, bind, tx.stats().messages_acked, count, o.give_up_after);
+    // Looked at every 256 messages and after any wait for room, which is
+    // when failures free it: often enough, and no lock per message.
     for i in 0..count {
         pattern::fill(&mut buf, SENDER, i);
-        tx.send_blocking(RECEIVER, &buf, Some(Duration::from_secs(60)))?;
+        let t0 = Instant::now();
+        tx.send_blocking(RECEIVER, &buf, Some(o.give_up_after * 2))?;
+        if (i % 256 == 255 || t0.elapsed() > Duration::from_millis(1)) && tx.stats().messages_failed > 0 {
+            return Err(quiet());
+        }
     }
-    tx.flush(Some(Duration::from_secs(60)))?;
+    crate::net::drain(&tx, o.give_up_after, quiet)?;
     let secs = start.elapsed().as_secs_f64();
     let s = tx.stats();
     let t =

@@ -4,6 +4,8 @@
 //! the two syntaxes cannot drift apart, and printing a rule gives fields
 //! that read back to the same rule.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::dist::{Recurrence, Span, Spread};
@@ -318,6 +320,69 @@ fn rule_from_toml(index: usize, value: &toml::Value) -> Result<Rule, PlanError> 
     rule_from_fields(index, kind, &fields)
 }
 
+/// A TOML document with the place of every top-level key and value.
+type Spanned = toml::Spanned<toml::Value>;
+type Keyed = BTreeMap<toml::Spanned<String>, Spanned>;
+
+/// The `[[fault]]` tables with the place of each table and each of its keys.
+#[derive(serde::Deserialize)]
+struct Faults {
+    #[serde(default)]
+    fault: Vec<toml::Spanned<Keyed>>,
+}
+
+/// Where in `text` the error `e` of `plan_from_toml(text)` lies: the byte
+/// range of the offending key or value, else of its `[[fault]]` table.
+/// Found by reading the text again with places kept, in the order
+/// `plan_from_toml` checks it, so the place is that of the first problem,
+/// the one `e` reports.
+pub(crate) fn toml_error_span(text: &str, e: &PlanError) -> Option<Range<usize>> {
+    let top: Keyed = match toml::from_str(text) {
+        Ok(top) => top,
+        Err(syntax) => return syntax.span(),
+    };
+    let faults = toml::from_str::<Faults>(text).map(|f| f.fault).unwrap_or_default();
+    // The key's place, or its table's when the error is about a key that
+    // is missing (`on` without `off`) or about the table as a whole.
+    let in_rule = |rule: usize, field: Option<&str>| {
+        let table = faults.get(rule)?;
+        let key = table.get_ref().keys().find(|k| Some(k.get_ref().as_str()) == field);
+        Some(key.map_or(table.span(), |k| k.span()))
+    };
+    match e {
+        PlanError::Field { rule, field, .. } => in_rule(*rule, Some(field)),
+        PlanError::UnknownField { rule, field, .. } => in_rule(*rule, Some(field)),
+        PlanError::UnknownKind { rule, .. } => in_rule(*rule, Some("kind")),
+        PlanError::Recurrence { rule, .. } => in_rule(*rule, None),
+        PlanError::Toml(_) => {
+            for (key, value) in &top {
+                match (key.get_ref().as_str(), value.get_ref()) {
+                    ("seed", toml::Value::Integer(s)) if *s >= 0 => {}
+                    ("seed", toml::Value::String(s)) if s.parse::<u64>().is_ok() => {}
+                    ("seed", _) => return Some(value.span()),
+                    ("fault", toml::Value::Array(rules)) => {
+                        let bad =
+                            rules.iter().position(|r| !matches!(r.get("kind"), Some(toml::Value::String(_))));
+                        if let Some(i) = bad {
+                            return Some(faults.get(i).map_or(value.span(), |t| t.span()));
+                        }
+                    }
+                    _ => return Some(key.span()),
+                }
+            }
+            None
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of byte `at` in `text`.
+pub(crate) fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..text.floor_char_boundary(at.min(text.len()))];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 pub(crate) fn plan_to_toml(plan: &FaultPlan) -> String {
     let mut out = match i64::try_from(plan.seed) {
         Ok(seed) => format!("seed = {seed}\n"),
@@ -359,6 +424,26 @@ mod tests {
         for d in [ms(0), ms(2), Duration::from_nanos(1_500), Duration::from_secs(3), Duration::from_nanos(7)]
         {
             assert_eq!(parse_duration(&format_duration(d)), Some(d));
+        }
+    }
+
+    /// Every kind of error in a plan file, with the line and column it
+    /// must point at.
+    #[test]
+    fn toml_errors_have_a_place() {
+        let cases = [
+            ("[[fault]]\nkind = \"drop\"\np = 2\n", (3, 1)),
+            ("[[fault]]\nkind = \"drop\"\np = \n", (3, 5)),
+            ("[[fault]]\nkind = \"bogus\"\np = 0.1\n", (2, 1)),
+            ("[[fault]]\nkind = \"drop\"\n  q = 0.1\n", (3, 3)),
+            ("seed = 1\n\n[[fault]]\nkind = \"drop\"\np = 0.1\n\n[[fault]]\nkind = \"drop\"\np = 0.1\nevery = 3\n", (7, 1)),
+            ("seed = \"x\"\n", (1, 8)),
+            ("colour = 1\n", (1, 1)),
+            ("[[fault]]\np = 0.1\n", (1, 1)),
+        ];
+        for (text, place) in cases {
+            let e = FaultPlan::from_toml(text).unwrap_err();
+            assert_eq!(FaultPlan::toml_error_location(text, &e), Some(place), "{text:?}: {e}");
         }
     }
 }

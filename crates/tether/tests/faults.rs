@@ -106,9 +106,13 @@ fn every_message_fault_is_masked_end_to_end() {
 
 #[test]
 fn call_faults_surface_as_typed_errors_and_leave_nothing_behind() {
+    // Two operation rules at the API: one always drops the message (the
+    // default, drop=1), one drops it half the time and otherwise lets it go
+    // while the handle still reports the failure, as a lost completion would.
     let rules = [
         "invocation:p=0.1,side=api,error=local_resource",
         "operation:p=0.1,side=api,error=remote_resource",
+        "operation:p=0.1,side=api,error=remote_resource,drop=0.5",
         "invocation:p=0.1,side=send,error=local_resource",
         "operation:p=0.1,side=send",
         "invocation:p=0.1,side=recv,error=interrupted",
@@ -118,14 +122,18 @@ fn call_faults_surface_as_typed_errors_and_leave_nothing_behind() {
     let (initial_send, initial_queue) = a.buffered();
     let run = |first: u64, count: u64| {
         let start = Instant::now();
-        let (mut refused, mut op_failed, mut expected) = (0u64, 0u64, Vec::new());
-        let mut handles = Vec::new();
+        let (mut refused, mut op_dropped, mut op_sent, mut expected) = (0u64, 0u64, 0u64, Vec::new());
+        let (mut handles, mut failed_but_sent) = (Vec::new(), Vec::new());
         for i in first..first + count {
             match a.send_blocking(2, &msg(i, 64), WAIT) {
-                Ok(h) => match h.state() {
-                    MessageState::Failed(FailReason::OperationFault) => {
-                        assert!(h.id().is_none(), "a dropped operation never enters the stream");
-                        op_failed += 1;
+                Ok(h) => match (h.state(), h.id()) {
+                    (MessageState::Failed(FailReason::OperationFault), None) => op_dropped += 1,
+                    // Failed by its status, yet in the stream: it must
+                    // arrive like any other message.
+                    (MessageState::Failed(FailReason::OperationFault), Some(_)) => {
+                        op_sent += 1;
+                        expected.push(i);
+                        failed_but_sent.push(h);
                     }
                     _ => {
                         expected.push(i);
@@ -143,24 +151,39 @@ fn call_faults_surface_as_typed_errors_and_leave_nothing_behind() {
         for h in &handles {
             assert_eq!(h.wait(WAIT).unwrap(), MessageState::Delivered);
         }
+        // The status is the injected one for good: delivery does not change it.
+        for h in &failed_but_sent {
+            assert_eq!(h.wait(WAIT).unwrap(), MessageState::Failed(FailReason::OperationFault));
+        }
         a.flush(WAIT).unwrap();
         let rate = count as f64 / start.elapsed().as_secs_f64();
-        (refused, op_failed, rate)
+        (refused, op_dropped, op_sent, rate)
     };
 
     let n = 20_000;
-    let (refused, op_failed, faulty_rate) = run(0, n);
+    let (refused, op_dropped, op_sent, faulty_rate) = run(0, n);
+    eprintln!("of {n} sends: {refused} refused, {op_dropped} failed and dropped, {op_sent} failed yet sent");
     let c = a.fault_counters();
     // Typed errors and failed handles, at the configured rate.
     let sd = (n as f64 * 0.1 * 0.9).sqrt();
     assert!((refused as f64 - n as f64 * 0.1).abs() < 5.0 * sd, "{refused} refused of {n}");
-    assert!(op_failed > 0 && c.invocation > refused && c.operation > op_failed, "{c:?}");
+    assert!(op_dropped > 0 && op_sent > 0, "{op_dropped} dropped, {op_sent} failed but sent");
+    assert!(c.invocation > refused && c.operation > op_dropped + op_sent, "{c:?}");
+    // Of the calls the invocation rule let through (0.9 n), the first
+    // operation rule strikes 0.1 and always drops; of the rest (0.9), the
+    // second strikes 0.1 and drops half: 0.09 n + 0.0405 n dropped, 0.0405 n sent.
+    let expect = |mean: f64, got: u64| {
+        let sd = (mean * (1.0 - mean / n as f64)).sqrt();
+        assert!((got as f64 - mean).abs() < 5.0 * sd, "{got}, expected about {mean:.0}");
+    };
+    expect(n as f64 * (0.09 + 0.0405), op_dropped);
+    expect(n as f64 * 0.0405, op_sent);
 
     a.set_faults_enabled(false);
     b.set_faults_enabled(false);
     let before = a.fault_counters();
-    let (refused, op_failed, clean_rate) = run(n, n);
-    assert_eq!((refused, op_failed), (0, 0), "switched off: no call fails");
+    let (refused, op_dropped, op_sent, clean_rate) = run(n, n);
+    assert_eq!((refused, op_dropped, op_sent), (0, 0, 0), "switched off: no call fails");
     assert_eq!(a.fault_counters().total(), before.total(), "switched off: nothing injected");
     assert!(b.try_recv().is_none());
 
