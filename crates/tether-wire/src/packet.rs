@@ -230,12 +230,6 @@ impl<'a> Unverified<'a> {
         Ok(Unverified { header, datagram, at })
     }
 
-    /// The frames, unverified: for planning where payloads land, never for
-    /// acting on them.
-    pub fn frames(&self) -> Frames<'a> {
-        Frames { rest: &self.datagram[HEADER_LEN..self.at] }
-    }
-
     /// Check the trailer in its own pass over the bytes.
     pub fn verify(self) -> Result<Packet<'a>, WireError> {
         self.check(expected_trailer(self.header.checksum, self.datagram, self.at))
