@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tether_fault::{ErrorKind, FaultCounters, FaultPlan, Injector, PlanError, SendVerdict, Side, TraceEntry};
+// The inner receive batch holds the largest datagram tether emits or
+// accepts: anything longer would be refused by the parser above anyway.
+use tether_wire::MAX_DATAGRAM;
 
 use crate::{NodeId, RecvBatch, Transport, TransportCounters, TransportError};
-
-/// Largest UDP datagram: what the inner receive batch must hold.
-const MAX_DATAGRAM: usize = 65_536;
 
 /// The typed transport error an injected fault fails a call with.
 pub fn error_of(kind: ErrorKind) -> TransportError {

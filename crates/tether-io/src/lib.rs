@@ -23,10 +23,9 @@ pub use error::TransportError;
 pub use faulty::{error_of, FaultHandle, FaultyTransport};
 pub use mem::{MemNetwork, MemTransport};
 pub use tether_fault::{FaultCounters, FaultPlan};
+/// A node's identity: the one type the wire format and the core use too.
+pub use tether_wire::NodeId;
 pub use udp::{AddressBook, UdpTransport};
-
-/// A node's identity (the same as `tether_proto::NodeId`).
-pub type NodeId = u32;
 
 /// What a transport did, for operators and for showing batching at work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

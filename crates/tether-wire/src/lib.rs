@@ -28,3 +28,8 @@ pub use packet::{
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.
 pub const MAX_DATAGRAM: usize = 65_507;
+
+/// A node's identity, independent of any address or rail: what the header's
+/// `src_node` and `dst_node` carry. Defined here, at the bottom of the
+/// stack, so the transports and the protocol core name nodes with one type.
+pub type NodeId = u32;

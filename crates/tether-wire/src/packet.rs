@@ -26,7 +26,7 @@ use core::mem::MaybeUninit;
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame};
 use crate::integrity::Checksummer;
-use crate::{ChecksumKind, WireError, MAX_DATAGRAM};
+use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
 pub const VERSION: u8 = 1;
@@ -83,8 +83,8 @@ impl HeaderFlags {
 pub struct Header {
     pub flags: HeaderFlags,
     pub checksum: ChecksumKind,
-    pub src_node: u32,
-    pub dst_node: u32,
+    pub src_node: NodeId,
+    pub dst_node: NodeId,
     pub src_inc: u64,
     pub dst_inc: u64,
     pub epoch: u32,
