@@ -151,9 +151,6 @@ impl<T: Transport> FaultyTransport<T> {
 }
 
 impl<T: Transport> Transport for FaultyTransport<T> {
-    fn local_node(&self) -> NodeId {
-        self.inner.local_node()
-    }
     fn local_addr(&self) -> Option<SocketAddr> {
         self.inner.local_addr()
     }

@@ -43,8 +43,6 @@ pub struct TransportCounters {
 
 /// An unreliable, non-blocking datagram service addressed by node.
 pub trait Transport {
-    fn local_node(&self) -> NodeId;
-
     fn local_addr(&self) -> Option<SocketAddr> {
         None
     }
@@ -90,9 +88,6 @@ pub trait Transport {
 }
 
 impl<T: Transport + ?Sized> Transport for Box<T> {
-    fn local_node(&self) -> NodeId {
-        (**self).local_node()
-    }
     fn local_addr(&self) -> Option<SocketAddr> {
         (**self).local_addr()
     }
