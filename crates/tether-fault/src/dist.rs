@@ -95,18 +95,6 @@ impl Recurrence {
             _ => 0,
         }
     }
-
-    /// The long-run fraction of messages struck, where it does not depend
-    /// on traffic (time-based recurrences do).
-    pub fn message_rate(&self) -> Option<f64> {
-        match *self {
-            Recurrence::Probability(p) => Some(p),
-            Recurrence::EveryNth(n) => Some(1.0 / n.max(1) as f64),
-            Recurrence::MeanGap(mean) => Some(1.0 / mean.max(1.0)),
-            Recurrence::UniformGap(lo, hi) => Some(2.0 / (lo.max(1) + hi.max(lo).max(1)) as f64),
-            Recurrence::MeanInterval(_) | Recurrence::UniformInterval(..) => None,
-        }
-    }
 }
 
 /// A duration drawn per fault: how long a delay lasts.

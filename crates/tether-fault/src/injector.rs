@@ -111,26 +111,6 @@ impl FaultCounters {
     }
 }
 
-/// One injected fault, for debugging a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct TraceEntry {
-    pub at_ns: u64,
-    #[serde(serialize_with = "kind_name")]
-    pub kind: FaultKind,
-    #[serde(serialize_with = "side_name")]
-    pub side: Side,
-    /// The datagram's length and first bytes (the packet header).
-    pub len: usize,
-    pub head: [u8; 16],
-}
-
-fn kind_name<S: serde::Serializer>(k: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(k.name())
-}
-fn side_name<S: serde::Serializer>(k: &Side, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(k.name())
-}
-
 /// What became of an application call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallVerdict {
@@ -159,7 +139,6 @@ pub enum SendVerdict {
 struct Armed {
     rule: Rule,
     countdown: Countdown,
-    enabled: bool,
 }
 
 struct Slot {
@@ -177,6 +156,8 @@ struct Held {
 
 pub struct Injector {
     rules: Vec<Armed>,
+    /// Off: no rule strikes or draws (`set_enabled`).
+    enabled: bool,
     rng: Pcg64Mcg,
     counters: FaultCounters,
     ready: VecDeque<Slot>,
@@ -186,8 +167,6 @@ pub struct Injector {
     history: Vec<Vec<u8>>,
     history_next: usize,
     destinations: Vec<u32>,
-    trace: Option<VecDeque<TraceEntry>>,
-    trace_capacity: usize,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -208,11 +187,12 @@ impl Injector {
         let rules = plan
             .rules
             .iter()
-            .map(|&rule| Armed { rule, countdown: rule.recurrence.start(&mut rng), enabled: true })
+            .map(|&rule| Armed { rule, countdown: rule.recurrence.start(&mut rng) })
             .collect();
         let wants_history = plan.rules.iter().any(|r| matches!(r.fault, Fault::Inject));
         Ok(Injector {
             rules,
+            enabled: true,
             rng,
             counters: FaultCounters::default(),
             ready: VecDeque::new(),
@@ -221,8 +201,6 @@ impl Injector {
             history: if wants_history { Vec::with_capacity(HISTORY) } else { Vec::new() },
             history_next: 0,
             destinations: Vec::new(),
-            trace: None,
-            trace_capacity: 0,
         })
     }
 
@@ -232,22 +210,7 @@ impl Injector {
 
     /// Switch every rule on or off (a fault storm that ends; a healed link).
     pub fn set_enabled(&mut self, on: bool) {
-        self.rules.iter_mut().for_each(|r| r.enabled = on);
-    }
-
-    /// Switch rule `index` of the plan on or off; false if there is none.
-    pub fn set_rule_enabled(&mut self, index: usize, on: bool) -> bool {
-        self.rules.get_mut(index).map(|r| r.enabled = on).is_some()
-    }
-
-    /// Keep the last `capacity` injected faults (0: stop tracing).
-    pub fn set_trace(&mut self, capacity: usize) {
-        self.trace_capacity = capacity;
-        self.trace = (capacity > 0).then(VecDeque::new);
-    }
-
-    pub fn trace(&self) -> impl Iterator<Item = &TraceEntry> {
-        self.trace.iter().flatten()
+        self.enabled = on;
     }
 
     pub fn touches(&self, side: Side) -> bool {
@@ -264,12 +227,14 @@ impl Injector {
         side: Side,
         kinds: fn(FaultKind) -> bool,
         now: Duration,
-        datagram: &[u8],
         mut visit: impl FnMut(&mut Self, Fault) -> bool,
     ) {
+        if !self.enabled {
+            return;
+        }
         for i in 0..self.rules.len() {
             let a = &mut self.rules[i];
-            if a.rule.side != side || !kinds(a.rule.kind()) || !a.enabled || !a.rule.schedule.active(now) {
+            if a.rule.side != side || !kinds(a.rule.kind()) || !a.rule.schedule.active(now) {
                 continue;
             }
             if !a.rule.recurrence.strikes(&mut a.countdown, ns(now), &mut self.rng) {
@@ -277,22 +242,10 @@ impl Injector {
             }
             let fault = a.rule.fault;
             self.counters.count(fault.kind());
-            self.record(now, fault.kind(), side, datagram);
             if !visit(self, fault) {
                 return;
             }
         }
-    }
-
-    fn record(&mut self, now: Duration, kind: FaultKind, side: Side, datagram: &[u8]) {
-        let Some(trace) = &mut self.trace else { return };
-        if trace.len() == self.trace_capacity {
-            trace.pop_front();
-        }
-        let mut head = [0; 16];
-        let n = datagram.len().min(16);
-        head[..n].copy_from_slice(&datagram[..n]);
-        trace.push_back(TraceEntry { at_ns: ns(now), kind, side, len: datagram.len(), head });
     }
 
     /// An application call (a send): invocation and operation faults of
@@ -304,7 +257,6 @@ impl Injector {
             Side::Api,
             |_| true,
             now,
-            &[],
             |inj, fault| {
                 verdict = match fault {
                     Fault::Invocation(e) => CallVerdict::Invocation(e),
@@ -335,7 +287,6 @@ impl Injector {
             Side::Send,
             |_| true,
             now,
-            datagram,
             |inj, fault| {
                 match fault {
                     Fault::Invocation(e) => verdict = SendVerdict::Invocation(e),
@@ -401,7 +352,6 @@ impl Injector {
             Side::Recv,
             |k| k == FaultKind::Invocation,
             now,
-            &[],
             |_, fault| match fault {
                 Fault::Invocation(e) => {
                     failed = Some(e);
@@ -426,7 +376,6 @@ impl Injector {
             Side::Recv,
             |k| k != FaultKind::Invocation,
             now,
-            datagram,
             |inj, fault| {
                 match fault {
                     Fault::Drop => gone = true,
