@@ -29,6 +29,6 @@ mod plan;
 mod syntax;
 
 pub use dist::{Recurrence, Span, Spread};
-pub use injector::{CallVerdict, FaultCounters, Injector, SendVerdict, MAX_QUEUED};
+pub use injector::{node_seed, CallVerdict, FaultCounters, Injector, SendVerdict, MAX_QUEUED};
 pub use plan::{ErrorKind, Fault, FaultKind, FaultPlan, Modify, PlanError, Rule, Schedule, Side};
 pub use syntax::{format_duration, parse_duration};
