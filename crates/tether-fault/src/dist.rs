@@ -131,6 +131,13 @@ impl Span {
     }
 }
 
+// The samplers below are written out rather than taken from rand_distr:
+// its `Exp` (ziggurat) and `Geometric` (Bringmann-Friedrich) draw other
+// numbers, and a different count of them, from the same RNG, so every
+// simulated run and every seeded fault plan would change. Measured from one
+// `Pcg64Mcg` seed: 0 of 1000 exponential and 8 of 1000 geometric draws
+// agreed. Inversion takes exactly one draw per sample.
+
 /// Trials up to and including the first success, each succeeding with
 /// probability `p` (mean 1/p), by inversion of the CDF.
 fn geometric(rng: &mut Pcg64Mcg, p: f64) -> u64 {
