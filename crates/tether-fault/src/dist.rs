@@ -1,5 +1,5 @@
 //! When a fault recurs and how large or long it is: the distributions of
-//! seeds/002 section 4.1 ("each fault type is associated with parameters
+//! Li et al. [CI] section 4.1 ("each fault type is associated with parameters
 //! such as the probability distribution of the fault's recurrence
 //! interval"). Every draw comes from the injector's seeded RNG, so a plan
 //! and a seed replay exactly.

@@ -1,5 +1,5 @@
 //! The injector: a fault plan applied to a stream of calls and datagrams,
-//! at the three places seeds/002 section 5 puts it - the application's
+//! at the three places Li et al. [CI] section 5 puts it - the application's
 //! call (`on_call`), the transport's send (`on_send`) and its receive
 //! (`on_recv`, then `drain_ready`). Pure: time comes in as the duration
 //! since the caller started, randomness from one seeded `Pcg64Mcg`, so the
@@ -128,7 +128,7 @@ pub enum CallVerdict {
 /// What became of a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendVerdict {
-    /// Report success (dropped datagrams too: seeds/002 Table 4).
+    /// Report success (dropped datagrams too: Li et al. [CI] Table 4).
     Sent,
     /// Fail the call at once with this status; nothing was sent.
     Invocation(ErrorKind),
@@ -429,7 +429,7 @@ impl Injector {
     }
 
     /// One more datagram has arrived past every held one: release those
-    /// it was the last to overtake (after it, as seeds/002 Table 4 says).
+    /// it was the last to overtake (after it, as Li et al. [CI] Table 4 says).
     fn pass_held(&mut self) {
         let mut i = 0;
         while i < self.held.len() {

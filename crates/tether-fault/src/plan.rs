@@ -1,9 +1,9 @@
-//! A fault plan: which faults of seeds/002 Table 2 strike, where (Table 4),
-//! how often, and when. Plans are built in Rust, parsed from a compact
-//! command-line form (`drop:p=0.01`, `delay:p=0.001,mean=2ms`) or from a
-//! TOML file, and printed back in both forms. One field table serves both
-//! syntaxes, so they accept exactly the same keys, and an invalid plan is
-//! rejected with an error that names the rule and the field.
+//! A fault plan: which faults of Li et al. [CI] Table 2 strike, where (Table
+//! 4), how often, and when. Plans are built in Rust, parsed from a compact
+//! command-line form (`drop:p=0.01`, `delay:p=0.001,mean=2ms`) or from a TOML
+//! file, and printed back in both forms. One field table serves both syntaxes,
+//! so they accept exactly the same keys, and an invalid plan is rejected with
+//! an error that names the rule and the field.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::dist::{Recurrence, Span, Spread};
 
-/// The status a faulted call fails with: seeds/002 Table 1, as the
+/// The status a faulted call fails with: Li et al. [CI] Table 1, as the
 /// transport layer types it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -66,7 +66,7 @@ pub enum Modify {
     Extend(Span),
 }
 
-/// What a fault does (seeds/002 Table 2).
+/// What a fault does (Li et al. [CI] Table 2).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
     Drop,
@@ -121,7 +121,8 @@ impl FaultKind {
         FaultKind::Invocation,
         FaultKind::Operation,
     ];
-    /// The faults that strike messages in flight (seeds/002 "message faults").
+    /// The faults that strike messages in flight (Li et al. [CI] "message
+    /// faults").
     pub const MESSAGE: [FaultKind; 6] = [
         FaultKind::Drop,
         FaultKind::Delay,
@@ -148,7 +149,7 @@ impl FaultKind {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// Where the fault may be injected (seeds/002 Table 4 and section 5):
+    /// Where the fault may be injected (Li et al. [CI] Table 4 and section 5):
     /// delay, reorder and modify only on receipt, where no completion
     /// status is owed and no sender copy gets mangled; inject only on send.
     pub fn sides(self) -> &'static [Side] {

@@ -1,4 +1,4 @@
-//! Any transport with a fault plan applied where seeds/002 Table 4 puts
+//! Any transport with a fault plan applied where Li et al. [CI] Table 4 puts
 //! each fault: drop, duplicate, inject, invocation and operation faults on
 //! send; drop, duplicate, delay, reorder, modify and invocation faults on
 //! receive. The faults come from `tether_fault::Injector`, the same code

@@ -1,10 +1,12 @@
-//! The unreliable datagram layer (DESIGN.md layer 2; the "CL" of seeds/002):
+//! The unreliable datagram layer (docs/ARCHITECTURE.md, "Layers"; the "CL"
+//! of Li et al. [CI], docs/REFERENCES.md):
 //! non-blocking send to a node, receive into caller-owned buffers, typed
-//! errors from seeds/002 Table 1. Nothing here looks inside a datagram.
+//! errors from Li et al. [CI] Table 1. Nothing here looks inside a datagram.
 //!
 //! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching.
 //! * [`MemNetwork`]: an in-memory network for tests.
-//! * [`FaultyTransport`]: any transport with a seeded fault plan (seeds/002).
+//! * [`FaultyTransport`]: any transport with a seeded fault plan (Li et al.
+//!   [CI]).
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 

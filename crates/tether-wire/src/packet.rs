@@ -12,14 +12,14 @@
 //! ```
 //!
 //! All integers little-endian. `src_inc`/`dst_inc` are incarnations (a node
-//! restarted gets a new one; `dst_inc == 0` means "not known yet") and
-//! `epoch` is the sender's stream epoch toward `dst_node`, bumped when the
-//! sender abandons the stream: together they are the generations of
-//! seeds/001 section 4.2, so packets from an older life are recognised and
-//! dropped. The checksum trailer (4 or 8 bytes: the named algorithm's
-//! width) covers every byte before it, taken body first and header last:
-//! the writer checksums each payload as it copies it into the datagram
-//! (seeds/003 5.2, one pass instead of two) and the header, whose length
+//! restarted gets a new one; `dst_inc == 0` means "not known yet") and `epoch`
+//! is the sender's stream epoch toward `dst_node`, bumped when the sender
+//! abandons the stream: together they are the generations of Tang and Bilas
+//! [TB] section 4.2, so packets from an older life are recognised and dropped.
+//! The checksum trailer (4 or 8 bytes: the named algorithm's width) covers
+//! every byte before it, taken body first and header last: the writer
+//! checksums each payload as it copies it into the datagram (Trahay et al.
+//! [NMAD] section 5.2, one pass instead of two) and the header, whose length
 //! and flags are settled only then, at `finish`.
 
 use core::mem::MaybeUninit;
@@ -64,7 +64,7 @@ pub struct HeaderFlags(u8);
 
 impl HeaderFlags {
     /// The sender's window is filling: acknowledge at once rather than after
-    /// the delayed-ACK interval (seeds/001 section 4.1.2).
+    /// the delayed-ACK interval (Tang and Bilas [TB] section 4.1.2).
     pub const ACK_REQUEST: u8 = 0x01;
     const KNOWN: u8 = Self::ACK_REQUEST;
 
@@ -145,12 +145,13 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
-/// A received datagram whose every field and frame is valid but whose
-/// checksum is not yet verified. Nothing in it may be acted on until
-/// [`verify`](Self::verify) or [`verify_landing`](Self::verify_landing)
-/// turns it into a [`Packet`]; it exists so the receiver can copy payloads
-/// to where they will land *while* verifying (seeds/003 5.2: one pass over
-/// the bytes instead of two) and commit the copies only if the check passes.
+/// A received datagram whose every field and frame is valid but whose checksum
+/// is not yet verified. Nothing in it may be acted on until
+/// [`verify`](Self::verify) or [`verify_landing`](Self::verify_landing) turns
+/// it into a [`Packet`]; it exists so the receiver can copy payloads to where
+/// they will land *while* verifying (Trahay et al. [NMAD] section 5.2: one
+/// pass over the bytes instead of two) and commit the copies only if the check
+/// passes.
 #[derive(Debug, Clone, Copy)]
 pub struct Unverified<'a> {
     pub header: Header,
