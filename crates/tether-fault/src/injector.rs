@@ -1,5 +1,5 @@
 //! The injector: a fault plan applied to a stream of calls and datagrams,
-//! at the three places seeds/002 section 5 puts it - the application's
+//! at the three places Li et al. [CI] section 5 puts it - the application's
 //! call (`on_call`), the transport's send (`on_send`) and its receive
 //! (`on_recv`, then `drain_ready`). Pure: time comes in as the duration
 //! since the caller started, randomness from one seeded `Pcg64Mcg`, so the
@@ -111,26 +111,6 @@ impl FaultCounters {
     }
 }
 
-/// One injected fault, for debugging a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct TraceEntry {
-    pub at_ns: u64,
-    #[serde(serialize_with = "kind_name")]
-    pub kind: FaultKind,
-    #[serde(serialize_with = "side_name")]
-    pub side: Side,
-    /// The datagram's length and first bytes (the packet header).
-    pub len: usize,
-    pub head: [u8; 16],
-}
-
-fn kind_name<S: serde::Serializer>(k: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(k.name())
-}
-fn side_name<S: serde::Serializer>(k: &Side, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(k.name())
-}
-
 /// What became of an application call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallVerdict {
@@ -148,7 +128,7 @@ pub enum CallVerdict {
 /// What became of a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendVerdict {
-    /// Report success (dropped datagrams too: seeds/002 Table 4).
+    /// Report success (dropped datagrams too: Li et al. [CI] Table 4).
     Sent,
     /// Fail the call at once with this status; nothing was sent.
     Invocation(ErrorKind),
@@ -159,7 +139,6 @@ pub enum SendVerdict {
 struct Armed {
     rule: Rule,
     countdown: Countdown,
-    enabled: bool,
 }
 
 struct Slot {
@@ -177,6 +156,8 @@ struct Held {
 
 pub struct Injector {
     rules: Vec<Armed>,
+    /// Off: no rule strikes or draws (`set_enabled`).
+    enabled: bool,
     rng: Pcg64Mcg,
     counters: FaultCounters,
     ready: VecDeque<Slot>,
@@ -186,8 +167,16 @@ pub struct Injector {
     history: Vec<Vec<u8>>,
     history_next: usize,
     destinations: Vec<u32>,
-    trace: Option<VecDeque<TraceEntry>>,
-    trace_capacity: usize,
+}
+
+/// The seed of `node`'s injector in a run whose plan has `plan_seed`: every
+/// node draws its own stream of faults, and all of them follow from the one
+/// seed a run prints. Multiplying by 2^64 over the golden ratio (Fibonacci
+/// hashing) spreads neighbouring run seeds far apart before the node is
+/// mixed in. The simulator's runs are fixed by this formula: changing it
+/// changes every simulated run of every seed.
+pub fn node_seed(plan_seed: u64, node: u32) -> u64 {
+    plan_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(node) + 1)
 }
 
 fn ns(d: Duration) -> u64 {
@@ -201,18 +190,19 @@ impl Injector {
     }
 
     /// The same plan from another seed: each endpoint of a run gets its own
-    /// stream of faults, all replayable from the run's seed.
+    /// stream of faults, all replayable from the run's seed ([`node_seed`]).
     pub fn with_seed(plan: &FaultPlan, seed: u64) -> Result<Self, PlanError> {
         plan.validate()?;
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let rules = plan
             .rules
             .iter()
-            .map(|&rule| Armed { rule, countdown: rule.recurrence.start(&mut rng), enabled: true })
+            .map(|&rule| Armed { rule, countdown: rule.recurrence.start(&mut rng) })
             .collect();
         let wants_history = plan.rules.iter().any(|r| matches!(r.fault, Fault::Inject));
         Ok(Injector {
             rules,
+            enabled: true,
             rng,
             counters: FaultCounters::default(),
             ready: VecDeque::new(),
@@ -221,8 +211,6 @@ impl Injector {
             history: if wants_history { Vec::with_capacity(HISTORY) } else { Vec::new() },
             history_next: 0,
             destinations: Vec::new(),
-            trace: None,
-            trace_capacity: 0,
         })
     }
 
@@ -232,22 +220,7 @@ impl Injector {
 
     /// Switch every rule on or off (a fault storm that ends; a healed link).
     pub fn set_enabled(&mut self, on: bool) {
-        self.rules.iter_mut().for_each(|r| r.enabled = on);
-    }
-
-    /// Switch rule `index` of the plan on or off; false if there is none.
-    pub fn set_rule_enabled(&mut self, index: usize, on: bool) -> bool {
-        self.rules.get_mut(index).map(|r| r.enabled = on).is_some()
-    }
-
-    /// Keep the last `capacity` injected faults (0: stop tracing).
-    pub fn set_trace(&mut self, capacity: usize) {
-        self.trace_capacity = capacity;
-        self.trace = (capacity > 0).then(VecDeque::new);
-    }
-
-    pub fn trace(&self) -> impl Iterator<Item = &TraceEntry> {
-        self.trace.iter().flatten()
+        self.enabled = on;
     }
 
     pub fn touches(&self, side: Side) -> bool {
@@ -264,12 +237,14 @@ impl Injector {
         side: Side,
         kinds: fn(FaultKind) -> bool,
         now: Duration,
-        datagram: &[u8],
         mut visit: impl FnMut(&mut Self, Fault) -> bool,
     ) {
+        if !self.enabled {
+            return;
+        }
         for i in 0..self.rules.len() {
             let a = &mut self.rules[i];
-            if a.rule.side != side || !kinds(a.rule.kind()) || !a.enabled || !a.rule.schedule.active(now) {
+            if a.rule.side != side || !kinds(a.rule.kind()) || !a.rule.schedule.active(now) {
                 continue;
             }
             if !a.rule.recurrence.strikes(&mut a.countdown, ns(now), &mut self.rng) {
@@ -277,22 +252,10 @@ impl Injector {
             }
             let fault = a.rule.fault;
             self.counters.count(fault.kind());
-            self.record(now, fault.kind(), side, datagram);
             if !visit(self, fault) {
                 return;
             }
         }
-    }
-
-    fn record(&mut self, now: Duration, kind: FaultKind, side: Side, datagram: &[u8]) {
-        let Some(trace) = &mut self.trace else { return };
-        if trace.len() == self.trace_capacity {
-            trace.pop_front();
-        }
-        let mut head = [0; 16];
-        let n = datagram.len().min(16);
-        head[..n].copy_from_slice(&datagram[..n]);
-        trace.push_back(TraceEntry { at_ns: ns(now), kind, side, len: datagram.len(), head });
     }
 
     /// An application call (a send): invocation and operation faults of
@@ -304,7 +267,6 @@ impl Injector {
             Side::Api,
             |_| true,
             now,
-            &[],
             |inj, fault| {
                 verdict = match fault {
                     Fault::Invocation(e) => CallVerdict::Invocation(e),
@@ -335,7 +297,6 @@ impl Injector {
             Side::Send,
             |_| true,
             now,
-            datagram,
             |inj, fault| {
                 match fault {
                     Fault::Invocation(e) => verdict = SendVerdict::Invocation(e),
@@ -401,7 +362,6 @@ impl Injector {
             Side::Recv,
             |k| k == FaultKind::Invocation,
             now,
-            &[],
             |_, fault| match fault {
                 Fault::Invocation(e) => {
                     failed = Some(e);
@@ -426,7 +386,6 @@ impl Injector {
             Side::Recv,
             |k| k != FaultKind::Invocation,
             now,
-            datagram,
             |inj, fault| {
                 match fault {
                     Fault::Drop => gone = true,
@@ -470,7 +429,7 @@ impl Injector {
     }
 
     /// One more datagram has arrived past every held one: release those
-    /// it was the last to overtake (after it, as seeds/002 Table 4 says).
+    /// it was the last to overtake (after it, as Li et al. [CI] Table 4 says).
     fn pass_held(&mut self) {
         let mut i = 0;
         while i < self.held.len() {

@@ -1,8 +1,8 @@
-//! The functional fault model of seeds/002 (sections 4-5, Tables 2 and 4):
-//! message faults (drop, delay, modify, reorder, duplicate, inject),
-//! invocation faults and operation faults, each with a recurrence drawn
-//! from a distribution, a side it strikes on, and a schedule; all driven
-//! by one seeded RNG so a run replays exactly.
+//! The functional fault model of Li et al. [CI] (docs/REFERENCES.md; sections
+//! 4-5, Tables 2 and 4): message faults (drop, delay, modify, reorder, duplicate, inject),
+//! invocation faults and operation faults, each with a recurrence drawn from a
+//! distribution, a side it strikes on, and a schedule; all driven by one
+//! seeded RNG so a run replays exactly.
 //!
 //! Pure: no I/O, no clock, no threads. The same `Injector` is wrapped
 //! around real transports (tether-io's `FaultyTransport`), guards the
@@ -29,6 +29,6 @@ mod plan;
 mod syntax;
 
 pub use dist::{Recurrence, Span, Spread};
-pub use injector::{CallVerdict, FaultCounters, Injector, SendVerdict, TraceEntry, MAX_QUEUED};
+pub use injector::{node_seed, CallVerdict, FaultCounters, Injector, SendVerdict, MAX_QUEUED};
 pub use plan::{ErrorKind, Fault, FaultKind, FaultPlan, Modify, PlanError, Rule, Schedule, Side};
 pub use syntax::{format_duration, parse_duration};

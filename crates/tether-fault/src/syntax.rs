@@ -240,24 +240,16 @@ fn span(s: Span) -> String {
     }
 }
 
-/// `2ms`, `500us`, `1.5s`, `100ns` (`µs` too).
+/// `2ms`, `500us`, `1.5s`, `100ns` (`µs` too), and whatever else humantime
+/// reads (`1s 500ms`, `2min`); a bare number other than 0 has no unit and
+/// is refused.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ns" => 1e0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    let ns = value * scale;
-    (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then(|| Duration::from_nanos(ns.round() as u64))
+    humantime::parse_duration(text.trim()).ok()
 }
 
 /// The largest unit that shows `d` exactly, so it parses back unchanged.
+/// One token, not humantime's `1us 500ns`: a printed rule stays one
+/// `key=value` per field, as it is typed.
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     for (unit, scale) in [("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {
@@ -418,6 +410,7 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Some(ms(1500)));
         assert_eq!(parse_duration("500us"), Some(Duration::from_micros(500)));
         assert_eq!(parse_duration("7ns"), Some(Duration::from_nanos(7)));
+        assert_eq!(parse_duration(" 1s 500ms "), Some(ms(1500)));
         for bad in ["", "2", "ms", "2 parsecs", "-1ms", "1e400s"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }

@@ -31,9 +31,6 @@ impl RecvBatch {
     pub fn capacity(&self) -> usize {
         self.lens.len()
     }
-    pub fn slot_size(&self) -> usize {
-        self.slot
-    }
     pub fn len(&self) -> usize {
         self.filled
     }

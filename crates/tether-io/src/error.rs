@@ -1,4 +1,4 @@
-//! Typed transport errors, after seeds/002 Table 1, mapped from errno.
+//! Typed transport errors, after Li et al. [CI] Table 1, mapped from errno.
 
 use thiserror::Error;
 

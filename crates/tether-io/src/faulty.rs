@@ -1,4 +1,4 @@
-//! Any transport with a fault plan applied where seeds/002 Table 4 puts
+//! Any transport with a fault plan applied where Li et al. [CI] Table 4 puts
 //! each fault: drop, duplicate, inject, invocation and operation faults on
 //! send; drop, duplicate, delay, reorder, modify and invocation faults on
 //! receive. The faults come from `tether_fault::Injector`, the same code
@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tether_fault::{ErrorKind, FaultCounters, FaultPlan, Injector, PlanError, SendVerdict, Side, TraceEntry};
+use tether_fault::{ErrorKind, FaultCounters, FaultPlan, Injector, PlanError, SendVerdict, Side};
+// The inner receive batch holds the largest datagram tether emits or
+// accepts: anything longer would be refused by the parser above anyway.
+use tether_wire::MAX_DATAGRAM;
 
 use crate::{NodeId, RecvBatch, Transport, TransportCounters, TransportError};
-
-/// Largest UDP datagram: what the inner receive batch must hold.
-const MAX_DATAGRAM: usize = 65_536;
 
 /// The typed transport error an injected fault fails a call with.
 pub fn error_of(kind: ErrorKind) -> TransportError {
@@ -39,7 +39,6 @@ pub fn error_of(kind: ErrorKind) -> TransportError {
 #[derive(Default)]
 struct Control {
     counters: Mutex<FaultCounters>,
-    trace: Mutex<Vec<TraceEntry>>,
     /// Sends the transport reported as successful whose operation then
     /// failed (injected operation faults): the completion statuses.
     operation_errors: Mutex<Vec<TransportError>>,
@@ -50,7 +49,7 @@ struct Control {
 }
 
 /// Watch and steer a `FaultyTransport` from any thread, after it has been
-/// handed to an endpoint: its counters, its trace, and a switch.
+/// handed to an endpoint: its counters, its completion statuses, and a switch.
 #[derive(Clone, Default)]
 pub struct FaultHandle(Arc<Control>);
 
@@ -62,11 +61,6 @@ impl FaultHandle {
     /// Turn every fault off (`false`) or back on.
     pub fn set_enabled(&self, on: bool) {
         self.0.disabled.store(!on, Ordering::SeqCst);
-    }
-
-    /// The last faults injected, oldest first, when tracing is on.
-    pub fn trace(&self) -> Vec<TraceEntry> {
-        self.0.trace.lock().expect("fault trace lock").clone()
     }
 
     /// Datagrams held back or waiting to be handed out, and every buffer
@@ -93,7 +87,6 @@ pub struct FaultyTransport<T> {
     inner_batch: RecvBatch,
     control: FaultHandle,
     enabled: bool,
-    tracing: bool,
 }
 
 impl<T: Transport> FaultyTransport<T> {
@@ -109,15 +102,7 @@ impl<T: Transport> FaultyTransport<T> {
             inner_batch: RecvBatch::new(32, MAX_DATAGRAM),
             control: FaultHandle::default(),
             enabled: true,
-            tracing: false,
         })
-    }
-
-    /// Keep the last `capacity` injected faults for `FaultHandle::trace`.
-    pub fn with_trace(mut self, capacity: usize) -> Self {
-        self.injector.set_trace(capacity);
-        self.tracing = capacity > 0;
-        self
     }
 
     pub fn handle(&self) -> FaultHandle {
@@ -142,18 +127,10 @@ impl<T: Transport> FaultyTransport<T> {
         let queued = self.injector.holding() + self.injector.ready();
         self.control.0.queued.store(queued, Ordering::Relaxed);
         self.control.0.buffers.store(self.injector.buffers(), Ordering::Relaxed);
-        if self.tracing {
-            let mut trace = self.control.0.trace.lock().expect("fault trace lock");
-            trace.clear();
-            trace.extend(self.injector.trace().copied());
-        }
     }
 }
 
 impl<T: Transport> Transport for FaultyTransport<T> {
-    fn local_node(&self) -> NodeId {
-        self.inner.local_node()
-    }
     fn local_addr(&self) -> Option<SocketAddr> {
         self.inner.local_addr()
     }

@@ -1,10 +1,12 @@
-//! The unreliable datagram layer (DESIGN.md layer 2; the "CL" of seeds/002):
+//! The unreliable datagram layer (docs/ARCHITECTURE.md, "Layers"; the "CL"
+//! of Li et al. [CI], docs/REFERENCES.md):
 //! non-blocking send to a node, receive into caller-owned buffers, typed
-//! errors from seeds/002 Table 1. Nothing here looks inside a datagram.
+//! errors from Li et al. [CI] Table 1. Nothing here looks inside a datagram.
 //!
 //! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching.
 //! * [`MemNetwork`]: an in-memory network for tests.
-//! * [`FaultyTransport`]: any transport with a seeded fault plan (seeds/002).
+//! * [`FaultyTransport`]: any transport with a seeded fault plan (Li et al.
+//!   [CI]).
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -23,10 +25,9 @@ pub use error::TransportError;
 pub use faulty::{error_of, FaultHandle, FaultyTransport};
 pub use mem::{MemNetwork, MemTransport};
 pub use tether_fault::{FaultCounters, FaultPlan};
+/// A node's identity: the one type the wire format and the core use too.
+pub use tether_wire::NodeId;
 pub use udp::{AddressBook, UdpTransport};
-
-/// A node's identity (the same as `tether_proto::NodeId`).
-pub type NodeId = u32;
 
 /// What a transport did, for operators and for showing batching at work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,8 +45,6 @@ pub struct TransportCounters {
 
 /// An unreliable, non-blocking datagram service addressed by node.
 pub trait Transport {
-    fn local_node(&self) -> NodeId;
-
     fn local_addr(&self) -> Option<SocketAddr> {
         None
     }
@@ -97,9 +96,6 @@ pub trait Transport {
 }
 
 impl<T: Transport + ?Sized> Transport for Box<T> {
-    fn local_node(&self) -> NodeId {
-        (**self).local_node()
-    }
     fn local_addr(&self) -> Option<SocketAddr> {
         (**self).local_addr()
     }

@@ -45,10 +45,6 @@ pub struct MemTransport {
 }
 
 impl Transport for MemTransport {
-    fn local_node(&self) -> NodeId {
-        self.node
-    }
-
     fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
         let inbox = self.net.inboxes.lock().expect("network lock").get(&dst).cloned();
         let Some(inbox) = inbox else {

@@ -50,7 +50,6 @@ impl AddressBook {
 }
 
 pub struct UdpTransport {
-    node: NodeId,
     socket: Socket,
     local: SocketAddr,
     book: AddressBook,
@@ -72,8 +71,10 @@ struct RecvScratch {
 unsafe impl Send for RecvScratch {}
 
 impl UdpTransport {
-    /// Bind a non-blocking UDP socket at `addr` for `node`.
-    pub fn bind(node: NodeId, addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
+    /// Bind a non-blocking UDP socket at `addr`. The socket needs no node id
+    /// of its own (the book maps both ways); `_node` stays only until the
+    /// callers stop passing it.
+    pub fn bind(_node: NodeId, addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
         socket.set_nonblocking(true)?;
         grow_buffers(&socket);
@@ -84,7 +85,7 @@ impl UdpTransport {
             names: [MaybeUninit::zeroed(); MMSG_BATCH],
             msgs: [zeroed_mmsg(); MMSG_BATCH],
         });
-        Ok(UdpTransport { node, socket, local, book, counters: TransportCounters::default(), rx })
+        Ok(UdpTransport { socket, local, book, counters: TransportCounters::default(), rx })
     }
 
     pub fn book(&self) -> &AddressBook {
@@ -123,10 +124,6 @@ fn zeroed_mmsg() -> libc::mmsghdr {
 }
 
 impl Transport for UdpTransport {
-    fn local_node(&self) -> NodeId {
-        self.node
-    }
-
     fn local_addr(&self) -> Option<SocketAddr> {
         Some(self.local)
     }

@@ -160,7 +160,7 @@ fn a_rail_cut_mid_stream_fails_over_with_nothing_lost_or_repeated() {
     assert!(down - cut_at <= Duration::from_millis(6), "down {:?} after the cut", down - cut_at);
     // The failover itself: from the last ACK for data over rail 0 to the
     // first for data over rail 1, under the 10 ms bar (three 10 ms
-    // timeslices in seeds/001).
+    // timeslices in Trahay et al. [NMAD] section 4).
     let gap = events
         .iter()
         .find_map(|e| match e {

@@ -1,4 +1,4 @@
-//! The guarantees of DESIGN.md, checked against what the simulated
+//! The guarantees of docs/ARCHITECTURE.md, checked against what the simulated
 //! applications saw. Per stream (one sender incarnation to one receiver):
 //! every delivered message has its exact bytes, deliveries are in send
 //! order and never repeated, and at the end every message is delivered or

@@ -134,7 +134,7 @@ pub enum FaultMix {
     /// Every limit at its smallest: tiny windows, 256-byte datagrams, send
     /// buffer and delivery queue just one largest message, under faults.
     Tight,
-    /// Every message fault of seeds/002 at once, from both sides, with
+    /// Every message fault of Li et al. [CI] at once, from both sides, with
     /// loss bursts: stale datagrams injected toward the wrong peer too.
     Every,
     /// Two rails; rail 0 between nodes 0 and 1 dies mid-stream for good.

@@ -1,8 +1,8 @@
 //! A deterministic discrete-event simulator for tether's sans-IO core
-//! (DESIGN.md layer 6): virtual time, seeded faults on every link (the
-//! same `tether_fault::Injector` real transports are wrapped in), a
-//! verified workload, and the guarantees checked at the end of every run.
-//! A failing run prints `replay with seed=N mix=NAME`; the same seed
+//! (docs/ARCHITECTURE.md, "The simulator"): virtual time, seeded faults on
+//! every link (the same `tether_fault::Injector` real transports are wrapped
+//! in), a verified workload, and the guarantees checked at the end of every
+//! run. A failing run prints `replay with seed=N mix=NAME`; the same seed
 //! replays it exactly.
 
 mod checker;

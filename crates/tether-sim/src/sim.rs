@@ -13,7 +13,7 @@ use std::time::Duration;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tether_fault::{FaultCounters, Injector};
+use tether_fault::{node_seed, FaultCounters, Injector};
 use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, RailId, SendError, Stats};
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
@@ -193,7 +193,7 @@ impl<'a> World<'a> {
             release_at: vec![None; cfg.nodes as usize * rails(cfg)],
             dead_stats: Stats::default(),
             soft_losses: 0,
-            buf: vec![0; 65_536],
+            buf: vec![0; tether_wire::MAX_DATAGRAM],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
         };
         for node in 0..cfg.nodes {
@@ -526,7 +526,6 @@ impl<'a> World<'a> {
     }
 }
 
-/// Each node's injector draws from its own stream, all fixed by the seed.
 /// A node's endpoint, told that every rail leads to every other node.
 fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
     let mut ep = Endpoint::new(cfg.proto.clone(), id, incarnation).expect("simulation config is valid");
@@ -543,10 +542,6 @@ fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
 /// Rails between every pair of nodes (at least one).
 fn rails(cfg: &SimConfig) -> usize {
     usize::from(cfg.rails.max(1))
-}
-
-fn node_seed(seed: u64, node: NodeId) -> u64 {
-    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(node) + 1)
 }
 
 /// One line about a datagram, for traces.

@@ -125,7 +125,7 @@ fn every_fault() {
         sum.accumulate(&r.links.faults);
         sum
     });
-    // Each message fault kind of seeds/002 struck, and all were masked.
+    // Each message fault kind of Li et al. [CI] struck, and all were masked.
     for kind in tether_fault::FaultKind::MESSAGE {
         assert!(faults.of(kind) > 0, "{} never struck: {faults:?}", kind.name());
     }

@@ -5,8 +5,8 @@
 //!   message's first fragment also carries the total length so the receiver
 //!   can check it against its limit before buffering anything.
 //! * `ACK` carries the cumulative acknowledgement (next expected sequence
-//!   number) and up to [`MAX_SACK_RANGES`] selective ranges above it
-//!   (seeds/001 section 4.1: cumulative ACKs; SACK is our addition so a
+//!   number) and up to [`MAX_SACK_RANGES`] selective ranges above it (Tang
+//!   and Bilas [TB] section 4.1: cumulative ACKs; SACK is our addition so a
 //!   single loss does not cost a window of retransmissions).
 
 use crate::integrity::Checksummer;

@@ -3,11 +3,12 @@
 //! A datagram is a fixed 36-byte [`Header`], a body of frames
 //! ([`Frame::Data`], [`Frame::Ack`]) and a checksum trailer (4 or 8 bytes). Several frames share one datagram, which
 //! is how small messages are aggregated and how ACKs ride on reverse data
-//! (seeds/003 section 3, seeds/001 section 4.1.2).
+//! (Trahay et al. [NMAD] section 3, Tang and Bilas [TB] section 4.1.2; the
+//! papers are listed in docs/REFERENCES.md).
 //!
 //! [`Packet::parse`] validates *everything* before it returns: magic,
 //! version, flags, every length field against the bytes actually received
-//! (seeds/002 section 6.1 is the cautionary tale), every frame, and the
+//! (Li et al. [CI] section 6.1 is the cautionary tale), every frame, and the
 //! checksum. Once it succeeds no accessor can fail or panic. [`PacketWriter`]
 //! emits into a caller-owned buffer so the data path never allocates.
 //!
@@ -28,3 +29,8 @@ pub use packet::{
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.
 pub const MAX_DATAGRAM: usize = 65_507;
+
+/// A node's identity, independent of any address or rail: what the header's
+/// `src_node` and `dst_node` carry. Defined here, at the bottom of the
+/// stack, so the transports and the protocol core name nodes with one type.
+pub type NodeId = u32;

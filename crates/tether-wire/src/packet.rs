@@ -12,21 +12,21 @@
 //! ```
 //!
 //! All integers little-endian. `src_inc`/`dst_inc` are incarnations (a node
-//! restarted gets a new one; `dst_inc == 0` means "not known yet") and
-//! `epoch` is the sender's stream epoch toward `dst_node`, bumped when the
-//! sender abandons the stream: together they are the generations of
-//! seeds/001 section 4.2, so packets from an older life are recognised and
-//! dropped. The checksum trailer (4 or 8 bytes: the named algorithm's
-//! width) covers every byte before it, taken body first and header last:
-//! the writer checksums each payload as it copies it into the datagram
-//! (seeds/003 5.2, one pass instead of two) and the header, whose length
+//! restarted gets a new one; `dst_inc == 0` means "not known yet") and `epoch`
+//! is the sender's stream epoch toward `dst_node`, bumped when the sender
+//! abandons the stream: together they are the generations of Tang and Bilas
+//! [TB] section 4.2, so packets from an older life are recognised and dropped.
+//! The checksum trailer (4 or 8 bytes: the named algorithm's width) covers
+//! every byte before it, taken body first and header last: the writer
+//! checksums each payload as it copies it into the datagram (Trahay et al.
+//! [NMAD] section 5.2, one pass instead of two) and the header, whose length
 //! and flags are settled only then, at `finish`.
 
 use core::mem::MaybeUninit;
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame};
 use crate::integrity::Checksummer;
-use crate::{ChecksumKind, WireError, MAX_DATAGRAM};
+use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
 pub const VERSION: u8 = 1;
@@ -64,7 +64,7 @@ pub struct HeaderFlags(u8);
 
 impl HeaderFlags {
     /// The sender's window is filling: acknowledge at once rather than after
-    /// the delayed-ACK interval (seeds/001 section 4.1.2).
+    /// the delayed-ACK interval (Tang and Bilas [TB] section 4.1.2).
     pub const ACK_REQUEST: u8 = 0x01;
     const KNOWN: u8 = Self::ACK_REQUEST;
 
@@ -83,8 +83,8 @@ impl HeaderFlags {
 pub struct Header {
     pub flags: HeaderFlags,
     pub checksum: ChecksumKind,
-    pub src_node: u32,
-    pub dst_node: u32,
+    pub src_node: NodeId,
+    pub dst_node: NodeId,
     pub src_inc: u64,
     pub dst_inc: u64,
     pub epoch: u32,

@@ -3,8 +3,8 @@
 //! They state what every datagram must satisfy, whatever its contents:
 //! emit-then-parse is the identity, CRC32C catches every single-bit error and
 //! every two-bit burst within 32 bits, and `Packet::parse` never panics and
-//! never accepts a truncated datagram (DESIGN.md, "Guarantees": bad input gets
-//! a typed error, never a panic).
+//! never accepts a truncated datagram (docs/ARCHITECTURE.md, "Guarantees":
+//! bad input gets a typed error, never a panic).
 
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! CRC32C fused with a copy: one pass reads each byte once, stores it, and
-//! folds it into the CRC (seeds/003 section 5.1: "combining the checksum
-//! and the memory copy wherever it happens").
+//! folds it into the CRC (Trahay et al. [NMAD] section 5.1: "combining the
+//! checksum and the memory copy wherever it happens").
 //!
 //! No crate fuses the two, so the loop is here. It folds with carry-less
 //! multiplication (Gopal et al., "Fast CRC Computation for Generic

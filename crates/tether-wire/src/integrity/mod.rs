@@ -1,9 +1,9 @@
-//! Checksums over header and payload (seeds/003 section 5).
+//! Checksums over header and payload (Trahay et al. [NMAD] section 5).
 //!
 //! The algorithm is named in every header, so a receiver verifies with the
-//! sender's choice (and may refuse algorithms it does not accept). The set
-//! is that of seeds/003 Figure 4 brought up to date: none, plain sum, xor,
-//! Adler-32, Fletcher-64, FNV-1a, MurmurHash3, xxHash3 and CRC32C.
+//! sender's choice (and may refuse algorithms it does not accept). The set is
+//! that of Trahay et al. [NMAD] Figure 4 brought up to date: none, plain sum,
+//! xor, Adler-32, Fletcher-64, FNV-1a, MurmurHash3, xxHash3 and CRC32C.
 //!
 //! Where the data path copies anyway, the checksum is computed in the same
 //! pass ([`Checksummer::copy_update`]): single-pass loops for the word

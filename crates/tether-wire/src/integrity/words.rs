@@ -1,5 +1,6 @@
-//! The checksums of seeds/003 Figure 4 that no well-kept crate provides in
-//! streaming form: plain sum, xor, Fletcher-64, FNV-1a and MurmurHash3.
+//! The checksums of Trahay et al. [NMAD] Figure 4 that no well-kept crate
+//! provides in streaming form: plain sum, xor, Fletcher-64, FNV-1a and
+//! MurmurHash3.
 //!
 //! Each is a small state fed with byte slices of any size; the result is
 //! that of the concatenation, wherever the splits fall, because datagrams
@@ -90,7 +91,8 @@ pub struct WordFold<C: Combine> {
 
 /// Plain sum: the wrapping sum of the little-endian 64-bit words. The
 /// fastest checksum there is, and blind to any change that keeps the sum
-/// (seeds/003 5.1: it "cannot reliably detect corruption beyond a single bit").
+/// (Trahay et al. [NMAD] section 5.1: it "cannot reliably detect corruption
+/// beyond a single bit").
 pub type Sum64 = WordFold<Add>;
 /// Xor of the little-endian 64-bit words: as fast, and blind to any two
 /// flips of the same bit position in different words.
@@ -163,9 +165,10 @@ fn fold_words_portable<C: Combine>(acc: u64, dst: Option<&mut [[u8; 8]]>, src: &
     }
 }
 
-/// Fletcher-64 (Fletcher 1982; seeds/003's fallback where CRC32C has no
-/// instruction): two running sums modulo 2^32 - 1 over little-endian 32-bit
-/// words, the second summing the first, so the order of words counts.
+/// Fletcher-64 (Fletcher 1982; the fallback of Trahay et al. [NMAD] where
+/// CRC32C has no instruction): two running sums modulo 2^32 - 1 over
+/// little-endian 32-bit words, the second summing the first, so the order of
+/// words counts.
 #[derive(Clone, Copy, Default)]
 pub struct Fletcher64 {
     a: u64,
