@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use serde::Serialize;
-use tether::{Endpoint, Error, FaultKind, FaultPlan, NodeId, Options};
+use tether::faults::{FaultKind, FaultPlan};
+use tether::{Endpoint, Error, NodeId, Options};
 
 use crate::args;
 use crate::net::loopback;

@@ -14,8 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
+use tether::faults::{FaultCounters, FaultPlan};
 use tether::{Config, Endpoint, NodeId, Options};
-use tether::{FaultCounters, FaultPlan};
 use tether_io::{AddressBook, Transport, UdpTransport};
 
 use crate::args;

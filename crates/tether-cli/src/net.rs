@@ -4,9 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tether::{
-    ChecksumKind, Config, Endpoint, FaultPlan, NodeId, Options, Progress, RailPolicy, RetransmitMode,
-};
+use tether::faults::FaultPlan;
+use tether::{ChecksumKind, Config, Endpoint, NodeId, Options, Progress, RailPolicy, RetransmitMode};
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
 use crate::args;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tether::FaultCounters;
+use tether::faults::FaultCounters;
 
 use crate::net::{listening, loopback, no_answer, nothing_arrived, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
 use crate::pattern;

@@ -1,7 +1,7 @@
 //! Terminal tables (comfy-table) for the commands' reports.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
-use tether::{FaultCounters, FaultKind};
+use tether::faults::{FaultCounters, FaultKind};
 
 use crate::bench::BenchRow;
 use crate::demo::{DemoOpts, DemoReport, NodeReport};

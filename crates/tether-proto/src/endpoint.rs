@@ -462,6 +462,11 @@ impl Endpoint {
         self.peers.get(&peer).and_then(|p| p.send.rtt.smoothed())
     }
 
+    /// Messages accepted and neither acknowledged nor failed yet.
+    pub fn unsettled(&self) -> u64 {
+        self.peers.values().map(|p| p.send.pending_messages()).sum()
+    }
+
     /// True when nothing is owed to any peer: no unacknowledged data, no ACK pending.
     pub fn is_idle(&self) -> bool {
         self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
@@ -483,5 +488,22 @@ impl Endpoint {
             "one deadline per peer with a running timer"
         );
         self.deliveries.check_invariants();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sending_to_a_node_never_added_is_refused_at_once() {
+        let mut ep = Endpoint::new(Config::default(), 1, 1).unwrap();
+        let now = Instant::from_nanos(1);
+        assert_eq!(ep.send(now, 2, b"x"), Err(SendError::UnknownPeer(2)));
+        assert!(!ep.can_send(2, 1));
+        assert_eq!(ep.add_peer(1), Err(PathError::SelfPeer));
+        ep.add_peer(2).unwrap();
+        assert_eq!(ep.send(now, 2, b"x"), Ok(MessageId { peer: 2, seq: 0 }));
+        assert_eq!(ep.stats().messages_sent, 1);
     }
 }

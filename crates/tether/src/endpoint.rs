@@ -49,9 +49,13 @@ const IDLE_SLICE: Duration = Duration::from_millis(20);
 /// computing application costs its peers no spurious retransmission.
 const HANDOVER: Duration = Duration::from_micros(500);
 
+/// How an endpoint runs: the protocol's configuration and the runtime's own
+/// choices. `Endpoint::builder` sets these one by one.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The protocol core's limits, timers and checksum.
     pub config: Config,
+    /// Who drives the protocol while the application is away.
     pub progress: Progress,
     /// How long a blocked call busy-polls before it sleeps in the kernel:
     /// a few tens of microseconds catch a reply on a fast network without a
@@ -65,6 +69,9 @@ pub struct Options {
     /// Faults for one rail only, instead of `faults` there (e.g. a rail
     /// that dies at a given time: `drop:p=1,from=300ms` on both sides).
     pub rail_faults: Vec<(RailId, FaultPlan)>,
+    /// How long dropping the endpoint waits for what was sent to be
+    /// acknowledged or failed (see `Endpoint::close`).
+    pub linger: Duration,
 }
 
 impl Default for Options {
@@ -76,6 +83,7 @@ impl Default for Options {
             incarnation: None,
             faults: FaultPlan::default(),
             rail_faults: Vec::new(),
+            linger: Duration::from_secs(1),
         }
     }
 }
@@ -124,9 +132,32 @@ impl Drop for Active<'_> {
     }
 }
 
+/// One node's tether endpoint: send to and receive from its peers over one
+/// or more rails, with a progress thread (or the application) driving the
+/// protocol.
+///
+/// Dropping an endpoint first lingers, up to `Options::linger` (1 s by
+/// default), until every message it accepted is acknowledged or failed,
+/// as [`close`](Self::close) does; what is still unsettled after that is
+/// lost with the endpoint. Call `close` to choose the bound and learn the
+/// outcome.
 pub struct Endpoint {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    linger: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.shared.lock();
+        f.debug_struct("Endpoint")
+            .field("node", &d.core.node())
+            .field("incarnation", &d.core.incarnation())
+            .field("rails", &d.rail_count())
+            .field("peers", &d.core.peers().collect::<Vec<_>>())
+            .field("progress_thread", &self.thread.is_some())
+            .finish()
+    }
 }
 
 /// A sent message: ask it how it fared.
@@ -138,6 +169,12 @@ pub struct SendHandle {
     shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for SendHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendHandle").field("id", &self.id).field("injected", &self.injected).finish()
+    }
+}
+
 impl SendHandle {
     /// The message's number in its stream; `None` when an injected
     /// operation fault kept it from ever entering one.
@@ -145,6 +182,8 @@ impl SendHandle {
         self.id
     }
 
+    /// Where the message stands now: pending, delivered (acknowledged at
+    /// the peer's commit point) or failed, and why.
     pub fn state(&self) -> MessageState {
         match (self.injected, self.id) {
             (Some(reason), _) => MessageState::Failed(reason),
@@ -169,6 +208,11 @@ fn default_incarnation() -> u64 {
 }
 
 impl Endpoint {
+    /// Set up an endpoint for `node` step by step (rails, peers, options).
+    pub fn builder(node: NodeId) -> crate::Builder {
+        crate::Builder::new(node)
+    }
+
     /// Bind a UDP endpoint for `node` at `bind`, knowing `peers` by address.
     pub fn udp(
         node: NodeId,
@@ -214,12 +258,14 @@ impl Endpoint {
         options: Options,
     ) -> Result<Self, Error> {
         if rails.is_empty() || rails.len() > MAX_RAILS {
-            return Err(Error::Transport(tether_io::TransportError::InvalidArgs));
+            return Err(Error::Rails { given: rails.len() });
         }
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let core = Core::new(options.config, node, incarnation)?;
         let plan = &options.faults;
-        let seed = plan.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(node);
+        // The same derivation as the simulator's: a node's faults are the
+        // same stream whether it runs in the simulator or over sockets.
+        let seed = tether_fault::node_seed(plan.seed, node);
         let mut faults = Vec::new();
         let mut wrapped: Vec<Box<dyn Transport + Send>> = Vec::with_capacity(rails.len());
         for (i, transport) in rails.into_iter().enumerate() {
@@ -263,9 +309,10 @@ impl Endpoint {
                 )
             }
         };
-        Ok(Endpoint { shared, thread })
+        Ok(Endpoint { shared, thread, linger: options.linger })
     }
 
+    /// This endpoint's node id.
     pub fn node(&self) -> NodeId {
         self.shared.lock().core.node()
     }
@@ -286,15 +333,13 @@ impl Endpoint {
     pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
         let mut d = self.shared.lock();
         if addrs.is_empty() || addrs.len() > d.rail_count() {
-            return Err(Error::Transport(tether_io::TransportError::InvalidArgs));
+            return Err(Error::PeerRails { given: addrs.len(), rails: d.rail_count() });
         }
         for (rail, &addr) in addrs.iter().enumerate() {
             d.rail_mut(rail as RailId).expect("checked against rail_count").add_peer(node, addr)?;
         }
         let rails: Vec<RailId> = (0..addrs.len() as RailId).collect();
-        d.core
-            .set_paths(node, &rails)
-            .map_err(|_| Error::Transport(tether_io::TransportError::InvalidArgs))?;
+        d.core.set_paths(node, &rails)?;
         Ok(())
     }
 
@@ -387,6 +432,8 @@ impl Endpoint {
         block_on(&self.shared, timeout, |d| d.core.recv())
     }
 
+    /// The next event (peer unreachable, restarted or reachable again, a
+    /// path's state changing, a failover), if one is waiting.
     pub fn poll_event(&self) -> Option<Event> {
         self.shared.lock().core.poll_event()
     }
@@ -408,10 +455,12 @@ impl Endpoint {
         block_on(&self.shared, timeout, |d| d.core.is_idle().then_some(()))
     }
 
+    /// Where a sent message stands (as its handle's `state`).
     pub fn message_state(&self, id: MessageId) -> MessageState {
         self.shared.lock().core.message_state(id)
     }
 
+    /// The protocol's counters: traffic, retransmissions, and every drop by reason.
     pub fn stats(&self) -> Stats {
         self.shared.lock().core.stats().clone()
     }
@@ -446,22 +495,50 @@ impl Endpoint {
         (peers, d.core.pending_deliveries())
     }
 
-    pub fn transport_counters(&self) -> tether_io::TransportCounters {
-        self.shared.lock().transport().counters()
-    }
-
+    /// The smoothed round trip to `peer`, once measured.
     pub fn rtt(&self, peer: NodeId) -> Option<Duration> {
         self.shared.lock().core.rtt(peer)
     }
 }
 
-impl Drop for Endpoint {
-    fn drop(&mut self) {
+impl Endpoint {
+    /// Stop sending new work and wait, up to `linger`, until every message
+    /// accepted so far is acknowledged or failed (failures are reported
+    /// as events and in their handles' states as usual); then stop the
+    /// progress thread. `Err(Error::Lingered { unsettled })` when the bound
+    /// passed first: those messages' fate is unknown and stays so.
+    pub fn close(mut self, linger: Duration) -> Result<(), Error> {
+        let out = self.linger_for(linger);
+        self.stop();
+        out
+    }
+
+    fn linger_for(&self, linger: Duration) -> Result<(), Error> {
+        match self.flush(Some(linger)) {
+            Ok(()) => Ok(()),
+            Err(Error::TimedOut) => Err(Error::Lingered { unsettled: self.shared.lock().core.unsettled() }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.waiter.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if self.thread.is_some() || !self.shared.stop.load(Ordering::SeqCst) {
+            // Accepted messages get their chance before the sockets close
+            // (the type's docs); a failure to settle them in time is not
+            // reportable from a destructor.
+            let _ = self.linger_for(self.linger);
+        }
+        self.stop();
     }
 }
 

@@ -2,23 +2,57 @@
 
 use tether_fault::PlanError;
 use tether_io::TransportError;
-use tether_proto::{ConfigError, SendError};
+use tether_proto::{ConfigError, PathError, SendError, MAX_RAILS};
 use thiserror::Error;
 
+/// Everything a tether call can fail with.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
+    /// The protocol configuration is invalid (names the field and why).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The message was not accepted (too large, buffer full, unknown peer).
     #[error(transparent)]
     Send(#[from] SendError),
+    /// A peer's paths could not be set.
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The fault plan is invalid.
     #[error("fault plan: {0}")]
     FaultPlan(#[from] PlanError),
-    #[error("transport: {0}")]
+    /// The transport refused (bind, send): the typed errors of Li et al.
+    /// [CI] Table 1 (docs/REFERENCES.md), with the address where known.
+    #[error(transparent)]
     Transport(#[from] TransportError),
+    /// An endpoint has one to `MAX_RAILS` rails.
+    #[error("an endpoint has 1 to {MAX_RAILS} rails, not {given}")]
+    Rails {
+        /// How many were given.
+        given: usize,
+    },
+    /// A peer was given more (or fewer) addresses than the endpoint has rails.
+    #[error("a peer is reached over 1 to {rails} rails (one address each), not {given}")]
+    PeerRails {
+        /// How many addresses were given.
+        given: usize,
+        /// How many rails the endpoint has.
+        rails: usize,
+    },
+    /// The call's timeout passed first.
     #[error("timed out")]
     TimedOut,
+    /// `close` (or drop) waited its bound and these messages were still
+    /// neither acknowledged nor failed.
+    #[error("closed with {unsettled} messages neither acknowledged nor failed")]
+    Lingered {
+        /// Messages whose fate is unknown.
+        unsettled: u64,
+    },
+    /// The endpoint is shutting down.
     #[error("endpoint closed")]
     Closed,
+    /// An operating-system call failed (thread or eventfd creation).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

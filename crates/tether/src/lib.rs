@@ -1,29 +1,69 @@
 //! tether: messages delivered exactly once, in order and uncorrupted over
 //! networks that drop, corrupt, reorder and delay them, or the application
-//! is told exactly which were not (DESIGN.md layer 5, the runtime).
+//! is told exactly which were not. This crate is the runtime
+//! (docs/ARCHITECTURE.md, "Layers"): the sans-IO protocol core of
+//! `tether-proto` driven over real transports by a progress thread or by
+//! the application itself.
 //!
 //! ```no_run
-//! use tether::{Endpoint, Options};
-//! let a = Endpoint::udp(1, "127.0.0.1:7001".parse().unwrap(), &[(2, "127.0.0.1:7002".parse().unwrap())], Options::default())?;
+//! use std::time::Duration;
+//! use tether::{Endpoint, MessageState};
+//!
+//! let a = Endpoint::builder(1)
+//!     .bind("127.0.0.1:7001".parse().unwrap())
+//!     .peer(2, "127.0.0.1:7002".parse().unwrap())
+//!     .build()?;
 //! let handle = a.send(2, b"hello")?;
-//! handle.wait(None)?; // Delivered, or Failed(reason)
+//! match handle.wait(Some(Duration::from_secs(5)))? {
+//!     MessageState::Delivered => println!("in node 2's delivery queue"),
+//!     other => println!("not delivered: {other:?}"),
+//! }
+//! a.close(Duration::from_secs(1))?;
 //! # Ok::<(), tether::Error>(())
 //! ```
+//!
+//! Failures the layer cannot mask arrive as [`Event`]s (a peer unreachable
+//! or restarted, with the exact messages that failed) and in each
+//! [`SendHandle`]'s state. Faults can be injected into any endpoint
+//! ([`faults`]) so an application can prove it survives them.
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+#![warn(missing_docs)]
 
+mod builder;
 mod clock;
 mod driver;
 mod endpoint;
 mod error;
 mod waiter;
 
+pub use builder::Builder;
 pub use endpoint::{Endpoint, Options, Progress, SendHandle};
 pub use error::Error;
-pub use tether_fault::{FaultCounters, FaultKind, FaultPlan, Rule as FaultRule};
-pub use tether_io::FaultHandle;
 pub use tether_proto::{
-    Config, Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,
-    PathInfo, PathState, PathStats, RailId, RailPolicy, RetransmitMode, SendError, Stats, MAX_RAILS,
+    Config, ConfigError, Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId,
+    MessageState, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, RetransmitMode,
+    SendError, Stats, MAX_PEERS, MAX_RAILS,
 };
-pub use tether_wire::ChecksumKind;
+pub use tether_wire::{ChecksumKind, ChecksumSet};
+
+/// Fault injection (the functional fault model of Li et al. [CI], see
+/// docs/FAULTS.md): plans of rules that drop, delay, modify, reorder,
+/// duplicate and inject datagrams, and fail the application's own calls;
+/// the counters of what struck; the handle on a running injector.
+pub mod faults {
+    pub use tether_fault::{
+        node_seed, ErrorKind, Fault, FaultCounters, FaultKind, FaultPlan, Modify, PlanError, Recurrence,
+        Rule, Schedule, Side, Span, Spread,
+    };
+    pub use tether_io::FaultHandle;
+}
+
+/// Transports an endpoint runs over: UDP, an in-memory network for tests,
+/// or any type implementing [`Transport`](transport::Transport).
+pub mod transport {
+    pub use tether_io::{
+        AddressBook, MemNetwork, MemTransport, RecvBatch, Transport, TransportCounters, TransportError,
+        UdpTransport,
+    };
+}

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tether::{Config, Endpoint, Event, FailReason, MessageState, Options, Progress};
+use tether::{Config, Endpoint, Error, Event, FailReason, MessageState, Options, Progress, SendError};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
@@ -56,6 +56,8 @@ fn an_unreachable_peer_fails_exactly_the_unacknowledged_messages() {
     match a.next_event(WAIT).unwrap() {
         Event::PeerUnreachable { failed } => {
             assert_eq!((failed.peer, failed.first, failed.end), (2, 0, 1));
+            // Nothing ever came back: the message certainly never arrived.
+            assert_eq!(failed.in_doubt_end, failed.first, "a silent peer leaves nothing in doubt");
         }
         other => panic!("expected PeerUnreachable, got {other:?}"),
     }
@@ -100,4 +102,79 @@ fn polling_mode_works_without_a_progress_thread() {
         assert!(start.elapsed() < Duration::from_secs(10), "never acknowledged");
     }
     assert_eq!(h.state(), MessageState::Delivered);
+}
+
+#[test]
+fn sending_to_an_unknown_node_fails_at_once() {
+    let (a, _b) = pair(Options::default(), Options::default());
+    let start = std::time::Instant::now();
+    match a.send(9, b"nobody") {
+        Err(Error::Send(SendError::UnknownPeer(9))) => {}
+        other => panic!("expected UnknownPeer(9), got {other:?}"),
+    }
+    assert!(matches!(a.send_blocking(9, b"nobody", WAIT), Err(Error::Send(SendError::UnknownPeer(9)))));
+    assert!(start.elapsed() < Duration::from_secs(1), "refused at once, not after a timeout");
+    assert_eq!(a.stats().messages_sent, 0);
+}
+
+#[test]
+fn the_builder_sets_up_rails_peers_and_options() {
+    let b = Endpoint::builder(2).bind(any()).build().unwrap();
+    let a = Endpoint::builder(1)
+        .bind(any())
+        .peer(2, b.local_addr().unwrap())
+        .config(Config { abandon_after: Duration::from_secs(2), ..Config::default() })
+        .build()
+        .unwrap();
+    b.add_peer(1, a.local_addr().unwrap()).unwrap();
+    a.send(2, b"built").unwrap().wait(WAIT).unwrap();
+    assert_eq!(&b.recv(WAIT).unwrap().message[..], b"built");
+    // Refusals name the problem before anything is bound.
+    let bad = Config { send_window: 0, ..Config::default() };
+    let e = Endpoint::builder(1).bind(any()).config(bad).build().unwrap_err();
+    assert!(e.to_string().contains("send_window"), "{e}");
+    let e = Endpoint::builder(1).build().unwrap_err();
+    assert!(matches!(e, Error::Rails { given: 0 }), "{e}");
+    let e = Endpoint::builder(1).bind(any()).peer_rails(2, &[any(), any()]).build().unwrap_err();
+    assert!(matches!(e, Error::PeerRails { given: 2, rails: 1 }), "{e}");
+}
+
+#[test]
+fn close_lingers_until_everything_sent_is_acknowledged() {
+    let (a, b) = pair(Options::default(), Options::default());
+    let n = 2000u32;
+    for i in 0..n {
+        a.send_blocking(2, &msg(i, 1000), WAIT).unwrap();
+    }
+    // Closed at once after the last send: nothing accepted may be lost.
+    a.close(Duration::from_secs(10)).unwrap();
+    for i in 0..n {
+        assert_eq!(b.recv(WAIT).unwrap().message.to_vec(), msg(i, 1000), "message {i}");
+    }
+}
+
+#[test]
+fn dropping_an_endpoint_does_not_lose_what_it_accepted() {
+    let (a, b) = pair(Options::default(), Options::default());
+    let n = 2000u32;
+    for i in 0..n {
+        a.send_blocking(2, &msg(i, 1000), WAIT).unwrap();
+    }
+    drop(a);
+    for i in 0..n {
+        assert_eq!(b.recv(WAIT).unwrap().message.to_vec(), msg(i, 1000), "message {i}");
+    }
+}
+
+#[test]
+fn close_reports_what_it_could_not_settle() {
+    let gone = std::net::UdpSocket::bind(any()).unwrap().local_addr().unwrap();
+    let a = Endpoint::udp(1, any(), &[(2, gone)], Options::default()).unwrap();
+    for i in 0..3 {
+        a.send(2, &msg(i, 10)).unwrap();
+    }
+    match a.close(Duration::from_millis(50)) {
+        Err(Error::Lingered { unsettled: 3 }) => {}
+        other => panic!("expected Lingered {{ unsettled: 3 }}, got {other:?}"),
+    }
 }

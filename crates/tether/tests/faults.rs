@@ -10,7 +10,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tether::{Config, Endpoint, Error, FailReason, FaultKind, FaultPlan, MessageState, NodeId, Options};
+use tether::faults::{FaultKind, FaultPlan};
+use tether::{Config, Endpoint, Error, FailReason, MessageState, NodeId, Options};
 use tether_io::TransportError;
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
@@ -51,7 +52,7 @@ fn size(i: u64) -> usize {
 /// Node 1 streams to 2 and 3 while every node injects `rule` on every
 /// datagram side it applies to; 2 and 3 must get each message once, in
 /// order, intact.
-fn masked(rule: &str, count: u64) -> tether::FaultCounters {
+fn masked(rule: &str, count: u64) -> tether::faults::FaultCounters {
     let eps = mesh(3, &[rule], 42);
     std::thread::scope(|s| {
         for rx in &eps[1..] {
@@ -75,7 +76,7 @@ fn masked(rule: &str, count: u64) -> tether::FaultCounters {
         assert!(rx.try_recv().is_none(), "{rule}: nothing beyond the stream");
         assert_eq!(rx.stats().messages_delivered, count);
     }
-    let mut c = tether::FaultCounters::default();
+    let mut c = tether::faults::FaultCounters::default();
     for e in &eps {
         c.accumulate(&e.fault_counters());
     }

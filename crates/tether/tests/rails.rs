@@ -11,7 +11,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tether::{Endpoint, Event, FaultPlan, Options, PathState};
+use tether::faults::FaultPlan;
+use tether::{Endpoint, Event, Options, PathState};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 

@@ -1,0 +1,165 @@
+//! Building an endpoint step by step: its rails (UDP addresses or any
+//! transport), its peers' addresses, and its options, checked together
+//! at `build`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tether_fault::FaultPlan;
+use tether_io::{AddressBook, Transport, UdpTransport};
+use tether_proto::{Config, NodeId, RailId, MAX_RAILS};
+
+use crate::{Endpoint, Error, Options, Progress};
+
+/// One rail of the endpoint being built.
+enum Rail {
+    Udp(SocketAddr),
+    Transport(Box<dyn Transport + Send>),
+}
+
+/// Sets up an [`Endpoint`]: `Endpoint::builder(node)`, then rails, peers
+/// and options, then [`build`](Self::build).
+///
+/// ```no_run
+/// # use tether::{Endpoint, Config, Progress};
+/// # use std::time::Duration;
+/// let ep = Endpoint::builder(1)
+///     .bind("10.0.0.1:7000".parse().unwrap()) // rail 0
+///     .bind("10.1.0.1:7000".parse().unwrap()) // rail 1, another network
+///     .peer_rails(2, &["10.0.0.2:7000".parse().unwrap(), "10.1.0.2:7000".parse().unwrap()])
+///     .config(Config { abandon_after: Duration::from_secs(2), ..Config::default() })
+///     .progress(Progress::Thread)
+///     .build()?;
+/// # Ok::<(), tether::Error>(())
+/// ```
+pub struct Builder {
+    node: NodeId,
+    rails: Vec<Rail>,
+    peers: Vec<(NodeId, Vec<SocketAddr>)>,
+    options: Options,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rails: Vec<String> = self
+            .rails
+            .iter()
+            .map(|r| match r {
+                Rail::Udp(a) => format!("udp {a}"),
+                Rail::Transport(_) => "transport".to_string(),
+            })
+            .collect();
+        f.debug_struct("Builder")
+            .field("node", &self.node)
+            .field("rails", &rails)
+            .field("peers", &self.peers)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Builder {
+    pub(crate) fn new(node: NodeId) -> Self {
+        Builder { node, rails: Vec::new(), peers: Vec::new(), options: Options::default() }
+    }
+
+    /// Add a rail: a UDP socket bound at `addr` (port 0 picks a free one;
+    /// `Endpoint::rail_addrs` tells which). Rails are numbered in the order
+    /// they are added, from 0.
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.rails.push(Rail::Udp(addr));
+        self
+    }
+
+    /// Add a rail over any transport (e.g. `transport::MemNetwork` in tests).
+    pub fn transport(mut self, transport: Box<dyn Transport + Send>) -> Self {
+        self.rails.push(Rail::Transport(transport));
+        self
+    }
+
+    /// A peer reached at `addr` over rail 0.
+    pub fn peer(self, node: NodeId, addr: SocketAddr) -> Self {
+        self.peer_rails(node, &[addr])
+    }
+
+    /// A peer reached over several rails: `addrs[i]` over rail `i`.
+    pub fn peer_rails(mut self, node: NodeId, addrs: &[SocketAddr]) -> Self {
+        self.peers.push((node, addrs.to_vec()));
+        self
+    }
+
+    /// All options at once (replaces any set before).
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The protocol configuration (checked at `build`).
+    pub fn config(mut self, config: Config) -> Self {
+        self.options.config = config;
+        self
+    }
+
+    /// Who drives the protocol while the application is away.
+    pub fn progress(mut self, progress: Progress) -> Self {
+        self.options.progress = progress;
+        self
+    }
+
+    /// How long a blocked call busy-polls before sleeping in the kernel.
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.options.spin = spin;
+        self
+    }
+
+    /// This life's incarnation (default: from the wall clock); a restarted
+    /// node must use a larger one than before.
+    pub fn incarnation(mut self, incarnation: u64) -> Self {
+        self.options.incarnation = Some(incarnation);
+        self
+    }
+
+    /// Faults to inject on every rail and into the application's calls.
+    pub fn faults(mut self, plan: FaultPlan) -> Self {
+        self.options.faults = plan;
+        self
+    }
+
+    /// Faults for one rail instead of the endpoint-wide plan there.
+    pub fn rail_faults(mut self, rail: RailId, plan: FaultPlan) -> Self {
+        self.options.rail_faults.push((rail, plan));
+        self
+    }
+
+    /// How long dropping the endpoint waits for unsettled messages.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.options.linger = linger;
+        self
+    }
+
+    /// Bind the sockets, start the progress thread, learn the peers.
+    /// Errors name what is wrong: the configuration field, the address
+    /// that could not be bound and why, the rail counts.
+    pub fn build(self) -> Result<Endpoint, Error> {
+        if self.rails.is_empty() || self.rails.len() > MAX_RAILS {
+            return Err(Error::Rails { given: self.rails.len() });
+        }
+        // Configuration first: nothing is bound for a config that cannot run.
+        self.options.config.validate()?;
+        let rails = self
+            .rails
+            .into_iter()
+            .map(|r| match r {
+                Rail::Udp(addr) => {
+                    Ok(Box::new(UdpTransport::bind(self.node, addr, AddressBook::new())?) as _)
+                }
+                Rail::Transport(t) => Ok(t),
+            })
+            .collect::<Result<Vec<Box<dyn Transport + Send>>, Error>>()?;
+        let ep = Endpoint::with_rails(self.node, rails, self.options)?;
+        for (node, addrs) in &self.peers {
+            ep.add_peer_rails(*node, addrs)?;
+        }
+        Ok(ep)
+    }
+}
