@@ -94,6 +94,11 @@ enum BenchWhat {
 }
 
 fn main() {
+    // Silent unless asked: `RUST_LOG=tether_proto=info` shows peers going
+    // up and down, failovers and abandonments; `=trace`, every drop.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Refusals of what was asked (values that clash, options that would be

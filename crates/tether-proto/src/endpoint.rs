@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::BytesMut;
 use tether_wire::Unverified;
 use thiserror::Error;
+use tracing::{debug, trace};
 
 use crate::context::Context;
 use crate::delivery::{copy_to_bytes, DeliveryQueue};
@@ -344,7 +345,10 @@ impl Endpoint {
         self.stats.bytes_received += datagram.len() as u64;
         let unverified = match Unverified::parse(datagram) {
             Ok(u) => u,
-            Err(e) => return self.stats.count_wire_error(e),
+            Err(e) => {
+                trace!(len = datagram.len(), error = %e, "dropped: malformed datagram");
+                return self.stats.count_wire_error(e);
+            }
         };
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
@@ -353,21 +357,32 @@ impl Endpoint {
         let mut lander = self.landing.lander(datagram.len(), stream, self.config.recv_window);
         let packet = match unverified.verify_landing(&mut lander) {
             Ok(p) => p,
-            Err(e) => return self.stats.count_wire_error(e),
+            Err(e) => {
+                trace!(src, len = datagram.len(), error = %e, "dropped: failed verification");
+                return self.stats.count_wire_error(e);
+            }
         };
         let h = packet.header;
         if !self.config.accepts(h.checksum) {
             // A sender (or a bit flip) must not be able to downgrade
             // integrity checking to an algorithm this endpoint refuses.
             self.stats.checksum_refused += 1;
+            debug!(src, checksum = ?h.checksum, "dropped: checksum algorithm refused");
             return;
         }
         if h.dst_node != self.node || h.src_node == self.node {
             self.stats.misdirected += 1;
+            trace!(src, dst = h.dst_node, "dropped: misdirected");
             return;
         }
         if h.src_inc == 0 || self.peer_entry(src).is_none() {
             self.stats.protocol_violations += 1;
+            debug!(
+                src,
+                src_inc = h.src_inc,
+                peers = self.peers.len(),
+                "dropped: no incarnation, or too many peers"
+            );
             return;
         }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));

@@ -13,6 +13,7 @@
 //! RTT estimate, timers and rail health are soft and rebuilt.
 
 use tether_wire::{Frame, Header, HeaderFlags, Packet, PacketWriter};
+use tracing::{debug, info, trace, warn};
 
 use crate::context::Context;
 use crate::event::{Event, FailReason};
@@ -130,6 +131,12 @@ impl Peer {
         let h = packet.header;
         if h.src_inc < self.incarnation {
             cx.stats.stale_dropped += 1;
+            trace!(
+                peer = self.id,
+                src_inc = h.src_inc,
+                current = self.incarnation,
+                "dropped: older incarnation"
+            );
             return;
         }
         if h.src_inc > self.incarnation {
@@ -144,17 +151,20 @@ impl Peer {
             // Meant for an earlier life of ours. Answer at once so the peer
             // learns our new incarnation and settles its old stream.
             cx.stats.stale_dropped += 1;
+            trace!(peer = self.id, dst_inc = h.dst_inc, "dropped: meant for an earlier life of ours");
             self.recv.request_ack(now, true);
             return;
         }
         if self.unreachable {
             self.unreachable = false;
+            info!(peer = self.id, "peer reachable again");
             cx.events.push_back(Event::PeerReachable { peer: self.id });
         }
         // An empty datagram is a probe (ACK-request flag) or its answer.
         let empty = packet.body_len() == 0;
         let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
         if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
+            info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
             cx.events.push_back(t.event(self.id, now));
         }
         let mut data_admitted = None;
@@ -166,6 +176,7 @@ impl Peer {
                     let admitted = *data_admitted.get_or_insert_with(|| self.recv.admit_epoch(h.epoch));
                     if !admitted {
                         cx.stats.stale_dropped += 1;
+                        trace!(peer = self.id, epoch = h.epoch, "dropped: data of an older epoch");
                         continue;
                     }
                     self.recv.on_data(cx, now, self.id, &d, landed);
@@ -180,13 +191,22 @@ impl Peer {
                             let (events, id) = (&mut *cx.events, self.id);
                             let failover =
                                 self.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
+                                    info!(peer = id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
                                     events.push_back(t.event(id, now))
                                 });
                             if let Some(failover) = failover {
+                                info!(peer = id, from = failover.from, to = failover.to, gap = ?failover.gap, "failed over");
                                 events.push_back(Event::FailedOver { peer: id, failover, at: now });
                             }
                         }
-                        Err(_) => cx.stats.protocol_violations += 1,
+                        Err(_) => {
+                            cx.stats.protocol_violations += 1;
+                            debug!(
+                                peer = self.id,
+                                cumulative = a.cumulative,
+                                "dropped: ACK for data never sent"
+                            );
+                        }
                     }
                 }
             }
@@ -202,6 +222,13 @@ impl Peer {
         let failed = self.send.abandon(self.id, FailReason::PeerRestarted, !self.answered);
         self.recv.reset(None);
         cx.stats.messages_failed += failed.len();
+        warn!(
+            peer = self.id,
+            incarnation = self.incarnation,
+            failed = failed.len(),
+            in_doubt = failed.in_doubt_end - failed.first,
+            "peer restarted: unacknowledged messages to its old life failed"
+        );
         cx.events.push_back(Event::PeerRestarted { peer: self.id, failed });
     }
 
@@ -224,6 +251,12 @@ impl Peer {
             let failed = self.send.abandon(self.id, FailReason::PeerUnreachable, !self.answered);
             cx.stats.messages_failed += failed.len();
             self.unreachable = true;
+            warn!(
+                peer = self.id,
+                failed = failed.len(),
+                in_doubt = failed.in_doubt_end - failed.first,
+                "peer unreachable: abandoned its unacknowledged messages"
+            );
             cx.events.push_back(Event::PeerUnreachable { failed });
         }
     }
@@ -241,6 +274,7 @@ impl Peer {
             if t.from == PathState::Active && send.in_flight_on(t.rail) {
                 stats.failovers += 1;
             }
+            info!(peer = id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
             if t.to != PathState::Active {
                 send.fail_over(now, t.rail);
             }

@@ -32,9 +32,6 @@ pub(crate) struct Driver {
     tx_start: usize,
     tx_len: usize,
     slot: usize,
-    /// Datagrams the transport refused with an error other than back-pressure.
-    pub send_errors: u64,
-    pub last_send_error: Option<TransportError>,
     /// Faults on the application's calls, and the time they count from.
     api: Option<(Injector, Instant)>,
     /// Per rail: receive turns left before the rail counts as quiet. Quiet
@@ -67,8 +64,6 @@ impl Driver {
             heat: vec![HOT_TURNS; rails.len()],
             quiet_poll_at: Instant::ZERO,
             rails,
-            send_errors: 0,
-            last_send_error: None,
             api,
         }
     }
@@ -224,8 +219,7 @@ impl Driver {
         let Some(transport) = self.rails.get_mut(rail as usize) else {
             // A rail the core knows and the runtime does not (set_paths
             // named more rails than were bound): a loss, counted.
-            self.send_errors += n as u64;
-            self.last_send_error = Some(TransportError::InvalidEndpoint);
+            tracing::debug!(rail, datagrams = n, "dropped on send: no transport for this rail");
             self.tx_start += n;
             return Some(0);
         };
@@ -240,8 +234,8 @@ impl Driver {
                 // A datagram the transport cannot take (unknown peer, dead
                 // interface) is a loss like any other: the core retransmits
                 // or, eventually, reports the peer unreachable.
-                self.send_errors += 1;
-                self.last_send_error = Some(e);
+                // The transport counts its own errors (`TransportCounters`).
+                tracing::debug!(rail, dst = batch[0].0, error = %e, "dropped on send: transport refused");
                 self.tx_start += 1;
                 Some(0)
             }
