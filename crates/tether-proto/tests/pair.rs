@@ -1,100 +1,76 @@
 //! Two endpoints joined by a scripted pipe with virtual time (quinn-proto's
-//! `Pair`): the smallest harness that exercises the core end to end. The
-//! simulator (tether-sim) does the same at scale with random faults.
+//! `Pair`): the smallest harness that exercises the core end to end. It
+//! is tether-sim's `VirtualNet` with two nodes and a link that applies the
+//! test's keep rule to every datagram; the simulator drives the same net
+//! at scale with random faults.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use tether_proto::{Config, Endpoint, Event, FailReason, Instant, MessageState, RetransmitMode};
+use tether_proto::{
+    Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, RetransmitMode, SendError,
+};
+use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{ChecksumKind, ChecksumSet};
 
 const A: u32 = 1;
 const B: u32 = 2;
 const LATENCY: Duration = Duration::from_micros(50);
 
-/// Decides the fate of a sender's n-th datagram: false drops it; it may
-/// also change the bytes in flight.
-type DropRule = Box<dyn FnMut(u64, &mut [u8]) -> bool>;
+/// The wire: decides the fate of every datagram.
+type Wire = Box<dyn FnMut(&mut Sent<'_>) -> Fate>;
 
 struct Pair {
-    now: Instant,
-    a: Endpoint,
-    b: Endpoint,
-    /// (arrival time, destination, bytes)
-    wire: VecDeque<(Instant, u32, Vec<u8>)>,
-    keep: DropRule,
-    /// Datagrams sent by A and by B.
-    sent: [u64; 2],
+    net: VirtualNet<Wire>,
 }
 
 /// An endpoint that knows its one peer, with every invariant checked.
 fn endpoint(config: Config, node: u32, incarnation: u64, peer: u32) -> Endpoint {
-    let mut ep = Endpoint::new(config, node, incarnation).unwrap();
-    ep.add_peer(peer).unwrap();
-    ep.set_invariant_checks(true);
-    ep
+    net::endpoint(config, node, incarnation, [peer], &[0])
 }
 
 impl Pair {
     fn new(config: Config) -> Self {
-        Pair {
-            now: Instant::from_nanos(1_000_000),
-            a: endpoint(config.clone(), A, 1, B),
-            b: endpoint(config, B, 1, A),
-            wire: VecDeque::new(),
-            keep: Box::new(|_, _| true),
-            sent: [0; 2],
-        }
+        let mut net = VirtualNet::new(
+            Instant::from_nanos(1_000_000),
+            Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,
+        );
+        net.add(endpoint(config.clone(), A, 1, B));
+        net.add(endpoint(config, B, 1, A));
+        Pair { net }
     }
 
-    fn ep(&mut self, id: u32) -> &mut Endpoint {
-        if id == A {
-            &mut self.a
-        } else {
-            &mut self.b
-        }
+    /// From now on, `keep(n, bytes)` decides the fate of a sender's n-th
+    /// datagram: false drops it; it may also change the bytes in flight.
+    fn keep(&mut self, mut keep: impl FnMut(u64, &mut [u8]) -> bool + 'static) {
+        self.net.link =
+            Box::new(move |s| if keep(s.n, s.bytes) { Fate::Deliver(LATENCY) } else { Fate::Drop });
     }
 
-    fn flush(&mut self) {
-        let mut buf = vec![0u8; 65536];
-        for id in [A, B] {
-            let now = self.now;
-            while let Some(t) = self.ep(id).poll_transmit(now, &mut buf) {
-                let n = self.sent[id as usize - 1];
-                self.sent[id as usize - 1] += 1;
-                if (self.keep)(n, &mut buf[..t.len]) {
-                    self.wire.push_back((now + LATENCY, t.dst, buf[..t.len].to_vec()));
-                }
-            }
-        }
+    fn now(&self) -> Instant {
+        self.net.now()
+    }
+
+    fn a(&mut self) -> &mut Endpoint {
+        self.net.ep_mut(A)
+    }
+
+    fn b(&mut self) -> &mut Endpoint {
+        self.net.ep_mut(B)
+    }
+
+    /// A sends `msg` to B now.
+    fn send(&mut self, msg: &[u8]) -> Result<MessageId, SendError> {
+        let now = self.now();
+        self.a().send(now, B, msg)
     }
 
     /// Advance virtual time event by event until `until` or quiescence.
     fn run(&mut self, until: Duration) {
-        let end = self.now + until;
-        loop {
-            self.flush();
-            let next_wire = self.wire.iter().map(|w| w.0).min();
-            let next_timer = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
-            let Some(next) = [next_wire, next_timer].into_iter().flatten().min() else { return };
-            if next > end {
-                self.now = end;
-                return;
-            }
-            self.now = self.now.max(next);
-            let now = self.now;
-            let (due, rest): (Vec<_>, Vec<_>) = self.wire.drain(..).partition(|w| w.0 <= now);
-            self.wire = rest.into();
-            for (_, dst, bytes) in due {
-                self.ep(dst).handle_datagram(now, &bytes);
-            }
-            self.a.handle_timeout(now);
-            self.b.handle_timeout(now);
-        }
+        self.net.run(until);
     }
 
     fn drain_b(&mut self) -> Vec<Vec<u8>> {
-        std::iter::from_fn(|| self.b.recv()).map(|d| d.message.to_vec()).collect()
+        std::iter::from_fn(|| self.b().recv()).map(|d| d.message.to_vec()).collect()
     }
 }
 
@@ -118,29 +94,29 @@ fn delivers_in_order_exactly_once() {
     let mut p = Pair::new(Config::default());
     let sizes = [0, 1, 8, 1000, 1472, 5000, 70_000, 3];
     for (i, &len) in sizes.iter().enumerate() {
-        p.a.send(p.now, B, &msg(i, len)).unwrap();
+        p.send(&msg(i, len)).unwrap();
     }
     p.run(Duration::from_secs(1));
     let got = p.drain_b();
     let want: Vec<_> = sizes.iter().enumerate().map(|(i, &l)| msg(i, l)).collect();
     check(&got, &want, "clean");
     for seq in 0..sizes.len() as u64 {
-        assert_eq!(p.a.message_state(tether_proto::MessageId { peer: B, seq }), MessageState::Delivered);
+        assert_eq!(p.a().message_state(MessageId { peer: B, seq }), MessageState::Delivered);
     }
-    assert_eq!(p.a.stats().retransmits, 0);
-    assert!(p.a.is_idle() && p.b.is_idle());
+    assert_eq!(p.a().stats().retransmits, 0);
+    assert!(p.a().is_idle() && p.b().is_idle());
 }
 
 #[test]
 fn small_messages_share_datagrams() {
     let mut p = Pair::new(Config::default());
     for i in 0..1000 {
-        p.a.send(p.now, B, &msg(i, 8)).unwrap();
+        p.send(&msg(i, 8)).unwrap();
     }
     p.run(Duration::from_secs(1));
     assert_eq!(p.drain_b().len(), 1000);
     // 8-byte messages cost 20 bytes each on the wire: ~70 per 1472-byte datagram.
-    assert!(p.a.stats().datagrams_sent < 30, "{}", p.a.stats().datagrams_sent);
+    assert!(p.a().stats().datagrams_sent < 30, "{}", p.a().stats().datagrams_sent);
 }
 
 #[test]
@@ -156,17 +132,16 @@ fn repairs_every_loss_pattern_in_both_modes() {
             // Drop one datagram in `drop_every`, chosen by a fixed hash of its
             // number: a strictly periodic pattern phase-locks with go-back-N's
             // fixed-size retransmission bursts and always hits the same segment.
-            p.keep =
-                Box::new(move |n, _| n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % drop_every != 0);
+            p.keep(move |n, _| n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % drop_every != 0);
             let want: Vec<_> = (0..300).map(|i| msg(i, (i * 97) % 4000)).collect();
             for m in &want {
-                p.a.send(p.now, B, m).unwrap();
+                p.send(m).unwrap();
             }
             // Virtual time: go-back-N at 20% loss each way needs most of it
             // (one timeout round per loss), selective a fraction of a second.
             p.run(Duration::from_secs(120));
             check(&p.drain_b(), &want, &format!("{mode:?} drop_every={drop_every}"));
-            assert!(p.a.stats().retransmits > 0);
+            assert!(p.a().stats().retransmits > 0);
         }
     }
 }
@@ -176,12 +151,12 @@ fn corrupted_datagrams_are_dropped_and_repaired() {
     let mut p = Pair::new(Config::default());
     let want: Vec<_> = (0..100).map(|i| msg(i, 600)).collect();
     for m in &want {
-        p.a.send(p.now, B, m).unwrap();
+        p.send(m).unwrap();
     }
     // Corrupt every 4th datagram in place by dropping it and injecting a bit-flipped copy.
     let corrupt: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
     let c2 = corrupt.clone();
-    p.keep = Box::new(move |n, bytes| {
+    p.keep(move |n, bytes| {
         if n % 4 == 0 {
             let mut b = bytes.to_vec();
             let bit = (n as usize * 13) % (b.len() * 8);
@@ -193,13 +168,13 @@ fn corrupted_datagrams_are_dropped_and_repaired() {
     });
     p.run(Duration::from_millis(1));
     for b in corrupt.borrow().iter() {
-        let now = p.now;
-        p.b.handle_datagram(now, b);
-        p.a.handle_datagram(now, b);
+        let now = p.now();
+        p.b().handle_datagram(now, b);
+        p.a().handle_datagram(now, b);
     }
     p.run(Duration::from_secs(5));
     check(&p.drain_b(), &want, "corrupt");
-    assert!(p.b.stats().checksum_failures > 0);
+    assert!(p.b().stats().checksum_failures > 0);
 }
 
 /// The receiver copies each payload to where it will live while verifying
@@ -211,11 +186,11 @@ fn payloads_are_copied_once_by_the_checksum_pass() {
     let mut p = Pair::new(Config::default());
     let want: Vec<_> = (0..40).map(|i| msg(i, 20_000 + i * 1000)).collect();
     for m in &want {
-        p.a.send(p.now, B, m).unwrap();
+        p.send(m).unwrap();
     }
     p.run(Duration::from_secs(1));
     check(&p.drain_b(), &want, "clean");
-    let s = p.b.stats();
+    let s = p.b().stats();
     let payload: u64 = want.iter().map(|m| m.len() as u64).sum();
     assert_eq!(s.bytes_landed, payload, "every payload byte copied by the checksum pass");
     // A first fragment lands in the arena, then moves into the buffer it
@@ -237,7 +212,7 @@ fn corrupted_fragments_never_land_in_a_message() {
         let mut p = Pair::new(config);
         let flipped = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let f2 = flipped.clone();
-        p.keep = Box::new(move |n, bytes| {
+        p.keep(move |n, bytes| {
             // Data datagrams only (B sends small ACKs); a bit well inside the
             // payload of the datagram's one fragment.
             if bytes.len() > 1000 && n % 5 == 2 {
@@ -249,11 +224,11 @@ fn corrupted_fragments_never_land_in_a_message() {
         });
         let want: Vec<_> = (0..40).map(|i| msg(i, 20_000 + i * 1000)).collect();
         for m in &want {
-            p.a.send(p.now, B, m).unwrap();
+            p.send(m).unwrap();
         }
         p.run(Duration::from_secs(10));
         check(&p.drain_b(), &want, kind.name());
-        let s = p.b.stats();
+        let s = p.b().stats();
         assert_eq!(s.checksum_failures, flipped.get(), "{}: every flipped datagram refused", kind.name());
         assert!(flipped.get() > 100, "{}: only {} flipped", kind.name(), flipped.get());
     }
@@ -264,54 +239,55 @@ fn dead_link_fails_exactly_the_unacknowledged_messages() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
     let mut p = Pair::new(config);
     for i in 0..10 {
-        p.a.send(p.now, B, &msg(i, 100)).unwrap();
+        p.send(&msg(i, 100)).unwrap();
     }
     p.run(Duration::from_millis(100));
     assert_eq!(p.drain_b().len(), 10);
-    p.keep = Box::new(|_, _| false);
+    p.keep(|_, _| false);
     for i in 10..20 {
-        p.a.send(p.now, B, &msg(i, 100)).unwrap();
+        p.send(&msg(i, 100)).unwrap();
     }
     p.run(Duration::from_secs(2));
-    match p.a.poll_event() {
+    match p.a().poll_event() {
         Some(Event::PeerUnreachable { failed }) => {
             assert_eq!((failed.first, failed.end), (10, 20));
             assert_eq!(failed.in_doubt_end, 20, "all were transmitted");
         }
         other => panic!("expected PeerUnreachable, got {other:?}"),
     }
-    let id = |seq| tether_proto::MessageId { peer: B, seq };
-    assert_eq!(p.a.message_state(id(9)), MessageState::Delivered);
-    assert_eq!(p.a.message_state(id(10)), MessageState::Failed(FailReason::PeerUnreachable));
-    assert_eq!(p.a.buffered_bytes(B), 0, "buffers released");
+    let id = |seq| MessageId { peer: B, seq };
+    assert_eq!(p.a().message_state(id(9)), MessageState::Delivered);
+    assert_eq!(p.a().message_state(id(10)), MessageState::Failed(FailReason::PeerUnreachable));
+    assert_eq!(p.a().buffered_bytes(B), 0, "buffers released");
     // The link heals: a new epoch starts and delivery resumes.
-    p.keep = Box::new(|_, _| true);
-    p.a.send(p.now, B, &msg(99, 10)).unwrap();
+    p.keep(|_, _| true);
+    p.send(&msg(99, 10)).unwrap();
     p.run(Duration::from_secs(1));
     assert_eq!(p.drain_b(), vec![msg(99, 10)]);
-    assert_eq!(p.a.poll_event(), Some(Event::PeerReachable { peer: B }));
+    assert_eq!(p.a().poll_event(), Some(Event::PeerReachable { peer: B }));
 }
 
 #[test]
 fn restarted_peer_gets_a_fresh_stream_and_old_packets_are_dropped() {
     let mut p = Pair::new(Config::default());
-    p.a.send(p.now, B, b"before").unwrap();
+    p.send(b"before").unwrap();
     p.run(Duration::from_millis(10));
     assert_eq!(p.drain_b(), vec![b"before".to_vec()]);
     // Capture a datagram from A's first life toward B.
-    p.a.send(p.now, B, b"old life").unwrap();
+    p.send(b"old life").unwrap();
     let mut buf = vec![0u8; 2048];
-    let t = p.a.poll_transmit(p.now, &mut buf).unwrap();
+    let now = p.now();
+    let t = p.a().poll_transmit(now, &mut buf).unwrap();
     let old = buf[..t.len].to_vec();
     // A restarts with a new incarnation.
-    p.a = endpoint(Config::default(), A, 2, B);
-    p.a.send(p.now, B, b"after").unwrap();
+    p.net.replace(endpoint(Config::default(), A, 2, B));
+    p.send(b"after").unwrap();
     p.run(Duration::from_millis(10));
-    let now = p.now;
-    p.b.handle_datagram(now, &old);
+    let now = p.now();
+    p.b().handle_datagram(now, &old);
     p.run(Duration::from_millis(10));
     assert_eq!(p.drain_b(), vec![b"after".to_vec()]);
-    assert!(p.b.stats().stale_dropped >= 1);
+    assert!(p.b().stats().stale_dropped >= 1);
 }
 
 #[test]
@@ -319,46 +295,46 @@ fn a_checksum_downgrade_is_refused() {
     let mut p = Pair::new(Config::default());
     let weak = Config { checksum: tether_wire::ChecksumKind::None, ..Config::default() };
     let mut forger = endpoint(weak, A, 1, B);
-    forger.send(p.now, B, b"unchecked").unwrap();
+    forger.send(p.now(), B, b"unchecked").unwrap();
     let mut buf = vec![0u8; 2048];
-    let t = forger.poll_transmit(p.now, &mut buf).unwrap();
-    let now = p.now;
-    p.b.handle_datagram(now, &buf[..t.len]);
-    assert_eq!(p.b.stats().checksum_refused, 1);
-    assert!(p.b.recv().is_none());
+    let t = forger.poll_transmit(p.now(), &mut buf).unwrap();
+    let now = p.now();
+    p.b().handle_datagram(now, &buf[..t.len]);
+    assert_eq!(p.b().stats().checksum_refused, 1);
+    assert!(p.b().recv().is_none());
 }
 
 #[test]
 fn coalescing_holds_small_messages_at_most_the_delay() {
     let mut p = Pair::new(Config::default());
-    let now = p.now;
+    let now = p.now();
     let mut buf = vec![0u8; 2048];
     // Nothing in flight: the first message goes at once.
-    p.a.send(now, B, b"first").unwrap();
-    assert!(p.a.poll_transmit(now, &mut buf).is_some());
+    p.a().send(now, B, b"first").unwrap();
+    assert!(p.a().poll_transmit(now, &mut buf).is_some());
     // Something in flight: a small message waits to be aggregated...
-    p.a.send(now, B, b"second").unwrap();
-    assert!(p.a.poll_transmit(now, &mut buf).is_none());
-    let due = p.a.poll_timeout().unwrap();
+    p.a().send(now, B, b"second").unwrap();
+    assert!(p.a().poll_transmit(now, &mut buf).is_none());
+    let due = p.a().poll_timeout().unwrap();
     assert_eq!(due, now + Config::default().coalesce_delay);
     // ...but no longer than the coalescing delay.
-    assert!(p.a.poll_transmit(due, &mut buf).is_some());
+    assert!(p.a().poll_transmit(due, &mut buf).is_some());
     // A full datagram's worth never waits.
     for _ in 0..200 {
-        p.a.send(due, B, &[7u8; 16]).unwrap();
+        p.a().send(due, B, &[7u8; 16]).unwrap();
     }
-    assert!(p.a.poll_transmit(due, &mut buf).is_some());
+    assert!(p.a().poll_transmit(due, &mut buf).is_some());
 }
 
 #[test]
 fn the_tail_of_a_large_message_is_never_held_back() {
     let mut p = Pair::new(Config::default());
-    let now = p.now;
+    let now = p.now();
     let mut buf = vec![0u8; 2048];
     // Three fragments: all leave at once, the short last one included.
-    p.a.send(now, B, &msg(1, 4096)).unwrap();
+    p.a().send(now, B, &msg(1, 4096)).unwrap();
     let mut datagrams = 0;
-    while p.a.poll_transmit(now, &mut buf).is_some() {
+    while p.a().poll_transmit(now, &mut buf).is_some() {
         datagrams += 1;
     }
     assert_eq!(datagrams, 3);

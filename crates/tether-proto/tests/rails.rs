@@ -5,104 +5,78 @@
 //! delivered, and the failover time (last datagram on the dead rail to the
 //! first data acknowledged over the live one) is measured in virtual time.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use tether_proto::{Config, Endpoint, Event, Instant, MessageId, MessageState, PathState, RailPolicy};
+use tether_proto::{
+    Config, Endpoint, Event, Instant, MessageId, MessageState, PathState, RailPolicy, SendError,
+};
+use tether_sim::net::{self, Fate, Sent, VirtualNet};
 
 const A: u32 = 1;
 const B: u32 = 2;
 const LATENCY: Duration = Duration::from_micros(30);
 
-/// What a rail does to datagrams at a given time.
-type RailRule = Box<dyn FnMut(Instant, u8) -> bool>;
+/// The two rails: decide the fate of every datagram.
+type Wire = Box<dyn FnMut(&mut Sent<'_>) -> Fate>;
 
+/// tether-sim's `VirtualNet` with two nodes joined by rails 0 and 1, and
+/// a link that applies the test's rule by time and rail.
 struct Rails {
-    now: Instant,
-    a: Endpoint,
-    b: Endpoint,
-    /// (arrival, destination, rail, bytes)
-    wire: VecDeque<(Instant, u32, u8, Vec<u8>)>,
-    /// Decides whether a datagram on a rail at a time gets through.
-    rule: RailRule,
-    /// Last datagram A put on each rail, and when A's data was first
-    /// acknowledged after each failover.
-    last_sent_on: [Option<Instant>; 2],
-    sent_on: [u64; 2],
+    net: VirtualNet<Wire>,
+}
+
+/// An endpoint that reaches its one peer over both rails, with every
+/// invariant checked.
+fn endpoint(config: Config, node: u32, incarnation: u64, peer: u32) -> Endpoint {
+    net::endpoint(config, node, incarnation, [peer], &[0, 1])
 }
 
 impl Rails {
     fn new(config: Config) -> Self {
-        let mut a = Endpoint::new(config.clone(), A, 1).unwrap();
-        let mut b = Endpoint::new(config, B, 1).unwrap();
-        a.set_invariant_checks(true);
-        b.set_invariant_checks(true);
-        a.set_paths(B, &[0, 1]).unwrap();
-        b.set_paths(A, &[0, 1]).unwrap();
-        Rails {
-            now: Instant::from_nanos(1_000_000),
-            a,
-            b,
-            wire: VecDeque::new(),
-            rule: Box::new(|_, _| true),
-            last_sent_on: [None; 2],
-            sent_on: [0; 2],
-        }
+        let mut net = VirtualNet::new(
+            Instant::from_nanos(1_000_000),
+            Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,
+        );
+        net.add(endpoint(config.clone(), A, 1, B));
+        net.add(endpoint(config, B, 1, A));
+        Rails { net }
     }
 
-    fn ep(&mut self, id: u32) -> &mut Endpoint {
-        if id == A {
-            &mut self.a
-        } else {
-            &mut self.b
-        }
+    /// From now on, `gets_through(time, rail)` decides whether a datagram
+    /// put on a rail at a time gets through.
+    fn rule(&mut self, mut gets_through: impl FnMut(Instant, u8) -> bool + 'static) {
+        self.net.link =
+            Box::new(move |s| if gets_through(s.now, s.rail) { Fate::Deliver(LATENCY) } else { Fate::Drop });
     }
 
-    fn flush(&mut self) {
-        let mut buf = vec![0u8; 65536];
-        for id in [A, B] {
-            let now = self.now;
-            while let Some(t) = self.ep(id).poll_transmit(now, &mut buf) {
-                if id == A {
-                    self.last_sent_on[t.rail as usize] = Some(now);
-                    self.sent_on[t.rail as usize] += 1;
-                }
-                if (self.rule)(now, t.rail) {
-                    self.wire.push_back((now + LATENCY, t.dst, t.rail, buf[..t.len].to_vec()));
-                }
-            }
-        }
+    fn now(&self) -> Instant {
+        self.net.now()
+    }
+
+    fn a(&mut self) -> &mut Endpoint {
+        self.net.ep_mut(A)
+    }
+
+    fn b(&mut self) -> &mut Endpoint {
+        self.net.ep_mut(B)
+    }
+
+    /// A sends `msg` to B now.
+    fn send(&mut self, msg: &[u8]) -> Result<MessageId, SendError> {
+        let now = self.now();
+        self.a().send(now, B, msg)
     }
 
     fn run(&mut self, until: Duration) {
-        let end = self.now + until;
-        loop {
-            self.flush();
-            let next_wire = self.wire.iter().map(|w| w.0).min();
-            let next_timer = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
-            let Some(next) = [next_wire, next_timer].into_iter().flatten().min() else { return };
-            if next > end {
-                self.now = end;
-                return;
-            }
-            self.now = self.now.max(next);
-            let now = self.now;
-            let (due, rest): (Vec<_>, Vec<_>) = self.wire.drain(..).partition(|w| w.0 <= now);
-            self.wire = rest.into();
-            for (_, dst, rail, bytes) in due {
-                self.ep(dst).handle_datagram_on(now, rail, &bytes);
-            }
-            self.a.handle_timeout(now);
-            self.b.handle_timeout(now);
-        }
+        self.net.run(until);
     }
 
     fn drain_b(&mut self) -> Vec<Vec<u8>> {
-        std::iter::from_fn(|| self.b.recv()).map(|d| d.message.to_vec()).collect()
+        std::iter::from_fn(|| self.b().recv()).map(|d| d.message.to_vec()).collect()
     }
 
     fn events_a(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.a.poll_event()).collect()
+        std::iter::from_fn(|| self.a().poll_event()).collect()
     }
 }
 
@@ -124,28 +98,28 @@ fn check(got: &[Vec<u8>], want: &[Vec<u8>], what: &str) {
 /// running, so a cut lands mid-stream.
 fn stream(r: &mut Rails, want: &[Vec<u8>], gap: Duration) {
     for m in want {
-        r.a.send(r.now, B, m).unwrap();
+        r.send(m).unwrap();
         r.run(gap);
     }
 }
 
 /// The state of A's path to B over `rail`.
 fn path_state(r: &Rails, rail: u8) -> PathState {
-    r.a.paths(B).iter().find(|p| p.rail == rail).unwrap().state
+    r.net.ep(A).paths(B).iter().find(|p| p.rail == rail).unwrap().state
 }
 
 #[test]
 fn a_rail_cut_mid_stream_fails_over_with_nothing_lost_or_repeated() {
     let mut r = Rails::new(Config::default());
-    let cut_at = r.now + Duration::from_millis(20);
-    r.rule = Box::new(move |t, rail| !(rail == 0 && t >= cut_at));
+    let cut_at = r.now() + Duration::from_millis(20);
+    r.rule(move |t, rail| !(rail == 0 && t >= cut_at));
     let want: Vec<_> = (0..400).map(|i| msg(i, 100 + i * 37 % 3000)).collect();
     stream(&mut r, &want, Duration::from_micros(100));
     r.run(Duration::from_secs(1));
     check(&r.drain_b(), &want, "rail 0 cut");
     assert_eq!(path_state(&r, 0), PathState::Down);
     assert_eq!(path_state(&r, 1), PathState::Active);
-    assert!(r.a.stats().failovers >= 1);
+    assert!(r.a().stats().failovers >= 1);
     let events = r.events_a();
     let at = |to: PathState| {
         events.iter().find_map(|e| match e {
@@ -177,10 +151,10 @@ fn a_rail_cut_mid_stream_fails_over_with_nothing_lost_or_repeated() {
         down - cut_at
     );
     for seq in 0..want.len() as u64 {
-        assert_eq!(r.a.message_state(MessageId { peer: B, seq }), MessageState::Delivered);
+        assert_eq!(r.a().message_state(MessageId { peer: B, seq }), MessageState::Delivered);
     }
     // Data moved to rail 1, the cut rail's unacknowledged segments with it.
-    let info = r.a.paths(B);
+    let info = r.net.ep(A).paths(B);
     assert!(info[1].stats.data_frames_sent > 0, "{info:?}");
     assert!(info[1].stats.retransmits > 0, "{info:?}");
 }
@@ -189,8 +163,8 @@ fn a_rail_cut_mid_stream_fails_over_with_nothing_lost_or_repeated() {
 fn both_rails_cut_one_after_the_other_reports_exactly_what_was_lost() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
     let mut r = Rails::new(config);
-    let (cut0, cut1) = (r.now + Duration::from_millis(10), r.now + Duration::from_millis(30));
-    r.rule = Box::new(move |t, rail| t < if rail == 0 { cut0 } else { cut1 });
+    let (cut0, cut1) = (r.now() + Duration::from_millis(10), r.now() + Duration::from_millis(30));
+    r.rule(move |t, rail| t < if rail == 0 { cut0 } else { cut1 });
     let want: Vec<_> = (0..500).map(|i| msg(i, 2000)).collect();
     stream(&mut r, &want, Duration::from_micros(100));
     r.run(Duration::from_secs(2));
@@ -213,30 +187,30 @@ fn both_rails_cut_one_after_the_other_reports_exactly_what_was_lost() {
     assert!(failed.first <= got.len() as u64, "a gap between delivered and failed");
     assert!(failed.in_doubt_end >= got.len() as u64, "a certainly-failed message was delivered");
     for seq in 0..failed.first {
-        assert_eq!(r.a.message_state(MessageId { peer: B, seq }), MessageState::Delivered);
+        assert_eq!(r.a().message_state(MessageId { peer: B, seq }), MessageState::Delivered);
     }
 }
 
 #[test]
 fn a_flapping_rail_never_loses_or_repeats_a_message() {
     let mut r = Rails::new(Config::default());
-    let start = r.now;
+    let start = r.now();
     // Rail 0 is up 15 ms, down 15 ms, over and over.
-    r.rule = Box::new(move |t, rail| rail != 0 || ((t - start).as_millis() / 15).is_multiple_of(2));
+    r.rule(move |t, rail| rail != 0 || ((t - start).as_millis() / 15).is_multiple_of(2));
     let want: Vec<_> = (0..1500).map(|i| msg(i, 64 + i % 1500)).collect();
     stream(&mut r, &want, Duration::from_micros(80));
     r.run(Duration::from_secs(2));
     check(&r.drain_b(), &want, "flapping rail 0");
     let changes = r.events_a().iter().filter(|e| matches!(e, Event::PathChanged { rail: 0, .. })).count();
     assert!(changes >= 4, "rail 0 changed state only {changes} times");
-    assert!(r.a.stats().failovers >= 2);
+    assert!(r.a().stats().failovers >= 2);
 }
 
 #[test]
 fn a_rail_dropping_30_percent_is_repaired_not_failed() {
     let mut r = Rails::new(Config::default());
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    r.rule = Box::new(move |_, rail| {
+    r.rule(move |_, rail| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -246,7 +220,7 @@ fn a_rail_dropping_30_percent_is_repaired_not_failed() {
     stream(&mut r, &want, Duration::from_micros(100));
     r.run(Duration::from_secs(2));
     check(&r.drain_b(), &want, "30% loss on rail 0");
-    assert!(r.a.stats().retransmits > 0);
+    assert!(r.a().stats().retransmits > 0);
 }
 
 #[test]
@@ -258,10 +232,9 @@ fn a_restarted_peer_gets_fresh_sequence_numbers_on_any_rail() {
     check(&r.drain_b(), &want, "before restart");
     r.events_a();
     // B restarts with a new incarnation; rail 0 dies at the same moment.
-    r.b = Endpoint::new(Config::default(), B, 2).unwrap();
-    r.b.set_paths(A, &[0, 1]).unwrap();
-    let now = r.now;
-    r.rule = Box::new(move |t, rail| rail != 0 || t < now);
+    r.net.replace(endpoint(Config::default(), B, 2, A));
+    let now = r.now();
+    r.rule(move |t, rail| rail != 0 || t < now);
     let again: Vec<_> = (100..150).map(|i| msg(i, 300)).collect();
     stream(&mut r, &again, Duration::from_micros(100));
     r.run(Duration::from_secs(1));
@@ -289,18 +262,18 @@ fn a_restarted_peer_gets_fresh_sequence_numbers_on_any_rail() {
 #[test]
 fn an_idle_backup_that_dies_is_noticed_and_comes_back() {
     let mut r = Rails::new(Config::default());
-    let (dead_from, dead_until) = (r.now + Duration::from_millis(5), r.now + Duration::from_millis(200));
-    r.rule = Box::new(move |t, rail| rail != 1 || t < dead_from || t >= dead_until);
+    let (dead_from, dead_until) = (r.now() + Duration::from_millis(5), r.now() + Duration::from_millis(200));
+    r.rule(move |t, rail| rail != 1 || t < dead_from || t >= dead_until);
     let want: Vec<_> = (0..100).map(|i| msg(i, 500)).collect();
     stream(&mut r, &want, Duration::from_millis(1));
     r.run(Duration::from_millis(100));
     assert_eq!(path_state(&r, 1), PathState::Down, "the idle backup's probes went unanswered");
     assert_eq!(path_state(&r, 0), PathState::Active);
-    assert_eq!(r.a.stats().failovers, 0, "a backup carrying nothing moves nothing");
+    assert_eq!(r.a().stats().failovers, 0, "a backup carrying nothing moves nothing");
     r.run(Duration::from_millis(300));
     assert_eq!(path_state(&r, 1), PathState::Active, "probes found the backup again");
     check(&r.drain_b(), &want, "backup died and came back");
-    let rtt = r.a.paths(B)[1].rtt.expect("probes measured the backup");
+    let rtt = r.net.ep(A).paths(B)[1].rtt.expect("probes measured the backup");
     assert!(rtt >= LATENCY * 2, "{rtt:?}");
 }
 
@@ -308,13 +281,13 @@ fn an_idle_backup_that_dies_is_noticed_and_comes_back() {
 fn striping_uses_every_healthy_rail_and_survives_a_cut() {
     let config = Config { rail_policy: RailPolicy::Stripe, ..Config::default() };
     let mut r = Rails::new(config);
-    let cut_at = r.now + Duration::from_millis(30);
-    r.rule = Box::new(move |t, rail| !(rail == 1 && t >= cut_at));
+    let cut_at = r.now() + Duration::from_millis(30);
+    r.rule(move |t, rail| !(rail == 1 && t >= cut_at));
     let want: Vec<_> = (0..600).map(|i| msg(i, 1400)).collect();
     stream(&mut r, &want, Duration::from_micros(100));
     r.run(Duration::from_secs(1));
     check(&r.drain_b(), &want, "striped, rail 1 cut");
-    let info = r.a.paths(B);
+    let info = r.net.ep(A).paths(B);
     assert!(info[0].stats.data_frames_sent > 100 && info[1].stats.data_frames_sent > 100, "{info:?}");
     assert_eq!(info[1].state, PathState::Down);
 }

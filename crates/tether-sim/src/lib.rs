@@ -7,10 +7,12 @@
 
 mod checker;
 mod config;
+pub mod net;
 mod sim;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
 pub use config::{plan, FaultMix, LinkCut, SimConfig};
+pub use net::{Fate, Link, Sent, VirtualNet};
 pub use sim::{run, LinkCounters, SimReport};
 
 /// Run `mix` at every seed in `seeds`, calling `progress` after each.

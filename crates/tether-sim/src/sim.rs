@@ -1,13 +1,14 @@
-//! The discrete-event driver: a virtual clock, one seeded RNG, a network
-//! of simulated links between real `tether_proto::Endpoint`s, a workload,
-//! and the checker watching every delivery and failure report.
+//! The discrete-event driver: real `tether_proto::Endpoint`s on a
+//! `VirtualNet` (net.rs: the clock, the event queue, delivering datagrams
+//! and running timers, settling an endpoint after each event), its link
+//! made of the simulated links, cuts, lossy rails and every node's fault
+//! injectors; on top, one seeded RNG, a workload, restarts and soft-state
+//! losses, and the checker watching every delivery and failure report.
 //!
 //! Determinism: the only randomness is the run's `Pcg64Mcg`; events at the
 //! same instant run in the order they were scheduled; nothing iterates an
 //! unordered container. One seed is one exact replay.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use rand::{Rng, RngCore, SeedableRng};
@@ -18,6 +19,7 @@ use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, Ra
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
 use crate::config::SimConfig;
+use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
 
 /// What happened to datagrams on the links.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -61,23 +63,15 @@ impl SimReport {
     }
 }
 
+/// The simulator's own events; datagrams in flight and endpoint wake-ups
+/// are the network's (`NetEvent`).
 enum Ev {
-    Arrive {
-        src: NodeId,
-        dst: NodeId,
-        rail: RailId,
-        bytes: Vec<u8>,
-    },
     /// A node's injector holds delayed or reordered datagrams; the first
     /// is due now.
     Release {
         node: NodeId,
         rail: RailId,
-        at: u64,
-    },
-    Wake {
-        node: NodeId,
-        at: u64,
+        at: Instant,
     },
     Tick {
         node: NodeId,
@@ -94,33 +88,9 @@ enum Ev {
     },
 }
 
-struct Scheduled {
-    at: u64,
-    order: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.order) == (o.at, o.order)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.order).cmp(&(o.at, o.order))
-    }
-}
-
+/// What the simulator knows of a node beyond its endpoint.
 struct Node {
-    ep: Endpoint,
     incarnation: u64,
-    wake_at: Option<u64>,
     /// Messages of the workload sent to each peer, over all incarnations.
     sent_to: Vec<u64>,
     /// Next message number toward each peer in this incarnation.
@@ -133,28 +103,33 @@ const ORIGIN_NS: u64 = 1_000_000_000;
 /// Messages a node sends to one peer per turn.
 const BURST: u64 = 2;
 
-struct World<'a> {
+/// The network between the nodes, as the `VirtualNet`'s link: latency,
+/// cuts, lossy rails, and each node's network interface on each rail
+/// (`nic`) with its fault injector, on the way out and on the way in.
+struct Links<'a> {
     cfg: &'a SimConfig,
+    /// The run's one RNG. It lives here because lossy rails draw from it;
+    /// the workload draws its messages from it too.
     rng: Pcg64Mcg,
-    queue: BinaryHeap<Reverse<Scheduled>>,
-    order: u64,
-    now: u64,
-    nodes: Vec<Node>,
-    checker: Checker,
-    links: LinkCounters,
-    /// Each node's network interface on each rail (`nic`): what it does to
-    /// datagrams it sends and receives. Survives the node's restarts, as a
-    /// NIC would.
+    counters: LinkCounters,
+    /// What each interface does to datagrams it sends and receives.
+    /// Survives the node's restarts, as a NIC would.
     injectors: Vec<Injector>,
     /// When each injector's next release is scheduled.
-    release_at: Vec<Option<u64>>,
+    release_at: Vec<Option<Instant>>,
+    /// `TETHER_SIM_TRACE` set: print every datagram sent (for debugging a seed).
+    trace: bool,
+}
+
+struct World<'a> {
+    cfg: &'a SimConfig,
+    net: VirtualNet<Links<'a>, Ev>,
+    nodes: Vec<Node>,
+    checker: Checker,
     /// Counters of crashed incarnations, so nothing they did is forgotten.
     dead_stats: Stats,
     /// Engines rebuilt from hard state so far.
     soft_losses: u64,
-    buf: Vec<u8>,
-    /// `TETHER_SIM_TRACE` set: print every datagram sent (for debugging a seed).
-    trace: bool,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -163,25 +138,10 @@ fn ns(d: Duration) -> u64 {
 
 impl<'a> World<'a> {
     fn new(cfg: &'a SimConfig) -> Self {
-        let nodes = (0..cfg.nodes)
-            .map(|id| Node {
-                ep: endpoint(cfg, id, 1),
-                incarnation: 1,
-                wake_at: None,
-                sent_to: vec![0; cfg.nodes as usize],
-                next_seq: vec![0; cfg.nodes as usize],
-                read_scheduled: false,
-            })
-            .collect();
-        let mut w = World {
+        let links = Links {
             cfg,
             rng: Pcg64Mcg::seed_from_u64(cfg.seed),
-            queue: BinaryHeap::new(),
-            order: 0,
-            now: 0,
-            nodes,
-            checker: Checker::default(),
-            links: LinkCounters::default(),
+            counters: LinkCounters::default(),
             injectors: (0..cfg.nodes)
                 .flat_map(|id| (0..rails(cfg)).map(move |rail| (id, rail)))
                 .map(|(id, rail)| {
@@ -191,86 +151,75 @@ impl<'a> World<'a> {
                 })
                 .collect(),
             release_at: vec![None; cfg.nodes as usize * rails(cfg)],
-            dead_stats: Stats::default(),
-            soft_losses: 0,
-            buf: vec![0; tether_wire::MAX_DATAGRAM],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
         };
+        let origin = Instant::from_nanos(ORIGIN_NS);
+        let mut net = VirtualNet::new(origin, links);
+        for id in 0..cfg.nodes {
+            net.add(endpoint(cfg, id, 1));
+        }
+        let nodes = (0..cfg.nodes)
+            .map(|_| Node {
+                incarnation: 1,
+                sent_to: vec![0; cfg.nodes as usize],
+                next_seq: vec![0; cfg.nodes as usize],
+                read_scheduled: false,
+            })
+            .collect();
         for node in 0..cfg.nodes {
-            let offset = w.rng.gen_range(0..ns(cfg.pace).max(1));
-            w.schedule(offset, Ev::Tick { node });
+            let offset = net.link.rng.gen_range(0..ns(cfg.pace).max(1));
+            net.timeline_mut().schedule(origin + Duration::from_nanos(offset), Ev::Tick { node });
         }
         for &(node, at) in &cfg.restarts {
-            w.schedule(ns(at), Ev::Restart { node });
+            net.timeline_mut().schedule(origin + at, Ev::Restart { node });
         }
         for &(node, at) in &cfg.soft_losses {
-            w.schedule(ns(at), Ev::SoftLoss { node });
+            net.timeline_mut().schedule(origin + at, Ev::SoftLoss { node });
         }
-        w
+        World { cfg, net, nodes, checker: Checker::default(), dead_stats: Stats::default(), soft_losses: 0 }
     }
 
-    fn schedule(&mut self, at: u64, ev: Ev) {
-        self.order += 1;
-        self.queue.push(Reverse(Scheduled { at, order: self.order, ev }));
-    }
-
-    fn instant(&self) -> Instant {
-        Instant::from_nanos(ORIGIN_NS + self.now)
+    fn schedule(&mut self, after: Duration, ev: Ev) {
+        let at = self.net.now() + after;
+        self.net.timeline_mut().schedule(at, ev);
     }
 
     fn run(&mut self) -> u64 {
+        let limit = self.net.timeline().origin() + self.cfg.time_limit;
         let mut events = 0;
-        while let Some(Reverse(s)) = self.queue.pop() {
-            if s.at > ns(self.cfg.time_limit) {
-                break;
-            }
-            self.now = s.at;
+        while let Some(step) = self.net.step(limit) {
             events += 1;
-            let now = self.instant();
-            let node = match s.ev {
-                Ev::Arrive { src, dst, rail, bytes } => {
-                    if self.through_injector() {
-                        let elapsed = self.elapsed();
-                        let i = self.nic(dst, rail);
-                        self.injectors[i].on_recv(elapsed, Some(src), &bytes);
-                        self.release(dst, rail);
-                    } else {
-                        self.nodes[dst as usize].ep.handle_datagram_on(now, rail, &bytes);
-                    }
-                    dst
-                }
-                Ev::Release { node, rail, at } => {
-                    let i = self.nic(node, rail);
-                    if self.release_at[i] != Some(at) {
+            let node = match step {
+                // A datagram handed in (through the interface's injector
+                // on its way) or the node's timers run.
+                Step::Node(node) => node,
+                Step::Nothing => continue, // a superseded wake-up
+                Step::User(Ev::Release { node, rail, at }) => {
+                    let (links, timeline, ep) = self.net.parts(node);
+                    let i = links.nic(node, rail);
+                    if links.release_at[i] != Some(at) {
                         continue; // superseded by a later scheduling
                     }
-                    self.release_at[i] = None;
-                    self.release(node, rail);
+                    links.release_at[i] = None;
+                    links.release(timeline, ep, rail);
                     node
                 }
-                Ev::Wake { node, at } => {
-                    if self.nodes[node as usize].wake_at != Some(at) {
-                        continue; // superseded by a later scheduling
-                    }
-                    self.nodes[node as usize].wake_at = None;
-                    self.nodes[node as usize].ep.handle_timeout(now);
-                    node
-                }
-                Ev::Tick { node } => {
+                Step::User(Ev::Tick { node }) => {
                     self.send_turn(node);
                     node
                 }
-                Ev::Restart { node } => {
+                Step::User(Ev::Restart { node }) => {
                     self.restart(node);
                     node
                 }
-                Ev::SoftLoss { node } => {
+                Step::User(Ev::SoftLoss { node }) => {
                     self.lose_soft_state(node);
                     node
                 }
-                Ev::Read { node } => {
+                Step::User(Ev::Read { node }) => {
                     self.nodes[node as usize].read_scheduled = false;
-                    self.read(node, self.cfg.reader_batch.unwrap_or(usize::MAX));
+                    let max = self.cfg.reader_batch.unwrap_or(usize::MAX);
+                    read(&mut self.checker, node, self.net.ep_mut(node), max);
                     node
                 }
             };
@@ -282,19 +231,18 @@ impl<'a> World<'a> {
     /// One sending turn of the workload: a few messages to each peer,
     /// stopping at back-pressure, never dropping one.
     fn send_turn(&mut self, id: NodeId) {
-        let now = self.instant();
+        let now = self.net.now();
         let total = self.cfg.messages_per_stream;
         let mut more = false;
         for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
             for _ in 0..BURST {
-                let node = &self.nodes[id as usize];
+                let node = &mut self.nodes[id as usize];
                 if node.sent_to[peer as usize] >= total {
                     break;
                 }
                 let seq = node.next_seq[peer as usize];
-                let msg = message(&mut self.rng, seq, node.incarnation);
-                let node = &mut self.nodes[id as usize];
-                match node.ep.send(now, peer, &msg) {
+                let msg = message(&mut self.net.link.rng, seq, node.incarnation);
+                match self.net.ep_mut(id).send(now, peer, &msg) {
                     Ok(MessageId { seq: got, .. }) => {
                         debug_assert_eq!(got, seq);
                         node.next_seq[peer as usize] += 1;
@@ -308,198 +256,86 @@ impl<'a> World<'a> {
             more |= self.nodes[id as usize].sent_to[peer as usize] < total;
         }
         if more {
-            self.schedule(self.now + ns(self.cfg.pace), Ev::Tick { node: id });
+            self.schedule(self.cfg.pace, Ev::Tick { node: id });
         }
     }
 
     /// The node crashes and comes back as a new incarnation.
     fn restart(&mut self, id: NodeId) {
         let node = &mut self.nodes[id as usize];
-        while let Some(d) = node.ep.recv() {
+        let ep = self.net.ep_mut(id);
+        while let Some(d) = ep.recv() {
             self.checker.on_unread_at_crash(d.from, id, &d.message);
         }
         for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
             let key = (id, node.incarnation, peer);
-            let ep = &node.ep;
+            let ep = &*ep;
             let pending = (0..node.next_seq[peer as usize])
                 .filter(|&seq| ep.message_state(MessageId { peer, seq }) == MessageState::Pending);
             self.checker.on_crash(key, pending);
             node.next_seq[peer as usize] = 0;
         }
-        self.dead_stats.accumulate(node.ep.stats());
+        self.dead_stats.accumulate(ep.stats());
         node.incarnation += 1;
-        node.ep = endpoint(self.cfg, id, node.incarnation);
-        node.wake_at = None;
+        self.net.replace(endpoint(self.cfg, id, node.incarnation));
     }
 
     /// The node's engine fails and a new one is built from its hard state:
     /// the same incarnation, every timer and estimate gone.
     fn lose_soft_state(&mut self, id: NodeId) {
-        let now = self.instant();
-        let node = &mut self.nodes[id as usize];
-        let snapshot = node.ep.snapshot();
-        node.ep =
+        let now = self.net.now();
+        let snapshot = self.net.ep(id).snapshot();
+        let ep =
             Endpoint::restore(self.cfg.proto.clone(), snapshot, now).expect("simulation config is valid");
-        node.ep.set_invariant_checks(true);
-        node.wake_at = None;
+        self.net.replace(ep);
         self.soft_losses += 1;
     }
 
-    /// After a node did anything: send what it has, hand deliveries and
-    /// events to the checker, and schedule its next timer.
+    /// After a node did anything: the network sends what it has; then
+    /// deliveries and events go to the checker, before the network
+    /// schedules its next timer.
     fn after(&mut self, id: NodeId) {
-        let now = self.instant();
-        let mut buf = std::mem::take(&mut self.buf);
-        while let Some(t) = self.nodes[id as usize].ep.poll_transmit(now, &mut buf) {
-            self.transmit(id, t.dst, t.rail, &buf[..t.len]);
-        }
-        self.buf = buf;
-        match self.cfg.reader_batch {
-            None => self.read(id, usize::MAX),
-            Some(_) => {
-                let node = &mut self.nodes[id as usize];
-                if node.ep.pending_deliveries() > 0 && !node.read_scheduled {
-                    node.read_scheduled = true;
-                    self.schedule(self.now + 1_000_000, Ev::Read { node: id });
+        let now = self.net.now();
+        let (cfg, checker, node) = (self.cfg, &mut self.checker, &mut self.nodes[id as usize]);
+        self.net.settle(id, |timeline, ep| {
+            match cfg.reader_batch {
+                None => read(checker, id, ep, usize::MAX),
+                Some(_) => {
+                    if ep.pending_deliveries() > 0 && !node.read_scheduled {
+                        node.read_scheduled = true;
+                        timeline.schedule(now + Duration::from_millis(1), Ev::Read { node: id });
+                    }
                 }
             }
-        }
-        let node = &mut self.nodes[id as usize];
-        while let Some(ev) = node.ep.poll_event() {
-            match ev {
-                Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
-                    self.checker.on_failed(id, node.incarnation, failed)
+            while let Some(ev) = ep.poll_event() {
+                match ev {
+                    Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
+                        checker.on_failed(id, node.incarnation, failed)
+                    }
+                    Event::PeerReachable { .. } | Event::PathChanged { .. } | Event::FailedOver { .. } => {}
                 }
-                Event::PeerReachable { .. } | Event::PathChanged { .. } | Event::FailedOver { .. } => {}
             }
-        }
-        if let Some(t) = node.ep.poll_timeout() {
-            let at = t.as_nanos().saturating_sub(ORIGIN_NS).max(self.now);
-            if node.wake_at != Some(at) {
-                node.wake_at = Some(at);
-                self.schedule(at, Ev::Wake { node: id, at });
-            }
-        }
-    }
-
-    /// The application reads up to `max` delivered messages.
-    fn read(&mut self, id: NodeId, max: usize) {
-        let node = &mut self.nodes[id as usize];
-        for _ in 0..max {
-            let Some(d) = node.ep.recv() else { break };
-            self.checker.on_deliver(d.from, id, &d.message);
-        }
-    }
-
-    fn cut(&self, a: NodeId, b: NodeId, rail: RailId) -> bool {
-        self.cfg.cuts.iter().any(|c| {
-            ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
-                && c.rail.is_none_or(|r| r == rail)
-                && self.now >= ns(c.at)
-                && c.until.is_none_or(|u| self.now < ns(u))
-        })
-    }
-
-    /// Faults strike until the safety phase ends; then links heal so
-    /// every run can settle.
-    fn faulty(&self) -> bool {
-        self.now < ns(self.cfg.safety_phase)
-    }
-
-    /// Virtual time as the injectors count it.
-    fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.now)
-    }
-
-    /// Do datagrams go through the nodes' injectors now? Single-rail runs
-    /// until the safety phase ends; multi-rail runs only if they have
-    /// message faults (a rail's own cuts and loss are the link's).
-    fn through_injector(&self) -> bool {
-        self.faulty() && (self.cfg.rails <= 1 || !self.cfg.faults.rules.is_empty())
-    }
-
-    /// The injector of a node's interface on `rail`: one per rail, as each
-    /// rail is a network card of its own (and so a held datagram keeps its rail).
-    fn nic(&self, node: NodeId, rail: RailId) -> usize {
-        node as usize * rails(self.cfg) + rail as usize
-    }
-
-    /// Hand a node's endpoint what its injector on `rail` has ready, and
-    /// schedule the release of what it still holds.
-    fn release(&mut self, id: NodeId, rail: RailId) {
-        let (now, elapsed) = (self.instant(), self.elapsed());
-        let i = self.nic(id, rail);
-        let ep = &mut self.nodes[id as usize].ep;
-        self.injectors[i].drain_ready(elapsed, |_, bytes| {
-            ep.handle_datagram_on(now, rail, bytes);
-            true
         });
-        if let Some(due) = self.injectors[i].next_release() {
-            let at = ns(due).max(self.now);
-            if self.release_at[i] != Some(at) {
-                self.release_at[i] = Some(at);
-                self.schedule(at, Ev::Release { node: id, rail, at });
-            }
-        }
-    }
-
-    fn transmit(&mut self, src: NodeId, dst: NodeId, rail: RailId, datagram: &[u8]) {
-        self.links.datagrams += 1;
-        if self.trace {
-            eprintln!("{:>12} {src}->{dst} rail {rail} {}", self.now, describe(datagram));
-        }
-        let arrive = self.now + ns(self.cfg.latency);
-        if self.cfg.rails > 1 {
-            // Rail faults last the whole run: a lossy rail stays lossy.
-            let loss = self.cfg.rail_loss.iter().find(|(r, _)| *r == rail).map_or(0.0, |(_, p)| *p);
-            if self.cut(src, dst, rail) || (loss > 0.0 && self.rng.gen_bool(loss)) {
-                self.links.cut += 1;
-                return;
-            }
-            if !self.through_injector() {
-                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
-                return;
-            }
-        } else if !self.through_injector() {
-            if self.cut(src, dst, rail) {
-                self.links.cut += 1;
-            } else {
-                self.schedule(arrive, Ev::Arrive { src, dst, rail, bytes: datagram.to_vec() });
-            }
-            return;
-        }
-        // What leaves the sender's interface: nothing, the datagram, copies
-        // of it, or an old datagram injected toward any peer.
-        let mut out = Vec::new();
-        let elapsed = self.elapsed();
-        let i = self.nic(src, rail);
-        self.injectors[i].on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
-        for (to, bytes) in out {
-            if self.cut(src, to, rail) {
-                self.links.cut += 1;
-            } else {
-                self.schedule(arrive, Ev::Arrive { src, dst: to, rail, bytes });
-            }
-        }
     }
 
     fn report(mut self, events: u64) -> SimReport {
-        let nodes = &self.nodes;
+        let (nodes, net) = (&self.nodes, &self.net);
         self.checker.finish(|(src, inc, dst), seq| {
             let n = &nodes[src as usize];
-            (n.incarnation == inc).then(|| n.ep.message_state(MessageId { peer: dst, seq }))
+            (n.incarnation == inc).then(|| net.ep(src).message_state(MessageId { peer: dst, seq }))
         });
         let mut stats = self.dead_stats.clone();
-        for n in &self.nodes {
-            stats.accumulate(n.ep.stats());
+        for ep in self.net.endpoints() {
+            stats.accumulate(ep.stats());
         }
         let expected = self.cfg.messages_per_stream * self.cfg.nodes as u64 * (self.cfg.nodes as u64 - 1);
         let unsent = expected - self.checker.sent();
         if unsent > 0 {
             self.checker.violations.push(Violation::NotConverged { pending: unsent });
         }
-        for inj in &self.injectors {
-            self.links.faults.accumulate(&inj.counters());
+        let links = &mut self.net.link;
+        for inj in &links.injectors {
+            links.counters.faults.accumulate(&inj.counters());
         }
         let c = &self.checker;
         SimReport {
@@ -518,25 +354,130 @@ impl<'a> World<'a> {
             checksum_failures: stats.checksum_failures,
             duplicates_discarded: stats.duplicates_discarded,
             stale_dropped: stats.stale_dropped,
-            links: self.links,
+            links: links.counters,
             stats,
-            virtual_ms: self.now as f64 / 1e6,
+            virtual_ms: ns(self.net.timeline().elapsed()) as f64 / 1e6,
             events,
         }
     }
 }
 
-/// A node's endpoint, told that every rail leads to every other node.
-fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
-    let mut ep = Endpoint::new(cfg.proto.clone(), id, incarnation).expect("simulation config is valid");
-    // Every invariant after every operation: a broken one is a panic,
-    // which `run` turns into a violation carrying the seed.
-    ep.set_invariant_checks(true);
-    let rails: Vec<RailId> = (0..cfg.rails.max(1)).collect();
-    for peer in (0..cfg.nodes).filter(|&p| p != id) {
-        ep.set_paths(peer, &rails).expect("at most MAX_RAILS rails");
+/// The application at node `id` reads up to `max` delivered messages.
+fn read(checker: &mut Checker, id: NodeId, ep: &mut Endpoint, max: usize) {
+    for _ in 0..max {
+        let Some(d) = ep.recv() else { break };
+        checker.on_deliver(d.from, id, &d.message);
     }
-    ep
+}
+
+impl Links<'_> {
+    fn cut(&self, elapsed: Duration, a: NodeId, b: NodeId, rail: RailId) -> bool {
+        self.cfg.cuts.iter().any(|c| {
+            ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
+                && c.rail.is_none_or(|r| r == rail)
+                && elapsed >= c.at
+                && c.until.is_none_or(|u| elapsed < u)
+        })
+    }
+
+    /// Do datagrams go through the nodes' injectors now? Faults strike
+    /// until the safety phase ends; then links heal so every run can
+    /// settle. Single-rail runs go through them until then; multi-rail
+    /// runs only if they have message faults (a rail's own cuts and loss
+    /// are the link's).
+    fn through_injector(&self, elapsed: Duration) -> bool {
+        elapsed < self.cfg.safety_phase && (self.cfg.rails <= 1 || !self.cfg.faults.rules.is_empty())
+    }
+
+    /// The injector of a node's interface on `rail`: one per rail, as each
+    /// rail is a network card of its own (and so a held datagram keeps its rail).
+    fn nic(&self, node: NodeId, rail: RailId) -> usize {
+        node as usize * rails(self.cfg) + rail as usize
+    }
+
+    /// Hand a node's endpoint what its injector on `rail` has ready, and
+    /// schedule the release of what it still holds.
+    fn release(&mut self, timeline: &mut Timeline<Ev>, ep: &mut Endpoint, rail: RailId) {
+        let (now, elapsed) = (timeline.now(), timeline.elapsed());
+        let id = ep.node();
+        let i = self.nic(id, rail);
+        self.injectors[i].drain_ready(elapsed, |_, bytes| {
+            ep.handle_datagram_on(now, rail, bytes);
+            true
+        });
+        if let Some(due) = self.injectors[i].next_release() {
+            let at = (timeline.origin() + due).max(now);
+            if self.release_at[i] != Some(at) {
+                self.release_at[i] = Some(at);
+                timeline.schedule(at, Ev::Release { node: id, rail, at });
+            }
+        }
+    }
+}
+
+impl Link<Ev> for Links<'_> {
+    fn transmit(&mut self, timeline: &mut Timeline<Ev>, sent: Sent<'_>) {
+        let Sent { src, dst, rail, bytes: datagram, .. } = sent;
+        let elapsed = timeline.elapsed();
+        self.counters.datagrams += 1;
+        if self.trace {
+            eprintln!("{:>12} {src}->{dst} rail {rail} {}", ns(elapsed), describe(datagram));
+        }
+        let arrive = timeline.now() + self.cfg.latency;
+        let arrival = |dst, bytes| Datagram { src, dst, rail, bytes };
+        if self.cfg.rails > 1 {
+            // Rail faults last the whole run: a lossy rail stays lossy.
+            let loss = self.cfg.rail_loss.iter().find(|(r, _)| *r == rail).map_or(0.0, |(_, p)| *p);
+            if self.cut(elapsed, src, dst, rail) || (loss > 0.0 && self.rng.gen_bool(loss)) {
+                self.counters.cut += 1;
+                return;
+            }
+            if !self.through_injector(elapsed) {
+                timeline.send(arrive, arrival(dst, datagram.to_vec()));
+                return;
+            }
+        } else if !self.through_injector(elapsed) {
+            if self.cut(elapsed, src, dst, rail) {
+                self.counters.cut += 1;
+            } else {
+                timeline.send(arrive, arrival(dst, datagram.to_vec()));
+            }
+            return;
+        }
+        // What leaves the sender's interface: nothing, the datagram, copies
+        // of it, or an old datagram injected toward any peer.
+        let mut out = Vec::new();
+        let i = self.nic(src, rail);
+        self.injectors[i].on_send(elapsed, dst, datagram, |to, bytes| out.push((to, bytes.to_vec())));
+        for (to, bytes) in out {
+            if self.cut(elapsed, src, to, rail) {
+                self.counters.cut += 1;
+            } else {
+                timeline.send(arrive, arrival(to, bytes));
+            }
+        }
+    }
+
+    fn arrive(&mut self, timeline: &mut Timeline<Ev>, ep: &mut Endpoint, datagram: Datagram) {
+        let Datagram { src, rail, bytes, .. } = datagram;
+        let elapsed = timeline.elapsed();
+        if self.through_injector(elapsed) {
+            let i = self.nic(ep.node(), rail);
+            self.injectors[i].on_recv(elapsed, Some(src), &bytes);
+            self.release(timeline, ep, rail);
+        } else {
+            ep.handle_datagram_on(timeline.now(), rail, &bytes);
+        }
+    }
+}
+
+/// A node's endpoint, told that every rail leads to every other node.
+/// Every invariant is checked after every operation: a broken one is a
+/// panic, which `run` turns into a violation carrying the seed.
+fn endpoint(cfg: &SimConfig, id: NodeId, incarnation: u64) -> Endpoint {
+    let rails: Vec<RailId> = (0..cfg.rails.max(1)).collect();
+    let peers = (0..cfg.nodes).filter(|&p| p != id);
+    net::endpoint(cfg.proto.clone(), id, incarnation, peers, &rails)
 }
 
 /// Rails between every pair of nodes (at least one).
