@@ -22,7 +22,7 @@ pub enum Error {
     #[error("fault plan: {0}")]
     FaultPlan(#[from] PlanError),
     /// The transport refused (bind, send): the typed errors of Li et al.
-    /// [CI] Table 1 (docs/REFERENCES.md), with the address where known.
+    /// \[CI\] Table 1 (docs/REFERENCES.md), with the address where known.
     #[error(transparent)]
     Transport(#[from] TransportError),
     /// An endpoint has one to `MAX_RAILS` rails.

@@ -47,7 +47,7 @@ pub use tether_proto::{
 };
 pub use tether_wire::{ChecksumKind, ChecksumSet};
 
-/// Fault injection (the functional fault model of Li et al. [CI], see
+/// Fault injection (the functional fault model of Li et al. \[CI\], see
 /// docs/FAULTS.md): plans of rules that drop, delay, modify, reorder,
 /// duplicate and inject datagrams, and fail the application's own calls;
 /// the counters of what struck; the handle on a running injector.
