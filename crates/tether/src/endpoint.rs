@@ -180,7 +180,7 @@ impl Endpoint {
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        let transport = UdpTransport::bind(node, bind, book)?;
+        let transport = UdpTransport::bind(bind, book)?;
         Self::with_transport(node, Box::new(transport), options)
     }
 
@@ -198,9 +198,7 @@ impl Endpoint {
     pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> Result<Self, Error> {
         let rails = binds
             .iter()
-            .map(|&b| {
-                Ok(Box::new(UdpTransport::bind(node, b, AddressBook::new())?) as Box<dyn Transport + Send>)
-            })
+            .map(|&b| Ok(Box::new(UdpTransport::bind(b, AddressBook::new())?) as Box<dyn Transport + Send>))
             .collect::<Result<Vec<_>, Error>>()?;
         Self::with_rails(node, rails, options)
     }
