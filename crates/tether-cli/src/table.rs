@@ -489,7 +489,7 @@ pub fn detection(r: &crate::detection::DetectionReport) {
 pub fn model(m: &crate::model::ModelReport) {
     let i = &m.inputs;
     println!(
-        "T(L) model (seeds/003 5.2) for {}: B_copy {:.1} GB/s, B_csum {:.1} GB/s, B_fused {:.1} GB/s (in cache, above), lambda_net {:.2} us (half the raw 8 B round trip), B_net {:.0} MB/s (raw 64 KiB stream)",
+        "T(L) model (Trahay et al. [NMAD] section 5.2) for {}: B_copy {:.1} GB/s, B_csum {:.1} GB/s, B_fused {:.1} GB/s (in cache, above), lambda_net {:.2} us (half the raw 8 B round trip), B_net {:.0} MB/s (raw 64 KiB stream)",
         m.checksum,
         i.b_copy / 1e9,
         i.b_csum / 1e9,

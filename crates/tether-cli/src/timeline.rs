@@ -1,7 +1,8 @@
-//! The rails of a run as the sending endpoint saw them (seeds/003 sections
-//! 3-4; seeds/001 section 4): every path state change and every failover
-//! with its gap, times relative to the start of the run, and each path's
-//! counters at the end.
+//! The rails of a run as the sending endpoint saw them (the multi-rail
+//! failover of Trahay et al. [NMAD] section 3, the transient/permanent
+//! split of Tang and Bilas [TB] section 4): every path state change and
+//! every failover with its gap, times relative to the start of the run,
+//! and each path's counters at the end.
 
 use serde::Serialize;
 use tether::{Endpoint, Event, Instant, NodeId, PathInfo, PathState};

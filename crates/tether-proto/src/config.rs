@@ -15,7 +15,7 @@ pub enum RetransmitMode {
     Selective,
     /// On timeout retransmit everything from the first unacknowledged
     /// segment on; the receiver keeps nothing out of order. Kept so the
-    /// experiments of seeds/001 can be reproduced side by side.
+    /// experiments of Tang and Bilas [TB] can be reproduced side by side.
     GoBackN,
 }
 
@@ -39,13 +39,13 @@ pub struct Config {
     pub rto_min: Duration,
     pub rto_max: Duration,
     /// How long new data may wait to be aggregated with more while earlier
-    /// data is still in flight (a bounded Nagle rule, seeds/003 section 3).
+    /// data is still in flight (a bounded Nagle rule; aggregation is Trahay et al. [NMAD] section 3).
     /// Zero sends every message at once.
     pub coalesce_delay: Duration,
     /// How long a received segment may wait for reverse data to carry its ACK.
     pub ack_delay: Duration,
     /// Window fill fraction (in 1/256ths) at which the sender asks for an
-    /// immediate ACK (seeds/001 section 4.1.2).
+    /// immediate ACK (Tang and Bilas [TB] section 4.1.2).
     pub ack_request_at: u8,
     /// No acknowledged progress toward a peer with data outstanding for this
     /// long: the peer is unreachable and its messages fail.
@@ -61,7 +61,7 @@ pub struct Config {
     /// How data uses a peer's healthy rails (`Endpoint::set_paths`).
     pub rail_policy: RailPolicy,
     /// A path that asked for an answer and heard nothing this long is
-    /// suspect and probed (seeds/001 section 4: a transient failure).
+    /// suspect and probed (Tang and Bilas [TB] section 4: a transient failure).
     pub path_suspect_after: Duration,
     /// ... and this long, down for that peer: its unacknowledged data
     /// moves to another rail (a permanent failure).

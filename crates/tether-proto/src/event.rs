@@ -18,7 +18,7 @@ pub enum FailReason {
     /// The peer came back as a new incarnation; its previous life's
     /// receive state is gone.
     PeerRestarted,
-    /// An injected operation fault (seeds/002 Table 2): the send was
+    /// An injected operation fault (Li et al. [CI] Table 2): the send was
     /// accepted and then completed with an error status. The runtime's
     /// fault injector reports it; the core never does.
     OperationFault,

@@ -51,7 +51,7 @@ counters! {
     duplicates_discarded,
     /// Data frames beyond the receive window or refused by a full delivery queue.
     out_of_window,
-    /// Packets from an older incarnation or epoch (seeds/001 section 4.2).
+    /// Packets from an older incarnation or epoch (Tang and Bilas [TB] section 4.2).
     stale_dropped,
     /// Packets addressed to another node.
     misdirected,
@@ -63,7 +63,7 @@ counters! {
     /// Well-formed frames that break the protocol (ACK for unsent data, oversized message).
     protocol_violations,
     /// Payload bytes copied to where they live by the checksum pass itself
-    /// (the fused receive copy, seeds/003 5.2).
+    /// (the fused receive copy, Trahay et al. [NMAD] section 5.1).
     bytes_landed,
     /// Payload bytes copied in a pass of their own after verification
     /// (first fragments, reordered fragments, a full delivery queue).

@@ -1,6 +1,6 @@
 //! Time as the core sees it: a plain number handed in by the driver.
 //!
-//! The core never reads a clock (DESIGN.md, sans-IO): the runtime converts
+//! The core never reads a clock (docs/ARCHITECTURE.md, "The sans-IO boundary"): the runtime converts
 //! `std::time::Instant` into this, the simulator advances it virtually.
 
 use core::ops::{Add, Sub};
