@@ -6,12 +6,14 @@ use crate::{Instant, NodeId};
 /// A handle on one sent message: the peer and the message's number in the
 /// stream to that peer (0, 1, 2... for the life of this endpoint).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MessageId {
     pub peer: NodeId,
     pub seq: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum FailReason {
     /// No acknowledged progress for `Config::abandon_after`.
     PeerUnreachable,
@@ -25,6 +27,7 @@ pub enum FailReason {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum MessageState {
     /// Accepted, not yet acknowledged.
     Pending,
@@ -43,6 +46,7 @@ pub enum MessageState {
 /// on certainly never reached it. No protocol can do better than this
 /// (the two generals); the application gets the exact split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FailedMessages {
     pub peer: NodeId,
     pub first: u64,
@@ -66,6 +70,11 @@ impl FailedMessages {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "event", rename_all = "snake_case")
+)]
 pub enum Event {
     /// Nothing acknowledged for `abandon_after`: every unacknowledged message
     /// to the peer failed. Later sends are tried afresh on a new epoch.

@@ -28,6 +28,8 @@ mod peer;
 mod recv_stream;
 mod rtt;
 mod send_stream;
+#[cfg(feature = "serde")]
+mod serde_support;
 mod snapshot;
 mod stats;
 mod time;

@@ -37,6 +37,7 @@ pub const MAX_RAILS: usize = 8;
 
 /// How data is spread over a peer's healthy paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum RailPolicy {
     /// All data on the lowest-numbered healthy rail; the others carry only
     /// probes until it fails.
@@ -47,6 +48,7 @@ pub enum RailPolicy {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum PathState {
     /// Answering.
     Active,
@@ -56,8 +58,21 @@ pub enum PathState {
     Down,
 }
 
+/// The state's lower-case name ("active", "suspect", "down"): the one the
+/// `serde` feature writes too, so tables and JSON say the same.
+impl core::fmt::Display for PathState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            PathState::Active => "active",
+            PathState::Suspect => "suspect",
+            PathState::Down => "down",
+        })
+    }
+}
+
 /// Counters of one path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PathStats {
     pub datagrams_sent: u64,
     pub data_frames_sent: u64,
@@ -69,12 +84,14 @@ pub struct PathStats {
 
 /// What the application can see of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PathInfo {
     pub rail: RailId,
     pub state: PathState,
     /// When the path entered its current state.
     pub since: Instant,
     /// Smoothed round trip of this path's probes, if any was answered.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_support::nanos_option"))]
     pub rtt: Option<Duration>,
     /// The last time the path showed it delivers (an ACK for data sent
     /// over it, or a probe answered).
@@ -84,11 +101,13 @@ pub struct PathInfo {
 
 /// Data moved from a path that stopped delivering to another that does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Failover {
     pub from: RailId,
     pub to: RailId,
     /// From the last ACK for data over `from` to the first ACK for data
     /// over `to` after it: how long the peer's data was stranded.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_support::nanos"))]
     pub gap: Duration,
 }
 

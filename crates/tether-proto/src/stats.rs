@@ -9,6 +9,9 @@ use tether_wire::WireError;
 macro_rules! counters {
     ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        // `default`: a record written before a counter existed still reads,
+        // with that counter at zero.
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
         pub struct Stats {
             $( $(#[doc = $doc])* pub $name: u64, )*
         }

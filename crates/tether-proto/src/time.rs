@@ -6,8 +6,11 @@
 use core::ops::{Add, Sub};
 use core::time::Duration;
 
-/// Nanoseconds since an origin the driver chooses.
+/// Nanoseconds since an origin the driver chooses. With the `serde`
+/// feature it is that plain number: the origin means nothing outside the
+/// driver, so nothing more could be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(transparent))]
 pub struct Instant(u64);
 
 impl Instant {
