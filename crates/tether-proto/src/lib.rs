@@ -17,6 +17,10 @@
 //! ACKs added, aggregation of small messages from Trahay et al. [NMAD]
 //! section 3, and generations from [TB] section 4.2 (docs/REFERENCES.md).
 
+// Every public item says what it is for: this crate is the API the
+// runtime, the simulator and other drivers are written against.
+#![warn(missing_docs)]
+
 mod config;
 mod context;
 mod delivery;
@@ -54,6 +58,8 @@ pub type NodeId = u32;
 /// A message handed to the application: who sent it and its exact bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// The sending node.
     pub from: NodeId,
+    /// The message, reassembled; `Bytes` so handing it on copies nothing.
     pub message: bytes::Bytes,
 }

@@ -14,11 +14,14 @@ use core::time::Duration;
 pub struct Instant(u64);
 
 impl Instant {
+    /// The driver's origin.
     pub const ZERO: Instant = Instant(0);
 
+    /// The instant `nanos` after the origin: how a driver hands time in.
     pub const fn from_nanos(nanos: u64) -> Self {
         Instant(nanos)
     }
+    /// Nanoseconds since the origin, for a driver converting back.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
