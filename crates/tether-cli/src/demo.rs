@@ -319,8 +319,8 @@ fn clock_at(ep: &Endpoint, start: Instant) -> tether::Instant {
 fn single_rail_endpoints(o: &DemoOpts, plan: &FaultPlan) -> anyhow::Result<Vec<Arc<Endpoint>>> {
     // Bind every socket first, then tell each endpoint every other's address.
     let mut sockets = Vec::new();
-    for node in 0..o.nodes {
-        sockets.push(UdpTransport::bind(node, loopback(), AddressBook::new())?);
+    for _ in 0..o.nodes {
+        sockets.push(UdpTransport::bind(loopback(), AddressBook::new())?);
     }
     let addrs: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().expect("bound")).collect();
     let mut endpoints = Vec::new();

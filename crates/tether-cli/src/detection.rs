@@ -1,6 +1,6 @@
 //! `tether bench checksum --errors`: how often each algorithm misses a
-//! corruption, per error pattern (seeds/003 section 5.1 warns that plain
-//! sums and xors miss errors a CRC catches; this measures it).
+//! corruption, per error pattern (Trahay et al. [NMAD] section 5.1 warns
+//! that plain sums and xors miss errors a CRC catches; this measures it).
 //!
 //! Each trial takes one of a few random messages, corrupts a copy with the
 //! pattern (redrawn until the bytes really differ), and counts the trial
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn sum_and_xor_miss_what_crc32c_catches() {
-        // seeds/003's warning, measured: a sum or xor of words is blind to
+        // [NMAD]'s warning, measured: a sum or xor of words is blind to
         // the order of the words, and xor to two flips in one bit column.
         let r = report();
         for k in [ChecksumKind::Sum, ChecksumKind::Xor] {

@@ -1,4 +1,4 @@
-//! The `tether` command (DESIGN.md layer 7): the demo, the measurements,
+//! The `tether` command (docs/ARCHITECTURE.md, "Layers": the top one): the demo, the measurements,
 //! the simulator. Tables for people, `--json` for machines.
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]

@@ -1,4 +1,4 @@
-//! The T(L) model of seeds/003 section 5.2: what checksums should cost an
+//! The T(L) model of Trahay et al. [NMAD] section 5.2 (docs/REFERENCES.md): what checksums should cost an
 //! eager message of length L, predicted from measured copy, checksum and
 //! network figures, next to what `tether stream` measures with and without
 //! a checksum in the same run.
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn the_papers_own_figures_give_its_percentages() {
-        // seeds/003 5.2: lambda 1.4 us, B_net 3 GB/s, B_copy 4.5 GB/s,
+        // [NMAD] section 5.2: lambda 1.4 us, B_net 3 GB/s, B_copy 4.5 GB/s,
         // B_csum 24.1 GB/s "gives 7% on 4 kB and 10% on 32 kB messages".
         let i = Inputs { b_copy: 4.5e9, b_csum: 24.1e9, b_fused: 4.5e9, lambda_net: 1.4e-6, b_net: 3e9 };
         let overhead = |len| {

@@ -210,29 +210,24 @@ impl NetOpts {
         })
     }
 
-    fn udp(
-        &self,
-        node: NodeId,
-        bind: SocketAddr,
-        peers: &[(NodeId, SocketAddr)],
-    ) -> anyhow::Result<UdpTransport> {
+    fn udp(&self, bind: SocketAddr, peers: &[(NodeId, SocketAddr)]) -> anyhow::Result<UdpTransport> {
         let mut book = AddressBook::new();
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        UdpTransport::bind(node, bind, book).map_err(|e| bind_error(bind, e))
+        // The error names `bind` and the system's reason itself.
+        Ok(UdpTransport::bind(bind, book)?)
     }
 
     /// A bare UDP transport for the raw baselines, with the fault plan
     /// applied the same way an endpoint applies it, drawing from `seed`.
     pub fn transport(
         &self,
-        node: NodeId,
         bind: SocketAddr,
         peers: &[(NodeId, SocketAddr)],
         seed: u64,
     ) -> anyhow::Result<Box<dyn Transport + Send>> {
-        let udp = self.udp(node, bind, peers)?;
+        let udp = self.udp(bind, peers)?;
         let plan = self.plan()?;
         if plan.is_empty() {
             return Ok(Box::new(udp));
@@ -249,7 +244,7 @@ impl NetOpts {
         peers: &[(NodeId, SocketAddr)],
     ) -> anyhow::Result<Endpoint> {
         if self.extra_rails.is_empty() {
-            let udp = self.udp(node, bind, peers)?;
+            let udp = self.udp(bind, peers)?;
             return Ok(Endpoint::with_transport(node, Box::new(udp), self.options()?)?);
         }
         let binds: Vec<SocketAddr> =
@@ -282,12 +277,13 @@ impl NetOpts {
     }
 }
 
-/// `Endpoint::udp_rails`, binding each rail here so a failure names its address.
+/// `Endpoint::udp_rails`, binding each rail here so a failure reads as the
+/// transport's own "cannot bind ADDR: reason", without the runtime's prefix.
 pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> anyhow::Result<Endpoint> {
     let rails = binds
         .iter()
         .map(|&b| {
-            let udp = UdpTransport::bind(node, b, AddressBook::new()).map_err(|e| bind_error(b, e))?;
+            let udp = UdpTransport::bind(b, AddressBook::new())?;
             Ok(Box::new(udp) as Box<dyn Transport + Send>)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -418,17 +414,5 @@ pub fn drain(tx: &Endpoint, quiet: Duration, gone: impl Fn() -> anyhow::Error) -
             Err(tether::Error::TimedOut) if s.messages_acked > acked => acked = s.messages_acked,
             Err(e) => return Err(e.into()),
         }
-    }
-}
-
-/// A bind that failed, with the address and the system's words for why
-/// (`address already in use`, not `errno 98`).
-fn bind_error(addr: SocketAddr, e: impl Into<tether::Error>) -> anyhow::Error {
-    match e.into() {
-        tether::Error::Transport(tether_io::TransportError::Os(errno)) => {
-            anyhow::anyhow!("cannot bind {addr}: {}", std::io::Error::from_raw_os_error(errno))
-        }
-        tether::Error::Transport(t) => anyhow::anyhow!("cannot bind {addr}: {t}"),
-        other => anyhow::anyhow!("cannot bind {addr}: {other}"),
     }
 }

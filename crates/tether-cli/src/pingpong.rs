@@ -159,9 +159,9 @@ fn raw_send(peer: &mut RawPeer, dst: u32, msg: &[u8], mtu: usize) -> anyhow::Res
 
 pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
     let spin = Duration::from_micros(o.spin_us);
-    let server_t = o.transport(RECEIVER, loopback(), &[], o.seed)?;
+    let server_t = o.transport(loopback(), &[], o.seed)?;
     let server_addr = server_t.local_addr().expect("udp");
-    let client_t = o.transport(SENDER, loopback(), &[(RECEIVER, server_addr)], o.seed + 1)?;
+    let client_t = o.transport(loopback(), &[(RECEIVER, server_addr)], o.seed + 1)?;
     let client_addr = client_t.local_addr().expect("udp");
     let mut server = RawPeer::new(server_t, o.mtu, spin);
     server.t.add_peer(SENDER, client_addr)?;
@@ -188,7 +188,7 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
 pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<()> {
     let what = format!("{} round trips of {} B ({count} and {WARMUP} to warm up)", count + WARMUP, o.size);
     if o.raw {
-        let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
+        let t = o.transport(addr, &[(SENDER, peer)], o.seed)?;
         let local = t.local_addr().unwrap_or(addr);
         listening("pingpong", local, peer, &format!("{what}, raw"));
         let peer_t = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
@@ -212,7 +212,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
 /// Two-process mode: the measuring side.
 pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> anyhow::Result<PingpongRun> {
     if o.raw {
-        let t = o.transport(SENDER, bind, &[(RECEIVER, addr)], o.seed)?;
+        let t = o.transport(bind, &[(RECEIVER, addr)], o.seed)?;
         let mut client = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
         let mut buf = vec![0u8; o.size];
         let mut samples = Vec::new();

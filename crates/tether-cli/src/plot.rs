@@ -1,6 +1,6 @@
 //! PNG line charts for `tether campaign`: execution time relative to the
 //! fault-free run against fault rate, one line per fault kind, in the style
-//! of Figures 3 and 4 of seeds/002. Pure Rust (plotters + ab_glyph) with a
+//! of Figs. 3 and 4 of Li et al. [CI]. Pure Rust (plotters + ab_glyph) with a
 //! bundled font, so a chart looks the same on every machine and needs no
 //! system fonts.
 

@@ -148,9 +148,9 @@ fn raw_sender(mut peer: RawPeer, o: &NetOpts, count: u64) -> anyhow::Result<()> 
 /// Raw stream over loopback: counts what arrives; loss is possible and reported.
 pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     let spin = Duration::from_micros(o.spin_us);
-    let rx_t = o.transport(RECEIVER, loopback(), &[], o.seed)?;
+    let rx_t = o.transport(loopback(), &[], o.seed)?;
     let rx_addr = rx_t.local_addr().expect("UDP has an address");
-    let tx_t = o.transport(SENDER, loopback(), &[(RECEIVER, rx_addr)], o.seed + 1)?;
+    let tx_t = o.transport(loopback(), &[(RECEIVER, rx_addr)], o.seed + 1)?;
     let mut rx = RawPeer::new(rx_t, o.mtu, spin);
     let tx = RawPeer::new(tx_t, o.mtu, spin);
     let size = o.size;
@@ -192,7 +192,7 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
 pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
     let timeout = FIRST_WAIT;
     if o.raw {
-        let t = o.transport(RECEIVER, addr, &[(SENDER, peer)], o.seed)?;
+        let t = o.transport(addr, &[(SENDER, peer)], o.seed)?;
         let local = t.local_addr().unwrap_or(addr);
         listening("stream", local, peer, &format!("{count} raw messages of {} B", o.size));
         let mut rx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
@@ -249,7 +249,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
 /// Two-process mode, sending side: done when everything is acknowledged.
 pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
     if o.raw {
-        let t = o.transport(SENDER, bind, &[(RECEIVER, addr)], o.seed)?;
+        let t = o.transport(bind, &[(RECEIVER, addr)], o.seed)?;
         let tx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
         let start = Instant::now();
         raw_sender(tx, o, count)?;

@@ -2,6 +2,7 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use tether::faults::{FaultCounters, FaultKind};
+use tether::Event;
 
 use crate::bench::BenchRow;
 use crate::demo::{DemoOpts, DemoReport, NodeReport};
@@ -194,16 +195,17 @@ pub fn rails(t: &crate::timeline::Timeline) {
         "state changes",
     ]);
     for r in &t.paths {
+        let s = &r.path.stats;
         p.add_row(vec![
-            r.rail.to_string(),
-            r.state.to_string(),
+            r.path.rail.to_string(),
+            r.path.state.to_string(),
             r.rtt_us.map_or("-".into(), |v| format!("{v:.1}")),
-            r.datagrams_sent.to_string(),
-            r.data_frames_sent.to_string(),
-            r.retransmits.to_string(),
-            r.probes_sent.to_string(),
-            r.datagrams_received.to_string(),
-            r.state_changes.to_string(),
+            s.datagrams_sent.to_string(),
+            s.data_frames_sent.to_string(),
+            s.retransmits.to_string(),
+            s.probes_sent.to_string(),
+            s.datagrams_received.to_string(),
+            s.state_changes.to_string(),
         ]);
     }
     right(&mut p);
@@ -212,13 +214,20 @@ pub fn rails(t: &crate::timeline::Timeline) {
         return;
     }
     println!("rail timeline, last run (ms from the start):");
-    let mut lines: Vec<(f64, String)> =
-        t.events.iter().map(|e| (e.t_ms, format!("rail {} {} -> {}", e.rail, e.from, e.to))).collect();
-    lines.extend(
-        t.failovers
-            .iter()
-            .map(|f| (f.t_ms, format!("failover rail {} -> rail {}: gap {:.3} ms", f.from, f.to, f.gap_ms))),
-    );
+    let mut lines: Vec<(f64, String)> = t
+        .events
+        .iter()
+        .filter_map(|e| match e.event {
+            Event::PathChanged { rail, from, to, .. } => {
+                Some((e.t_ms, format!("rail {rail} {from} -> {to}")))
+            }
+            _ => None,
+        })
+        .collect();
+    lines.extend(t.failovers.iter().map(|f| {
+        let (from, to) = (f.failover.from, f.failover.to);
+        (f.t_ms, format!("failover rail {from} -> rail {to}: gap {:.3} ms", f.gap_ms))
+    }));
     lines.sort_by(|a, b| a.0.total_cmp(&b.0));
     for (t_ms, what) in lines {
         println!("  {t_ms:>10.3}  {what}");
@@ -489,7 +498,7 @@ pub fn detection(r: &crate::detection::DetectionReport) {
 pub fn model(m: &crate::model::ModelReport) {
     let i = &m.inputs;
     println!(
-        "T(L) model (seeds/003 5.2) for {}: B_copy {:.1} GB/s, B_csum {:.1} GB/s, B_fused {:.1} GB/s (in cache, above), lambda_net {:.2} us (half the raw 8 B round trip), B_net {:.0} MB/s (raw 64 KiB stream)",
+        "T(L) model (Trahay et al. [NMAD] section 5.2) for {}: B_copy {:.1} GB/s, B_csum {:.1} GB/s, B_fused {:.1} GB/s (in cache, above), lambda_net {:.2} us (half the raw 8 B round trip), B_net {:.0} MB/s (raw 64 KiB stream)",
         m.checksum,
         i.b_copy / 1e9,
         i.b_csum / 1e9,

@@ -1,39 +1,40 @@
-//! The rails of a run as the sending endpoint saw them (seeds/003 sections
-//! 3-4; seeds/001 section 4): every path state change and every failover
-//! with its gap, times relative to the start of the run, and each path's
-//! counters at the end.
+//! The rails of a run as the sending endpoint saw them (the multi-rail
+//! failover of Trahay et al. [NMAD] section 3, the transient/permanent
+//! split of Tang and Bilas [TB] section 4): every path state change and
+//! every failover with its gap, times relative to the start of the run,
+//! and each path's counters at the end.
 
 use serde::Serialize;
-use tether::{Endpoint, Event, Instant, NodeId, PathInfo, PathState};
+use tether::{Endpoint, Event, Failover, Instant, NodeId, PathInfo};
 
+/// A path state change (`Event::PathChanged`, written as the core writes
+/// it), at `t_ms` from the start of the run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RailEvent {
     pub t_ms: f64,
-    pub rail: u8,
-    pub from: &'static str,
-    pub to: &'static str,
+    #[serde(flatten)]
+    pub event: Event,
 }
 
+/// A failover as the core reports it (`from`, `to`, `gap` in ns), at
+/// `t_ms` from the start of the run, with the gap in milliseconds too:
+/// tables and the netns test read `gap_ms`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverRecord {
     pub t_ms: f64,
-    pub from: u8,
-    pub to: u8,
+    #[serde(flatten)]
+    pub failover: Failover,
     /// Last ACK for data over `from` to the first for data over `to`.
     pub gap_ms: f64,
 }
 
+/// One path at the end of the run as the core reports it, with the round
+/// trip in microseconds too (the unit the tables print).
 #[derive(Debug, Clone, Serialize)]
 pub struct PathRecord {
-    pub rail: u8,
-    pub state: &'static str,
+    #[serde(flatten)]
+    pub path: PathInfo,
     pub rtt_us: Option<f64>,
-    pub datagrams_sent: u64,
-    pub data_frames_sent: u64,
-    pub retransmits: u64,
-    pub probes_sent: u64,
-    pub datagrams_received: u64,
-    pub state_changes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -41,14 +42,6 @@ pub struct Timeline {
     pub events: Vec<RailEvent>,
     pub failovers: Vec<FailoverRecord>,
     pub paths: Vec<PathRecord>,
-}
-
-pub fn state_name(s: PathState) -> &'static str {
-    match s {
-        PathState::Active => "active",
-        PathState::Suspect => "suspect",
-        PathState::Down => "down",
-    }
 }
 
 impl Timeline {
@@ -67,24 +60,15 @@ impl Timeline {
         }
         while let Some(e) = ep.poll_event() {
             match e {
-                Event::PathChanged { peer, rail, from, to, at } => {
+                Event::PathChanged { peer, at, .. } => {
                     if let Some(t) = of(&mut out, peer) {
-                        t.events.push(RailEvent {
-                            t_ms: ms(at),
-                            rail,
-                            from: state_name(from),
-                            to: state_name(to),
-                        });
+                        t.events.push(RailEvent { t_ms: ms(at), event: e });
                     }
                 }
-                Event::FailedOver { peer, failover: f, at } => {
+                Event::FailedOver { peer, failover, at } => {
                     if let Some(t) = of(&mut out, peer) {
-                        t.failovers.push(FailoverRecord {
-                            t_ms: ms(at),
-                            from: f.from,
-                            to: f.to,
-                            gap_ms: f.gap.as_secs_f64() * 1e3,
-                        });
+                        let gap_ms = failover.gap.as_secs_f64() * 1e3;
+                        t.failovers.push(FailoverRecord { t_ms: ms(at), failover, gap_ms });
                     }
                 }
                 _ => {}
@@ -103,16 +87,6 @@ impl Timeline {
 
 impl PathRecord {
     fn of(p: &PathInfo) -> Self {
-        PathRecord {
-            rail: p.rail,
-            state: state_name(p.state),
-            rtt_us: p.rtt.map(|d| d.as_secs_f64() * 1e6),
-            datagrams_sent: p.stats.datagrams_sent,
-            data_frames_sent: p.stats.data_frames_sent,
-            retransmits: p.stats.retransmits,
-            probes_sent: p.stats.probes_sent,
-            datagrams_received: p.stats.datagrams_received,
-            state_changes: p.stats.state_changes,
-        }
+        PathRecord { path: *p, rtt_us: p.rtt.map(|d| d.as_secs_f64() * 1e6) }
     }
 }

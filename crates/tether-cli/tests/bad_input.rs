@@ -99,6 +99,10 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         TempFile::new("field.toml", "seed = 3\n\n[[fault]]\nkind = \"drop\"\n p = 0.1\n q = 1\n");
     let a_file = TempFile::new("not-a-dir", "");
     let (to, from) = (silent_addr(), silent_addr());
+    // Held for the whole table, so binding it must fail with EADDRINUSE.
+    let holder = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let taken = holder.local_addr().expect("bound").to_string();
+    let in_use = format!("address {taken} already in use");
     let too_big = "100000000000";
     #[rustfmt::skip]
     let rows: Vec<(String, &str)> = vec![
@@ -138,6 +142,7 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("stream --connect 0.0.0.0:7000 --bind 127.0.0.1:7001".into(), "need a real address and port"),
         ("stream --connect 127.0.0.1:7000 --bind 127.0.0.1:0".into(), "give a fixed port"),
         ("stream --listen 192.0.2.1:7000 --peer 127.0.0.1:7001".into(), "cannot bind 192.0.2.1:7000"),
+        (format!("stream --listen {taken} --peer 127.0.0.1:7001"), in_use.as_str()),
         ("stream --rail 127.0.0.1:1".into(), "expected LOCAL=REMOTE"),
         ("stream --peer 127.0.0.1:7001".into(), "--peer is for two-process mode"),
         ("pingpong --rail 127.0.0.1:7000=127.0.0.1:7001".into(), "--rail is for two-process mode"),

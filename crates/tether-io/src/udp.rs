@@ -71,14 +71,16 @@ struct RecvScratch {
 unsafe impl Send for RecvScratch {}
 
 impl UdpTransport {
-    /// Bind a non-blocking UDP socket at `addr`. The socket needs no node id
-    /// of its own (the book maps both ways); `_node` stays only until the
-    /// callers stop passing it.
-    pub fn bind(_node: NodeId, addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
-        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    /// Bind a non-blocking UDP socket at `addr` (port 0: any). The socket
+    /// needs no node id of its own: the book maps nodes to addresses both
+    /// ways. A failure to get a socket at `addr` is `AddrInUse` or `Bind`,
+    /// naming `addr`, so a caller binding several rails need not add it.
+    pub fn bind(addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
+        let at = |e: std::io::Error| TransportError::bind(addr, e.raw_os_error().unwrap_or(0));
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(at)?;
         socket.set_nonblocking(true)?;
         grow_buffers(&socket);
-        socket.bind(&addr.into())?;
+        socket.bind(&addr.into()).map_err(at)?;
         let local = socket.local_addr()?.as_socket().ok_or(TransportError::InvalidArgs)?;
         let rx = Box::new(RecvScratch {
             iov: [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH],
@@ -275,8 +277,8 @@ mod tests {
 
     fn pair() -> (UdpTransport, UdpTransport) {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut a = UdpTransport::bind(1, any, AddressBook::new()).unwrap();
-        let mut b = UdpTransport::bind(2, any, AddressBook::new()).unwrap();
+        let mut a = UdpTransport::bind(any, AddressBook::new()).unwrap();
+        let mut b = UdpTransport::bind(any, AddressBook::new()).unwrap();
         a.add_peer(2, b.local_addr().unwrap()).unwrap();
         b.add_peer(1, a.local_addr().unwrap()).unwrap();
         (a, b)
@@ -315,10 +317,24 @@ mod tests {
     }
 
     #[test]
+    fn bind_failures_name_the_address() {
+        let (a, _) = pair();
+        let taken = a.local_addr().unwrap();
+        let e = UdpTransport::bind(taken, AddressBook::new()).err().expect("the port is taken");
+        assert_eq!(e, TransportError::AddrInUse { addr: taken });
+        assert!(e.to_string().contains(&taken.to_string()), "{e}");
+        // TEST-NET-1 (RFC 5737): no interface here has it.
+        let foreign: SocketAddr = "192.0.2.1:7000".parse().unwrap();
+        let e = UdpTransport::bind(foreign, AddressBook::new()).err().expect("not a local address");
+        assert_eq!(e, TransportError::Bind { addr: foreign, errno: libc::EADDRNOTAVAIL });
+        assert!(e.to_string().starts_with("cannot bind 192.0.2.1:7000: "), "{e}");
+    }
+
+    #[test]
     fn unknown_source_is_received_without_a_node() {
         let (mut a, _) = pair();
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut stranger = UdpTransport::bind(7, any, AddressBook::new()).unwrap();
+        let mut stranger = UdpTransport::bind(any, AddressBook::new()).unwrap();
         stranger.add_peer(1, a.local_addr().unwrap()).unwrap();
         stranger.send_to(1, b"hi").unwrap();
         let mut rx = RecvBatch::new(4, 64);

@@ -15,10 +15,12 @@ pub enum RetransmitMode {
     Selective,
     /// On timeout retransmit everything from the first unacknowledged
     /// segment on; the receiver keeps nothing out of order. Kept so the
-    /// experiments of seeds/001 can be reproduced side by side.
+    /// experiments of Tang and Bilas [TB] can be reproduced side by side.
     GoBackN,
 }
 
+/// An endpoint's limits and timers, checked by [`Config::validate`]. Every
+/// bound the core keeps is a field here, so nothing grows without one.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Largest datagram emitted, header included (1472 fits an Ethernet MTU).
@@ -35,17 +37,22 @@ pub struct Config {
     pub delivery_queue_bytes: usize,
     /// Largest message `send` accepts and a receiver reassembles.
     pub max_message_len: usize,
+    /// Retransmission timeout before any round trip has been measured.
     pub rto_initial: Duration,
+    /// Floor of the adaptive timeout: about 1 ms was best in Tang and
+    /// Bilas [TB]'s study, and a lower one retransmits on scheduling noise.
     pub rto_min: Duration,
+    /// Ceiling of the timeout after back-off, so a healed path is retried
+    /// within this long.
     pub rto_max: Duration,
     /// How long new data may wait to be aggregated with more while earlier
-    /// data is still in flight (a bounded Nagle rule, seeds/003 section 3).
-    /// Zero sends every message at once.
+    /// data is still in flight (a bounded Nagle rule; aggregation is Trahay
+    /// et al. [NMAD] section 3). Zero sends every message at once.
     pub coalesce_delay: Duration,
     /// How long a received segment may wait for reverse data to carry its ACK.
     pub ack_delay: Duration,
     /// Window fill fraction (in 1/256ths) at which the sender asks for an
-    /// immediate ACK (seeds/001 section 4.1.2).
+    /// immediate ACK (Tang and Bilas [TB] section 4.1.2).
     pub ack_request_at: u8,
     /// No acknowledged progress toward a peer with data outstanding for this
     /// long: the peer is unreachable and its messages fail.
@@ -57,11 +64,13 @@ pub struct Config {
     /// counts anything else as `checksum_refused`. Default: every algorithm
     /// but `none`, so nobody can switch verification off.
     pub accept_checksums: ChecksumSet,
+    /// How lost segments are repaired: selective by default, go-back-N to
+    /// compare with [TB].
     pub retransmit: RetransmitMode,
     /// How data uses a peer's healthy rails (`Endpoint::set_paths`).
     pub rail_policy: RailPolicy,
     /// A path that asked for an answer and heard nothing this long is
-    /// suspect and probed (seeds/001 section 4: a transient failure).
+    /// suspect and probed (Tang and Bilas [TB] section 4: a transient failure).
     pub path_suspect_after: Duration,
     /// ... and this long, down for that peer: its unacknowledged data
     /// moves to another rail (a permanent failure).
@@ -104,10 +113,14 @@ impl Default for Config {
     }
 }
 
+/// A `Config` field out of its range, named so a command-line or file
+/// front end can point at the option that set it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid config field `{field}`: {why}")]
 pub struct ConfigError {
+    /// The field's name in `Config`.
     pub field: &'static str,
+    /// The allowed range, in words.
     pub why: &'static str,
 }
 
@@ -120,6 +133,8 @@ const FRAGMENT_OVERHEAD: usize = 16 + 16;
 const MIN_DATAGRAM: usize = OVERHEAD + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
 
 impl Config {
+    /// Check every field against its range; an endpoint refuses a config
+    /// that fails, so a bad limit is an error at start-up, not a hang later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, why| Err(ConfigError { field, why });
         if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {

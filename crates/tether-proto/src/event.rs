@@ -6,30 +6,44 @@ use crate::{Instant, NodeId};
 /// A handle on one sent message: the peer and the message's number in the
 /// stream to that peer (0, 1, 2... for the life of this endpoint).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MessageId {
+    /// The node the message was sent to.
     pub peer: NodeId,
+    /// Its place in the stream to `peer`, counted from 0 and never reused,
+    /// so an id names one message even across the peer's restarts.
     pub seq: u64,
 }
 
+/// Why a message failed. Non-exhaustive: new failure causes (an engine
+/// that could not be recovered, an identity check) will be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum FailReason {
     /// No acknowledged progress for `Config::abandon_after`.
     PeerUnreachable,
     /// The peer came back as a new incarnation; its previous life's
     /// receive state is gone.
     PeerRestarted,
-    /// An injected operation fault (seeds/002 Table 2): the send was
+    /// An injected operation fault (Li et al. [CI] Table 2): the send was
     /// accepted and then completed with an error status. The runtime's
     /// fault injector reports it; the core never does.
     OperationFault,
 }
 
+/// Where a sent message stands: the (ACK status, operation status) query
+/// of Kaur [AMVIA] sections 3.2.1-3.2.2. The four states are complete; new causes
+/// of failure go into [`FailReason`], not here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
 pub enum MessageState {
     /// Accepted, not yet acknowledged.
     Pending,
     /// Acknowledged: it reached the peer's delivery queue (the commit point).
     Delivered,
+    /// Will never be delivered by this endpoint, for the reason given
+    /// (it may have arrived if it was in doubt: see [`FailedMessages`]).
     Failed(FailReason),
     /// Not a message this endpoint has sent.
     Unknown,
@@ -43,41 +57,88 @@ pub enum MessageState {
 /// on certainly never reached it. No protocol can do better than this
 /// (the two generals); the application gets the exact split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FailedMessages {
+    /// The node the messages were sent to.
     pub peer: NodeId,
+    /// The first failed message's `seq`.
     pub first: u64,
+    /// One past the last failed message's `seq`.
     pub end: u64,
+    /// One past the last message that may have arrived; `first` when none
+    /// may have.
     pub in_doubt_end: u64,
 }
 
 impl FailedMessages {
+    /// How many messages failed.
     pub fn len(&self) -> u64 {
         self.end - self.first
     }
+    /// No message failed (a restart that cost nothing).
     pub fn is_empty(&self) -> bool {
         self.end == self.first
     }
+    /// Whether message `seq` of this stream is one of them.
     pub fn contains(&self, seq: u64) -> bool {
         (self.first..self.end).contains(&seq)
     }
+    /// Their ids, in send order, for matching against send handles.
     pub fn ids(&self) -> impl Iterator<Item = MessageId> + '_ {
         (self.first..self.end).map(move |seq| MessageId { peer: self.peer, seq })
     }
 }
 
+/// What the core tells the application besides deliveries, from
+/// `poll_event`: failures it must act on and rail changes it may log.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "event", rename_all = "snake_case")
+)]
+#[non_exhaustive]
 pub enum Event {
     /// Nothing acknowledged for `abandon_after`: every unacknowledged message
     /// to the peer failed. Later sends are tried afresh on a new epoch.
-    PeerUnreachable { failed: FailedMessages },
+    PeerUnreachable {
+        /// The messages that failed (the peer is `failed.peer`).
+        failed: FailedMessages,
+    },
     /// The peer restarted: unacknowledged messages to its old life failed.
-    PeerRestarted { peer: NodeId, failed: FailedMessages },
+    PeerRestarted {
+        /// The node that restarted.
+        peer: NodeId,
+        /// The messages its old life never acknowledged.
+        failed: FailedMessages,
+    },
     /// A peer previously reported unreachable acknowledged again.
-    PeerReachable { peer: NodeId },
+    PeerReachable {
+        /// The node heard from again.
+        peer: NodeId,
+    },
     /// A path (a rail toward a peer) changed state; `at` is the time the
     /// core noticed. A path going down moves the peer's data elsewhere.
-    PathChanged { peer: NodeId, rail: RailId, from: PathState, to: PathState, at: Instant },
+    PathChanged {
+        /// The node the path leads to.
+        peer: NodeId,
+        /// The rail the path leaves on.
+        rail: RailId,
+        /// The state it left.
+        from: PathState,
+        /// The state it entered.
+        to: PathState,
+        /// When the core noticed, on the driver's clock.
+        at: Instant,
+    },
     /// The first ACK for data sent over a new rail after the old one
     /// stopped delivering: the failover is complete.
-    FailedOver { peer: NodeId, failover: Failover, at: Instant },
+    FailedOver {
+        /// The node whose data moved.
+        peer: NodeId,
+        /// From which rail to which, and how long the data was stranded.
+        failover: Failover,
+        /// When the first ACK over the new rail arrived.
+        at: Instant,
+    },
 }

@@ -1,4 +1,5 @@
-//! tether's protocol core, sans-IO (DESIGN.md layer 4).
+//! tether's protocol core, sans-IO (docs/ARCHITECTURE.md, "Layers" and
+//! "The sans-IO boundary").
 //!
 //! Pure state machines: no sockets, threads, clocks or randomness. The
 //! driver (the runtime over real sockets, or the simulator) feeds in
@@ -11,10 +12,14 @@
 //! 3. `recv()` and `poll_event()` for the application;
 //! 4. sleep until `poll_timeout()` or the next datagram.
 //!
-//! Reliability follows seeds/001 section 4.1 (cumulative ACKs, piggy-backing,
-//! ACK-request bit, one timer per endpoint) with selective ACKs added,
-//! aggregation of small messages from seeds/003 section 3, and generations
-//! from seeds/001 section 4.2.
+//! Reliability follows Tang and Bilas [TB] section 4.1 (cumulative ACKs,
+//! piggy-backing, ACK-request bit, one timer per stream) with selective
+//! ACKs added, aggregation of small messages from Trahay et al. [NMAD]
+//! section 3, and generations from [TB] section 4.2 (docs/REFERENCES.md).
+
+// Every public item says what it is for: this crate is the API the
+// runtime, the simulator and other drivers are written against.
+#![warn(missing_docs)]
 
 mod config;
 mod context;
@@ -27,6 +32,8 @@ mod peer;
 mod recv_stream;
 mod rtt;
 mod send_stream;
+#[cfg(feature = "serde")]
+mod serde_support;
 mod snapshot;
 mod stats;
 mod time;
@@ -51,6 +58,8 @@ pub type NodeId = u32;
 /// A message handed to the application: who sent it and its exact bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// The sending node.
     pub from: NodeId,
+    /// The message, reassembled; `Bytes` so handing it on copies nothing.
     pub message: bytes::Bytes,
 }

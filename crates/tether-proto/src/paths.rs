@@ -36,7 +36,12 @@ pub type RailId = u8;
 pub const MAX_RAILS: usize = 8;
 
 /// How data is spread over a peer's healthy paths.
+///
+/// Non-exhaustive: more policies (weighted by measured bandwidth, say)
+/// may come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum RailPolicy {
     /// All data on the lowest-numbered healthy rail; the others carry only
     /// probes until it fails.
@@ -46,7 +51,12 @@ pub enum RailPolicy {
     Stripe,
 }
 
+/// A path's health as judged by the evidence that it delivers.
+/// Non-exhaustive: a state of its own for a path the operator disabled,
+/// or one the engine's self-test (Zhou et al. [FTGM]) failed, may come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum PathState {
     /// Answering.
     Active,
@@ -56,39 +66,69 @@ pub enum PathState {
     Down,
 }
 
+/// The state's lower-case name ("active", "suspect", "down"): the one the
+/// `serde` feature writes too, so tables and JSON say the same.
+impl core::fmt::Display for PathState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            PathState::Active => "active",
+            PathState::Suspect => "suspect",
+            PathState::Down => "down",
+        })
+    }
+}
+
 /// Counters of one path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PathStats {
+    /// Datagrams sent over this path, probes included.
     pub datagrams_sent: u64,
+    /// Data frames among them, first sends and retransmissions.
     pub data_frames_sent: u64,
+    /// Data frames sent again over this path.
     pub retransmits: u64,
+    /// Probes sent because the path was suspect, down or idle.
     pub probes_sent: u64,
+    /// Datagrams from the peer that came in on this rail and passed every check.
     pub datagrams_received: u64,
+    /// Times the path's state changed.
     pub state_changes: u64,
 }
 
 /// What the application can see of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PathInfo {
+    /// The rail this path leaves on.
     pub rail: RailId,
+    /// Its health now.
     pub state: PathState,
     /// When the path entered its current state.
     pub since: Instant,
-    /// Smoothed round trip of this path's probes, if any was answered.
+    /// Smoothed round trip of this path's probes, if any was answered
+    /// (nanoseconds with the `serde` feature, like every duration).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_support::nanos_option"))]
     pub rtt: Option<Duration>,
     /// The last time the path showed it delivers (an ACK for data sent
     /// over it, or a probe answered).
     pub last_answer: Option<Instant>,
+    /// What went over it.
     pub stats: PathStats,
 }
 
 /// Data moved from a path that stopped delivering to another that does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Failover {
+    /// The rail that stopped delivering.
     pub from: RailId,
+    /// The rail whose ACK completed the failover.
     pub to: RailId,
     /// From the last ACK for data over `from` to the first ACK for data
-    /// over `to` after it: how long the peer's data was stranded.
+    /// over `to` after it: how long the peer's data was stranded
+    /// (nanoseconds with the `serde` feature).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_support::nanos"))]
     pub gap: Duration,
 }
 

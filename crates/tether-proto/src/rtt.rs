@@ -1,8 +1,8 @@
 //! Adaptive retransmission timeout from measured round-trip times.
 //!
 //! The estimator of RFC 6298 (smoothed RTT and its variance), clamped to the
-//! configured floor and ceiling. seeds/001 (Table 1, Figs. 4-8) found about
-//! 1 ms best on its SAN; the floor defaults there. Back-off doubles the
+//! configured floor and ceiling. Tang and Bilas [TB] (Table 1, Figs. 5-8)
+//! found about 1 ms best on their SAN; the floor defaults there. Back-off doubles the
 //! timeout on each expiry until an acknowledgement shows progress again.
 
 use core::time::Duration;

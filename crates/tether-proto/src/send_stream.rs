@@ -3,7 +3,7 @@
 //! Every segment stays in this queue, in sequence order, until the
 //! cumulative ACK passes it; retransmissions are sent from here, so no
 //! extra copy is ever made for reliability (Tang and Bilas [TB] section
-//! 4.1, Trahay et al. [NMAD] section 4; docs/REFERENCES.md). The window
+//! 4.1, Trahay et al. [NMAD] section 3; docs/REFERENCES.md). The window
 //! limits segments in flight (the papers' send-queue size);
 //! `bytes_buffered` limits what the application may queue.
 //!
@@ -14,7 +14,7 @@
 //!
 //! The state is split in two types. [`SendLog`] and each segment's
 //! [`LoggedSegment`] are *hard* state: what must survive an engine failure
-//! (Zhou et al. [FTGM] section 4's host-side backup: the next sequence
+//! (Zhou et al. [FTGM] section 4.2's host-side backup: the next sequence
 //! number to assign, the cumulative ACK, the highest sequence ever put on
 //! the wire, the epoch, every unacknowledged message). Everything else
 //! (transmission times and counts, SACK marks, rails, the RTT estimate,

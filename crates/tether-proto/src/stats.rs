@@ -8,7 +8,15 @@ use tether_wire::WireError;
 
 macro_rules! counters {
     ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
+        /// An endpoint's counters, all monotonic from its creation.
+        /// Non-exhaustive: every new drop reason or action gets a counter,
+        /// so read fields by name or iterate [`Stats::fields`], and build
+        /// one from `Stats::default()`.
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        // `default`: a record written before a counter existed still reads,
+        // with that counter at zero.
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(default))]
+        #[non_exhaustive]
         pub struct Stats {
             $( $(#[doc = $doc])* pub $name: u64, )*
         }
@@ -28,33 +36,44 @@ macro_rules! counters {
 }
 
 counters! {
+    /// Datagrams handed to the driver to send, on every rail.
     datagrams_sent,
+    /// Datagrams the driver handed in, before any check.
     datagrams_received,
+    /// Bytes of those sent datagrams, headers included.
     bytes_sent,
+    /// Bytes of those received datagrams, headers included.
     bytes_received,
     /// Messages accepted from the application.
     messages_sent,
     /// Messages put in this endpoint's delivery queue.
     messages_delivered,
+    /// Messages reported failed to the application (sender side).
     messages_failed,
     /// Messages the peer acknowledged (sender side).
     messages_acked,
+    /// Data frames sent, first sends and retransmissions.
     data_frames_sent,
     /// Data frames sent again after a timeout or a SACK gap.
     retransmits,
+    /// Retransmission timer expiries.
     timeouts,
+    /// ACK frames sent, piggy-backed or alone.
     acks_sent,
     /// ACKs that went alone, with no data to ride on.
     standalone_acks,
+    /// Datagrams sent with the ACK_REQUEST flag because the window was
+    /// filling (Tang and Bilas [TB] section 4.1.2).
     ack_requests,
     /// Data frames received that were already delivered or buffered.
     duplicates_discarded,
     /// Data frames beyond the receive window or refused by a full delivery queue.
     out_of_window,
-    /// Packets from an older incarnation or epoch (seeds/001 section 4.2).
+    /// Packets from an older incarnation or epoch (Tang and Bilas [TB] section 4.2).
     stale_dropped,
     /// Packets addressed to another node.
     misdirected,
+    /// Datagrams whose checksum did not match: corruption, dropped.
     checksum_failures,
     /// Packets naming a checksum algorithm this endpoint does not accept.
     checksum_refused,
@@ -63,7 +82,7 @@ counters! {
     /// Well-formed frames that break the protocol (ACK for unsent data, oversized message).
     protocol_violations,
     /// Payload bytes copied to where they live by the checksum pass itself
-    /// (the fused receive copy, seeds/003 5.2).
+    /// (the fused receive copy, Trahay et al. [NMAD] section 5.1).
     bytes_landed,
     /// Payload bytes copied in a pass of their own after verification
     /// (first fragments, reordered fragments, a full delivery queue).

@@ -1,21 +1,27 @@
 //! Time as the core sees it: a plain number handed in by the driver.
 //!
-//! The core never reads a clock (DESIGN.md, sans-IO): the runtime converts
+//! The core never reads a clock (docs/ARCHITECTURE.md, "The sans-IO boundary"): the runtime converts
 //! `std::time::Instant` into this, the simulator advances it virtually.
 
 use core::ops::{Add, Sub};
 use core::time::Duration;
 
-/// Nanoseconds since an origin the driver chooses.
+/// Nanoseconds since an origin the driver chooses. With the `serde`
+/// feature it is that plain number: the origin means nothing outside the
+/// driver, so nothing more could be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(transparent))]
 pub struct Instant(u64);
 
 impl Instant {
+    /// The driver's origin.
     pub const ZERO: Instant = Instant(0);
 
+    /// The instant `nanos` after the origin: how a driver hands time in.
     pub const fn from_nanos(nanos: u64) -> Self {
         Instant(nanos)
     }
+    /// Nanoseconds since the origin, for a driver converting back.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }

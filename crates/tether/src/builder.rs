@@ -150,9 +150,7 @@ impl Builder {
             .rails
             .into_iter()
             .map(|r| match r {
-                Rail::Udp(addr) => {
-                    Ok(Box::new(UdpTransport::bind(self.node, addr, AddressBook::new())?) as _)
-                }
+                Rail::Udp(addr) => Ok(Box::new(UdpTransport::bind(addr, AddressBook::new())?) as _),
                 Rail::Transport(t) => Ok(t),
             })
             .collect::<Result<Vec<Box<dyn Transport + Send>>, Error>>()?;

@@ -1,5 +1,6 @@
 //! The one place the runtime reads the wall clock, converting it into the
-//! core's `Instant` (DESIGN.md: the core itself never reads a clock).
+//! core's `Instant` (docs/ARCHITECTURE.md, "The sans-IO boundary": the core
+//! itself never reads a clock).
 
 use std::time::Instant as StdInstant;
 

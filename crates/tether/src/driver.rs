@@ -1,6 +1,7 @@
 //! One step of progress: move datagrams between the transport and the
 //! sans-IO core, run expired timers. Everything here only moves bytes and
-//! reads the clock; every decision is the core's (DESIGN.md).
+//! reads the clock; every decision is the core's (docs/ARCHITECTURE.md,
+//! "The sans-IO boundary").
 //!
 //! Datagrams go out in batches (one `sendmmsg` for up to `BATCH` packets
 //! where the transport supports it) from buffers allocated once at start-up:
@@ -8,7 +9,7 @@
 //!
 //! Each rail is a transport of its own (a socket bound to one interface);
 //! the core says which rail every datagram takes and hears which rail each
-//! arrived on (seeds/003 sections 3-4).
+//! arrived on (Trahay et al. [NMAD] sections 3-4; docs/REFERENCES.md).
 
 use std::time::Duration;
 

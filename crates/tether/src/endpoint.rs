@@ -5,10 +5,10 @@
 //! on the socket), so a reply costs no thread hand-off; while the
 //! application is away computing, the progress thread drives it, so ACKs
 //! and retransmissions flow and failures are detected within a bounded time
-//! (seeds/003 section 4). With `Progress::Polling` there is no thread and
+//! (Trahay et al. [NMAD] section 4). With `Progress::Polling` there is no thread and
 //! the application calls `progress()` itself.
 //!
-//! A fault plan in `Options` (seeds/002) is applied here too: its send and
+//! A fault plan in `Options` (Li et al. [CI]) is applied here too: its send and
 //! receive rules by wrapping the transport, its `api` rules to the
 //! application's own calls, so an application can prove it survives
 //! failed sends and failed operations.
@@ -224,7 +224,7 @@ impl Endpoint {
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        let transport = UdpTransport::bind(node, bind, book)?;
+        let transport = UdpTransport::bind(bind, book)?;
         Self::with_transport(node, Box::new(transport), options)
     }
 
@@ -242,9 +242,7 @@ impl Endpoint {
     pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> Result<Self, Error> {
         let rails = binds
             .iter()
-            .map(|&b| {
-                Ok(Box::new(UdpTransport::bind(node, b, AddressBook::new())?) as Box<dyn Transport + Send>)
-            })
+            .map(|&b| Ok(Box::new(UdpTransport::bind(b, AddressBook::new())?) as Box<dyn Transport + Send>))
             .collect::<Result<Vec<_>, Error>>()?;
         Self::with_rails(node, rails, options)
     }
