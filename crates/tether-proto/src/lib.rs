@@ -48,12 +48,9 @@ pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot};
 pub use stats::Stats;
-pub use tether_wire::DataFlags;
+pub use tether_wire::{DataFlags, NodeId};
 pub use time::Instant;
 pub use timer::Timer;
-
-/// A node's identity, independent of any address or rail.
-pub type NodeId = u32;
 
 /// A message handed to the application: who sent it and its exact bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
