@@ -96,19 +96,21 @@ impl Peer {
 
     /// The earliest of this peer's timers.
     pub fn next_timeout(&self) -> Option<Instant> {
-        self.timers.next().map(|(_, at)| at)
+        self.timers.next()
     }
 
     /// Set every timer from the state it guards; returns the earliest.
     /// Called after every operation on the peer, so the table is never stale.
     pub fn update_timers(&mut self, config: &Config) -> Option<Instant> {
-        let t = &mut self.timers;
-        t.set(Timer::Retransmit, self.send.rto_deadline());
-        t.set(Timer::Abandon, self.send.abandon_deadline(config));
-        t.set(Timer::Coalesce, self.send.new_data_due(config));
-        t.set(Timer::DelayedAck, self.recv.ack_deadline());
-        t.set(Timer::PathSilence, self.paths.silence_deadline(config));
-        t.set(Timer::Probe, self.paths.probe_deadline(config));
+        // In `Timer::ALL` order.
+        self.timers.set_all([
+            self.send.rto_deadline(),
+            self.recv.ack_deadline(),
+            self.send.new_data_due(config),
+            self.paths.silence_deadline(config),
+            self.paths.probe_deadline(config),
+            self.send.abandon_deadline(config),
+        ]);
         self.next_timeout()
     }
 

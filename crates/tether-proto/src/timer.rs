@@ -38,29 +38,63 @@ impl Timer {
     ];
 }
 
-/// One deadline per [`Timer`]; `None` when the timer is not running.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// One deadline per [`Timer`], and the earliest of them, kept as plain
+/// nanoseconds (`u64::MAX`: not running) so that setting the whole table
+/// after every operation costs a handful of compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerTable {
-    deadlines: [Option<Instant>; Timer::ALL.len()],
+    deadlines: [u64; Timer::ALL.len()],
+    next: u64,
+}
+
+const OFF: u64 = u64::MAX;
+
+impl Default for TimerTable {
+    fn default() -> Self {
+        TimerTable { deadlines: [OFF; Timer::ALL.len()], next: OFF }
+    }
+}
+
+fn raw(at: Option<Instant>) -> u64 {
+    // An instant at the very end of time is as good as never.
+    at.map_or(OFF, Instant::as_nanos)
+}
+
+fn instant(ns: u64) -> Option<Instant> {
+    (ns != OFF).then(|| Instant::from_nanos(ns))
 }
 
 impl TimerTable {
+    /// Set every timer at once, in `Timer::ALL` order.
+    pub fn set_all(&mut self, deadlines: [Option<Instant>; Timer::ALL.len()]) {
+        let mut next = OFF;
+        for (slot, at) in self.deadlines.iter_mut().zip(deadlines) {
+            *slot = raw(at);
+            next = next.min(*slot);
+        }
+        self.next = next;
+    }
+
+    #[cfg(test)]
     pub fn set(&mut self, timer: Timer, at: Option<Instant>) {
-        self.deadlines[timer as usize] = at;
+        let mut all = Timer::ALL.map(|t| self.get(t));
+        all[timer as usize] = at;
+        self.set_all(all);
     }
 
     pub fn get(&self, timer: Timer) -> Option<Instant> {
-        self.deadlines[timer as usize]
+        instant(self.deadlines[timer as usize])
     }
 
-    /// The earliest running timer and when it expires.
-    pub fn next(&self) -> Option<(Timer, Instant)> {
-        Timer::ALL.iter().filter_map(|&t| self.get(t).map(|at| (t, at))).min_by_key(|&(_, at)| at)
+    /// When the earliest running timer expires.
+    pub fn next(&self) -> Option<Instant> {
+        instant(self.next)
     }
 
     /// Has `timer` expired by `now`?
     pub fn expired(&self, timer: Timer, now: Instant) -> bool {
-        self.get(timer).is_some_and(|at| at <= now)
+        let at = self.deadlines[timer as usize];
+        at != OFF && at <= now.as_nanos()
     }
 }
 
@@ -74,9 +108,10 @@ mod tests {
         assert_eq!(t.next(), None);
         t.set(Timer::Abandon, Some(Instant::from_nanos(50)));
         t.set(Timer::DelayedAck, Some(Instant::from_nanos(20)));
-        assert_eq!(t.next(), Some((Timer::DelayedAck, Instant::from_nanos(20))));
+        assert_eq!(t.next(), Some(Instant::from_nanos(20)));
         t.set(Timer::DelayedAck, None);
-        assert_eq!(t.next(), Some((Timer::Abandon, Instant::from_nanos(50))));
+        assert_eq!(t.next(), Some(Instant::from_nanos(50)));
+        assert_eq!(t.get(Timer::Abandon), Some(Instant::from_nanos(50)));
         assert!(t.expired(Timer::Abandon, Instant::from_nanos(50)));
         assert!(!t.expired(Timer::Retransmit, Instant::from_nanos(u64::MAX)));
     }
