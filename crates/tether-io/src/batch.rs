@@ -14,6 +14,17 @@ pub struct RecvBatch {
     filled: usize,
 }
 
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the buffers: a batch holds up to megabytes of them.
+        f.debug_struct("RecvBatch")
+            .field("capacity", &self.lens.len())
+            .field("slot", &self.slot)
+            .field("filled", &self.filled)
+            .finish()
+    }
+}
+
 impl RecvBatch {
     /// `capacity` datagrams of up to `slot` bytes each.
     pub fn new(capacity: usize, slot: usize) -> Self {

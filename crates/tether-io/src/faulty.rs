@@ -53,6 +53,15 @@ struct Control {
 #[derive(Clone, Default)]
 pub struct FaultHandle(Arc<Control>);
 
+impl std::fmt::Debug for FaultHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultHandle")
+            .field("counters", &self.snapshot())
+            .field("enabled", &!self.0.disabled.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
 impl FaultHandle {
     pub fn snapshot(&self) -> FaultCounters {
         *self.0.counters.lock().expect("fault counter lock")
@@ -87,6 +96,12 @@ pub struct FaultyTransport<T> {
     inner_batch: RecvBatch,
     control: FaultHandle,
     enabled: bool,
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for FaultyTransport<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyTransport").field("inner", &self.inner).field("faults", &self.control).finish()
+    }
 }
 
 impl<T: Transport> FaultyTransport<T> {

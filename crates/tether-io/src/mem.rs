@@ -44,6 +44,19 @@ pub struct MemTransport {
     counters: TransportCounters,
 }
 
+impl std::fmt::Debug for MemNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<NodeId> = self.inboxes.lock().map(|m| m.keys().copied().collect()).unwrap_or_default();
+        f.debug_struct("MemNetwork").field("nodes", &nodes).field("capacity", &self.capacity).finish()
+    }
+}
+
+impl std::fmt::Debug for MemTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemTransport").field("node", &self.node).field("counters", &self.counters).finish()
+    }
+}
+
 impl Transport for MemTransport {
     fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
         let inbox = self.net.inboxes.lock().expect("network lock").get(&dst).cloned();

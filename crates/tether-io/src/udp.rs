@@ -57,6 +57,16 @@ pub struct UdpTransport {
     rx: Box<RecvScratch>,
 }
 
+impl std::fmt::Debug for UdpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpTransport")
+            .field("local", &self.local)
+            .field("peers", &self.book.by_node.keys().collect::<Vec<_>>())
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
 /// The receive syscall's headers, kept between calls: rebuilding (and
 /// zeroing) 12 KiB of them per call cost a spinning receiver 16% of its time.
 struct RecvScratch {
@@ -320,12 +330,12 @@ mod tests {
     fn bind_failures_name_the_address() {
         let (a, _) = pair();
         let taken = a.local_addr().unwrap();
-        let e = UdpTransport::bind(taken, AddressBook::new()).err().expect("the port is taken");
+        let e = UdpTransport::bind(taken, AddressBook::new()).expect_err("the port is taken");
         assert_eq!(e, TransportError::AddrInUse { addr: taken });
         assert!(e.to_string().contains(&taken.to_string()), "{e}");
         // TEST-NET-1 (RFC 5737): no interface here has it.
         let foreign: SocketAddr = "192.0.2.1:7000".parse().unwrap();
-        let e = UdpTransport::bind(foreign, AddressBook::new()).err().expect("not a local address");
+        let e = UdpTransport::bind(foreign, AddressBook::new()).expect_err("not a local address");
         assert_eq!(e, TransportError::Bind { addr: foreign, errno: libc::EADDRNOTAVAIL });
         assert!(e.to_string().starts_with("cannot bind 192.0.2.1:7000: "), "{e}");
     }
