@@ -499,6 +499,11 @@ impl Endpoint {
         self.peers.values().map(|p| p.send.pending_messages()).sum()
     }
 
+    /// An ACK is owed to some peer (for data it sent us).
+    pub fn owes_acks(&self) -> bool {
+        self.peers.values().any(|p| p.recv.ack_pending())
+    }
+
     /// True when nothing is owed to any peer: no unacknowledged data, no ACK pending.
     pub fn is_idle(&self) -> bool {
         self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
@@ -537,5 +542,42 @@ mod tests {
         ep.add_peer(2).unwrap();
         assert_eq!(ep.send(now, 2, b"x"), Ok(MessageId { peer: 2, seq: 0 }));
         assert_eq!(ep.stats().messages_sent, 1);
+    }
+
+    /// A peer that delivers a message and is never heard from again (it
+    /// crashed before its first ACK, or every answer was lost) may have the
+    /// message: it must be reported in doubt, never certainly undelivered.
+    #[test]
+    fn a_message_delivered_to_a_silent_peer_is_in_doubt() {
+        let config = Config::default();
+        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
+        let mut b = Endpoint::new(config, 2, 1).unwrap();
+        a.add_peer(2).unwrap();
+        b.add_peer(1).unwrap();
+        let mut now = Instant::from_nanos(1_000_000);
+        let id = a.send(now, 2, b"hello").unwrap();
+        let mut buf = vec![0u8; 2048];
+        let (mut delivered, mut event) = (Vec::new(), None);
+        for _ in 0..100_000 {
+            a.handle_timeout(now);
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                b.handle_datagram(now, &buf[..t.len]);
+            }
+            b.handle_timeout(now);
+            while b.poll_transmit(now, &mut buf).is_some() {} // every answer lost
+            while let Some(d) = b.recv() {
+                delivered.push(d.message.to_vec());
+            }
+            if let Some(e) = a.poll_event() {
+                event = Some(e);
+                break;
+            }
+            let step = now + core::time::Duration::from_micros(1);
+            now = a.poll_timeout().map_or(step, |t| t.max(step));
+        }
+        assert_eq!(delivered, vec![b"hello".to_vec()], "B's application got the message");
+        let Some(Event::PeerUnreachable { failed }) = event else { panic!("no abandonment: {event:?}") };
+        assert!(matches!(a.message_state(id), MessageState::Failed(_)));
+        assert_eq!((failed.first, failed.in_doubt_end, failed.end), (0, 1, 1), "in doubt, not certain");
     }
 }

@@ -32,9 +32,6 @@ pub(crate) struct Peer {
     pub recv: RecvStream,
     /// The peer's incarnation as last seen; 0 before we heard from it.
     incarnation: u64,
-    /// The peer has sent us something, ever. Until it has, nothing sent
-    /// to it can have arrived, and a failure is certain, not in doubt.
-    answered: bool,
     /// Reported unreachable and not heard from since.
     unreachable: bool,
     /// The rails that lead to the peer and their health.
@@ -49,7 +46,6 @@ impl Peer {
             send: SendStream::new(config, 1),
             recv: RecvStream::new(config),
             incarnation: 0,
-            answered: false,
             unreachable: false,
             paths: Paths::new(Instant::ZERO),
             timers: TimerTable::default(),
@@ -63,7 +59,6 @@ impl Peer {
         PeerSnapshot {
             node: self.id,
             incarnation: self.incarnation,
-            answered: self.answered,
             unreachable: self.unreachable,
             rails: self.paths.rails(),
             send: self.send.snapshot(),
@@ -85,7 +80,6 @@ impl Peer {
             send: SendStream::restore(config, snapshot.send, now),
             recv: RecvStream::restore(config, snapshot.recv),
             incarnation: snapshot.incarnation,
-            answered: snapshot.answered,
             unreachable: snapshot.unreachable,
             paths,
             timers: TimerTable::default(),
@@ -148,7 +142,6 @@ impl Peer {
                 self.on_restart(cx);
             }
         }
-        self.answered = true;
         if h.dst_inc != 0 && h.dst_inc != cx.incarnation {
             // Meant for an earlier life of ours. Answer at once so the peer
             // learns our new incarnation and settles its old stream.
@@ -221,7 +214,7 @@ impl Peer {
     /// The peer came back as a new incarnation: what was unacknowledged to
     /// its old life failed, and what it had sent us is void.
     fn on_restart(&mut self, cx: &mut Context<'_>) {
-        let failed = self.send.abandon(self.id, FailReason::PeerRestarted, !self.answered);
+        let failed = self.send.abandon(self.id, FailReason::PeerRestarted);
         self.recv.reset(None);
         cx.stats.messages_failed += failed.len();
         warn!(
@@ -250,7 +243,7 @@ impl Peer {
             self.send.on_timer(now, cx.config.retransmit, cx.stats);
         }
         if abandon_due && self.send.should_abandon(now, cx.config) {
-            let failed = self.send.abandon(self.id, FailReason::PeerUnreachable, !self.answered);
+            let failed = self.send.abandon(self.id, FailReason::PeerUnreachable);
             cx.stats.messages_failed += failed.len();
             self.unreachable = true;
             warn!(

@@ -543,13 +543,13 @@ impl SendStream {
 
     /// Give up on everything unacknowledged and start a fresh epoch, so the
     /// receiver discards any partial message of the old one. Returns the
-    /// failed messages (empty range if there were none). `never_answered`:
-    /// the peer never sent anything at all, so nothing reached it and no
-    /// message is in doubt.
-    pub fn abandon(&mut self, peer: NodeId, reason: FailReason, never_answered: bool) -> FailedMessages {
+    /// failed messages (empty range if there were none). Every message with
+    /// a fragment on the wire is in doubt, even toward a peer never heard
+    /// from: it may have delivered and crashed before its first ACK, or its
+    /// answers may all have been lost. Only the never-sent are certain.
+    pub fn abandon(&mut self, peer: NodeId, reason: FailReason) -> FailedMessages {
         let log = &mut self.log;
         let in_doubt_end = match self.segments.get((log.sent_upto - log.acked_upto) as usize) {
-            _ if never_answered => log.settled_below,
             Some(first_unsent) => first_unsent.log.msg,
             None => log.next_msg,
         };

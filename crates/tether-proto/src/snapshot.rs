@@ -27,8 +27,6 @@ pub struct PeerSnapshot {
     pub node: NodeId,
     /// The peer's incarnation as last seen (0: never heard from).
     pub incarnation: u64,
-    /// The peer ever sent anything (see `FailedMessages::in_doubt_end`).
-    pub answered: bool,
     /// Reported unreachable and not heard from since.
     pub unreachable: bool,
     /// The rails configured to reach it.

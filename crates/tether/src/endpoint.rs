@@ -512,11 +512,22 @@ impl Endpoint {
     }
 
     fn linger_for(&self, linger: Duration) -> Result<(), Error> {
-        match self.flush(Some(linger)) {
-            Ok(()) => Ok(()),
-            Err(Error::TimedOut) => Err(Error::Lingered { unsettled: self.shared.lock().core.unsettled() }),
-            Err(e) => Err(e),
+        let start = StdInstant::now();
+        match block_on(&self.shared, Some(linger), |d| (d.core.unsettled() == 0).then_some(())) {
+            Ok(()) => {}
+            Err(Error::TimedOut) => {
+                return Err(Error::Lingered { unsettled: self.shared.lock().core.unsettled() });
+            }
+            Err(e) => return Err(e),
         }
+        // Settled. ACKs we owe for data peers sent us go out too, so they
+        // need not retransmit to a closed endpoint and report it in doubt;
+        // but a peer still streaming to us keeps us owing, and must not
+        // hold the close: a short grace, whatever remains of the linger.
+        let grace =
+            (4 * self.shared.lock().core.config().ack_delay).min(linger.saturating_sub(start.elapsed()));
+        let _ = block_on(&self.shared, Some(grace), |d| (!d.core.owes_acks()).then_some(()));
+        Ok(())
     }
 
     fn stop(&mut self) {
@@ -548,7 +559,9 @@ fn block_on<R>(
 ) -> Result<R, Error> {
     let _active = Active::enter(shared);
     let start = StdInstant::now();
-    let deadline = timeout.map(|t| start + t);
+    // A timeout past the end of time (Duration::MAX: "as long as it
+    // takes") is no deadline, not an overflow.
+    let deadline = timeout.and_then(|t| start.checked_add(t));
     loop {
         // One clock reading per turn: it is on the hot path of every spin.
         let wall = StdInstant::now();

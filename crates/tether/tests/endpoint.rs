@@ -56,8 +56,8 @@ fn an_unreachable_peer_fails_exactly_the_unacknowledged_messages() {
     match a.next_event(WAIT).unwrap() {
         Event::PeerUnreachable { failed } => {
             assert_eq!((failed.peer, failed.first, failed.end), (2, 0, 1));
-            // Nothing ever came back: the message certainly never arrived.
-            assert_eq!(failed.in_doubt_end, failed.first, "a silent peer leaves nothing in doubt");
+            // It went on the wire: whether it arrived nobody can say.
+            assert_eq!(failed.in_doubt_end, failed.end, "a transmitted message is in doubt");
         }
         other => panic!("expected PeerUnreachable, got {other:?}"),
     }
@@ -177,4 +177,37 @@ fn close_reports_what_it_could_not_settle() {
         Err(Error::Lingered { unsettled: 3 }) => {}
         other => panic!("expected Lingered {{ unsettled: 3 }}, got {other:?}"),
     }
+}
+
+#[test]
+fn close_and_linger_take_as_long_as_it_takes() {
+    // Duration::MAX means no bound, not an overflow (it panicked, once).
+    let ep = Endpoint::builder(1).bind(any()).build().unwrap();
+    ep.close(Duration::MAX).unwrap();
+    let ep = Endpoint::builder(1).bind(any()).linger(Duration::MAX).build().unwrap();
+    drop(ep);
+}
+
+#[test]
+fn close_does_not_wait_for_a_peer_that_keeps_sending() {
+    // B streams to A all along: A owes ACKs the whole time, yet A's own
+    // (zero) messages are settled, so closing A is prompt and succeeds.
+    let (a, b) = pair(Options::default(), Options::default());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = b.send(1, &msg(i, 100));
+                i += 1;
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let start = std::time::Instant::now();
+    a.close(Duration::from_secs(5)).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(1), "close waited {:?}", start.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    sender.join().unwrap();
 }
