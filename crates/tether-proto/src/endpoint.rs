@@ -153,10 +153,11 @@ impl Endpoint {
     pub fn restore(config: Config, snapshot: EndpointSnapshot, now: Instant) -> Result<Self, ConfigError> {
         let mut ep = Endpoint::new(config, snapshot.node, snapshot.incarnation)?;
         for d in snapshot.deliveries {
-            ep.deliveries.push(d, &mut Stats::default());
+            ep.deliveries.push(d, &mut ep.stats);
         }
-        ep.events.extend(snapshot.events);
+        // The snapshot's counters already counted those deliveries.
         ep.stats = snapshot.stats;
+        ep.events.extend(snapshot.events);
         for p in snapshot.peers {
             ep.restore_peer(p, now);
         }

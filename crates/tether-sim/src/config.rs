@@ -276,13 +276,7 @@ impl FaultMix {
                     &mut c,
                     &["delay:p=1,min=0us,max=60us", "drop:p=0.05", "duplicate:p=0.02", &flip, &cut],
                 );
-                c.proto.max_datagram = 256;
-                c.proto.send_window = 2;
-                c.proto.recv_window = 4;
-                c.proto.max_message_len = 128 * 1024;
-                c.proto.send_buffer_bytes = 128 * 1024;
-                c.proto.delivery_queue_bytes = 128 * 1024;
-                c.reader_batch = Some(1);
+                tighten(&mut c);
             }
             FaultMix::Every => rules(
                 &mut c,
@@ -360,6 +354,19 @@ fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Dura
     LinkCut { a, b, at, until, rail: Some(rail) }
 }
 
+/// Every limit at its smallest (the `tight` mix): tiny windows, 256-byte
+/// datagrams, send buffer and delivery queue just one largest message, and
+/// a reader that takes one message per millisecond.
+fn tighten(c: &mut SimConfig) {
+    c.proto.max_datagram = 256;
+    c.proto.send_window = 2;
+    c.proto.recv_window = 4;
+    c.proto.max_message_len = 128 * 1024;
+    c.proto.send_buffer_bytes = 128 * 1024;
+    c.proto.delivery_queue_bytes = 128 * 1024;
+    c.reader_batch = Some(1);
+}
+
 /// Draw a whole world from the seed (Groce et al.'s swarm testing: each
 /// run leaves out a random set of features, so rare combinations appear).
 fn swarm(c: &mut SimConfig, seed: u64) {
@@ -424,14 +431,7 @@ fn swarm(c: &mut SimConfig, seed: u64) {
         c.proto.rail_policy = RailPolicy::Stripe;
     }
     if rng.gen_bool(0.15) {
-        // Every limit small, as in the `tight` mix.
-        c.proto.max_datagram = 256;
-        c.proto.send_window = 2;
-        c.proto.recv_window = 4;
-        c.proto.max_message_len = 128 * 1024;
-        c.proto.send_buffer_bytes = 128 * 1024;
-        c.proto.delivery_queue_bytes = 128 * 1024;
-        c.reader_batch = Some(1);
+        tighten(c);
     } else {
         c.proto.send_window = [8, 64, 256][rng.gen_range(0..3)];
         c.proto.max_datagram = [512, 1472, 9000][rng.gen_range(0..3)];
