@@ -27,14 +27,24 @@ pub struct Config {
     pub max_datagram: usize,
     /// Segments in flight per peer: the papers' send-queue size.
     pub send_window: usize,
-    /// Bytes accepted from the application per peer and not yet
-    /// acknowledged; beyond it `send` returns `WouldBlock`.
+    /// Memory the send buffer toward one peer may hold: the bytes of the
+    /// messages accepted and not yet acknowledged plus the log's own
+    /// bookkeeping for each of their segments (`SEGMENT_COST` bytes), so a
+    /// flood of tiny or empty messages is bounded too. Beyond it `send`
+    /// returns `WouldBlock`.
     pub send_buffer_bytes: usize,
+    /// Messages accepted per peer and not yet settled (acknowledged or
+    /// failed); beyond it `send` returns `WouldBlock`.
+    pub send_buffer_messages: usize,
     /// Segments above the cumulative ACK a receiver holds out of order.
     pub recv_window: usize,
-    /// Bytes of delivered-but-unread messages before the receiver stops
-    /// accepting (and so stops acknowledging) new data: the commit point.
+    /// Memory of delivered-but-unread messages (their bytes plus
+    /// `DELIVERY_COST` each) before the receiver stops accepting (and so
+    /// stops acknowledging) new data: the commit point.
     pub delivery_queue_bytes: usize,
+    /// Delivered-but-unread messages before the receiver stops accepting
+    /// new data, whatever their size (empty messages included).
+    pub delivery_queue_messages: usize,
     /// Largest message `send` accepts and a receiver reassembles.
     pub max_message_len: usize,
     /// Retransmission timeout before any round trip has been measured.
@@ -90,8 +100,10 @@ impl Default for Config {
             max_datagram: 1472,
             send_window: 256,
             send_buffer_bytes: 64 << 20,
+            send_buffer_messages: 1 << 20,
             recv_window: 1024,
             delivery_queue_bytes: 64 << 20,
+            delivery_queue_messages: 1 << 20,
             max_message_len: 64 << 20,
             rto_initial: Duration::from_millis(5),
             rto_min: Duration::from_millis(1),
@@ -154,6 +166,12 @@ impl Config {
         }
         if self.delivery_queue_bytes < self.max_message_len {
             return bad("delivery_queue_bytes", "must hold at least one largest message");
+        }
+        if self.send_buffer_messages == 0 || self.send_buffer_messages > 1 << 30 {
+            return bad("send_buffer_messages", "must be between 1 and 2^30");
+        }
+        if self.delivery_queue_messages == 0 || self.delivery_queue_messages > 1 << 30 {
+            return bad("delivery_queue_messages", "must be between 1 and 2^30");
         }
         if self.rto_min.is_zero() || self.rto_min > self.rto_max {
             return bad("rto_min", "must be non-zero and at most rto_max");

@@ -22,35 +22,50 @@ use crate::{Delivery, Stats};
 /// space already there (one allocation per chunk, not per message).
 pub(crate) const ARENA_CHUNK: usize = 64 * 1024;
 
-/// Messages delivered to the application and not yet read, with a byte
-/// limit: when it is full, new data is not consumed and so not acknowledged.
+/// What one queued delivery costs besides its bytes: its slot in the
+/// queue. Counted against `Config::delivery_queue_bytes`, so a flood of
+/// empty messages fills the queue as surely as large ones.
+pub const DELIVERY_COST: usize = core::mem::size_of::<Delivery>();
+
+/// Messages delivered to the application and not yet read, bounded in
+/// memory and in count: when it is full, new data is not consumed and so
+/// not acknowledged.
 #[derive(Debug, Default)]
 pub(crate) struct DeliveryQueue {
     queue: VecDeque<Delivery>,
+    /// Memory charged: each message's bytes plus `DELIVERY_COST`.
     bytes: usize,
     limit: usize,
+    max_messages: usize,
 }
 
 impl DeliveryQueue {
-    pub fn new(limit: usize) -> Self {
-        DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit }
+    pub fn new(limit: usize, max_messages: usize) -> Self {
+        DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit, max_messages }
     }
 
     pub fn has_room(&self) -> bool {
-        // One message may overshoot the limit, so the largest allowed message always fits.
-        self.bytes < self.limit
+        // One message may overshoot the byte limit, so the largest allowed
+        // message always fits.
+        self.bytes < self.limit && self.queue.len() < self.max_messages
     }
 
     pub fn push(&mut self, d: Delivery, stats: &mut Stats) {
-        self.bytes += d.message.len();
+        self.bytes += d.message.len() + DELIVERY_COST;
         stats.messages_delivered += 1;
         self.queue.push_back(d);
     }
 
     pub fn pop(&mut self) -> Option<Delivery> {
         let d = self.queue.pop_front()?;
-        self.bytes -= d.message.len();
+        self.bytes -= d.message.len() + DELIVERY_COST;
+        give_back(&mut self.queue);
         Some(d)
+    }
+
+    /// Memory charged to the queue now.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn len(&self) -> usize {
@@ -67,9 +82,24 @@ impl DeliveryQueue {
     /// The queue's own accounting agrees with its contents.
     pub fn check_invariants(&self) {
         assert!(
-            self.bytes == self.queue.iter().map(|d| d.message.len()).sum::<usize>(),
+            self.bytes == self.queue.iter().map(|d| d.message.len() + DELIVERY_COST).sum::<usize>(),
             "delivery queue byte count disagrees with its contents"
         );
+    }
+}
+
+/// Queues smaller than this keep their capacity: shrinking them would
+/// only reallocate on the next burst.
+const KEEP_CAPACITY: usize = 4096;
+
+/// Return a drained queue's spare capacity to the allocator: after a
+/// burst the queue would otherwise keep its peak size for good. Halves the
+/// capacity once the queue is a quarter full, so a queue hovering around
+/// one size never reallocates back and forth.
+pub(crate) fn give_back<T>(queue: &mut VecDeque<T>) {
+    let cap = queue.capacity();
+    if cap > KEEP_CAPACITY && queue.len() < cap / 4 {
+        queue.shrink_to((cap / 2).max(KEEP_CAPACITY));
     }
 }
 

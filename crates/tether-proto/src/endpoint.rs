@@ -21,6 +21,7 @@ use crate::event::{Event, MessageId, MessageState};
 use crate::landing::LandingArea;
 use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
+use crate::send_stream::SEGMENT_COST;
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
 
@@ -99,6 +100,8 @@ pub struct Endpoint {
     earliest: Option<Instant>,
     /// Round-robin start for `poll_transmit`, so no peer starves another.
     next_peer: NodeId,
+    /// Round-robin start for handing out room in the delivery queue.
+    next_drain: NodeId,
     deliveries: DeliveryQueue,
     events: VecDeque<Event>,
     stats: Stats,
@@ -119,13 +122,14 @@ impl Endpoint {
             return Err(ConfigError { field: "incarnation", why: "must be non-zero" });
         }
         Ok(Endpoint {
-            deliveries: DeliveryQueue::new(config.delivery_queue_bytes),
+            deliveries: DeliveryQueue::new(config.delivery_queue_bytes, config.delivery_queue_messages),
             config,
             node,
             incarnation,
             peers: BTreeMap::new(),
             earliest: None,
             next_peer: 0,
+            next_drain: 0,
             events: VecDeque::new(),
             stats: Stats::default(),
             send_arena: BytesMut::new(),
@@ -310,8 +314,16 @@ impl Endpoint {
             return Err(SendError::MessageTooLarge { len, max: self.config.max_message_len });
         }
         let Some(p) = self.peers.get(&peer) else { return Err(SendError::UnknownPeer(peer)) };
-        let buffered = p.send.bytes_buffered();
-        if buffered > 0 && buffered + len > self.config.send_buffer_bytes {
+        let pending = p.send.pending_messages();
+        if pending == 0 {
+            // An empty buffer takes any message the size limit allows.
+            return Ok(());
+        }
+        let segments = len.div_ceil(self.config.max_fragment()).max(1);
+        let cost = len + segments * SEGMENT_COST;
+        if pending >= self.config.send_buffer_messages as u64
+            || p.send.memory() + cost > self.config.send_buffer_bytes
+        {
             return Err(SendError::WouldBlock);
         }
         Ok(())
@@ -450,12 +462,29 @@ impl Endpoint {
         let d = self.deliveries.pop()?;
         if was_full {
             // Room again: segments that waited for it go in now, and their
-            // senders hear so at once.
-            let mut from = 0;
-            while let Some(id) = self.next_peer_from(from, |_| true) {
+            // senders hear so at once. The waiting peers take turns at
+            // being first, so one busy stream cannot keep the room from
+            // the others (found by the `tight` mix: a stream starved until
+            // its sender gave it up).
+            let start = self.next_drain;
+            let (mut from, mut wrapped) = (start, false);
+            while self.deliveries.has_room() {
+                let next = self.next_peer_from(from, |p| p.recv.waits_for_room());
+                let id = match next {
+                    Some(id) if !wrapped || id < start => id,
+                    None if !wrapped => {
+                        (from, wrapped) = (0, true);
+                        continue;
+                    }
+                    _ => break,
+                };
                 self.with_peer(id, |p, cx, _| p.on_delivery_room(cx));
-                let Some(next) = id.checked_add(1) else { break };
-                from = next;
+                self.next_drain = id.wrapping_add(1);
+                match id.checked_add(1) {
+                    Some(n) => from = n,
+                    None if !wrapped => (from, wrapped) = (0, true),
+                    None => break,
+                }
             }
         }
         Some(d)
@@ -488,6 +517,18 @@ impl Endpoint {
     /// Bytes accepted for `peer` and not yet acknowledged.
     pub fn buffered_bytes(&self, peer: NodeId) -> usize {
         self.peers.get(&peer).map_or(0, |p| p.send.bytes_buffered())
+    }
+
+    /// Memory charged to the send buffer toward `peer` (its bytes plus
+    /// `SEGMENT_COST` per segment), the figure `send_buffer_bytes` bounds.
+    pub fn send_buffer_memory(&self, peer: NodeId) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.send.memory())
+    }
+
+    /// Memory charged to the delivery queue (its bytes plus
+    /// `DELIVERY_COST` per message), the figure `delivery_queue_bytes` bounds.
+    pub fn delivery_queue_memory(&self) -> usize {
+        self.deliveries.bytes()
     }
 
     /// Smoothed RTT toward `peer`, once measured.
@@ -526,12 +567,19 @@ impl Endpoint {
             "the endpoint's deadline is the earliest of its peers'"
         );
         self.deliveries.check_invariants();
+        if self.deliveries.has_room() {
+            assert!(
+                self.peers.values().all(|p| !p.recv.waits_for_room()),
+                "an in-order segment waits for room in a delivery queue that has room"
+            );
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DELIVERY_COST;
 
     #[test]
     fn sending_to_a_node_never_added_is_refused_at_once() {
@@ -580,5 +628,85 @@ mod tests {
         let Some(Event::PeerUnreachable { failed }) = event else { panic!("no abandonment: {event:?}") };
         assert!(matches!(a.message_state(id), MessageState::Failed(_)));
         assert_eq!((failed.first, failed.in_doubt_end, failed.end), (0, 1, 1), "in doubt, not certain");
+    }
+
+    /// One turn of two endpoints wired back to back, losing nothing.
+    fn exchange(a: &mut Endpoint, b: &mut Endpoint, now: Instant, buf: &mut [u8]) {
+        a.handle_timeout(now);
+        while let Some(t) = a.poll_transmit(now, buf) {
+            b.handle_datagram(now, &buf[..t.len]);
+        }
+        b.handle_timeout(now);
+        while let Some(t) = b.poll_transmit(now, buf) {
+            a.handle_datagram(now, &buf[..t.len]);
+        }
+    }
+
+    /// A receiver whose application never reads, fed by senders of empty,
+    /// 8-byte and 64 KiB messages: the delivery queue stops at its bounds
+    /// (in messages and in memory), the sender's buffer stops at its own,
+    /// and `send` says `WouldBlock` rather than growing.
+    #[test]
+    fn a_frozen_reader_bounds_both_sides_in_memory_and_count() {
+        for (len, max_messages) in [(0usize, 5000usize), (8, 5000), (65536, 1 << 20)] {
+            let config = Config {
+                send_buffer_bytes: 1 << 20,
+                send_buffer_messages: max_messages,
+                delivery_queue_bytes: 1 << 20,
+                delivery_queue_messages: max_messages / 2,
+                max_message_len: 1 << 17,
+                ..Config::default()
+            };
+            let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
+            let mut b = Endpoint::new(config.clone(), 2, 1).unwrap();
+            a.add_peer(2).unwrap();
+            b.add_peer(1).unwrap();
+            let msg = vec![7u8; len];
+            let mut now = Instant::from_nanos(1_000_000);
+            let (mut sent, mut blocked) = (0u64, 0u64);
+            let mut buf = vec![0u8; 2048];
+            for _ in 0..20_000 {
+                // Bounded, so a sender that never blocks fails the test
+                // below instead of hanging it.
+                for _ in 0..4 * max_messages {
+                    if a.send(now, 2, &msg).is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+                blocked += 1;
+                assert!(
+                    a.send_buffer_memory(2) <= config.send_buffer_bytes,
+                    "{len} B: send buffer over its bound"
+                );
+                assert!(a.unsettled() <= max_messages as u64, "{len} B: send buffer over its count");
+                assert!(b.delivery_queue_memory() <= config.delivery_queue_bytes + len + DELIVERY_COST);
+                assert!(
+                    b.pending_deliveries() <= config.delivery_queue_messages,
+                    "{len} B: delivery queue count"
+                );
+                exchange(&mut a, &mut b, now, &mut buf);
+                now = now + core::time::Duration::from_micros(100);
+            }
+            assert!(b.delivery_queue_full(), "{len} B: the reader's queue filled");
+            assert!(blocked > 0 && sent > 0);
+            // The messages the receiver holds plus those the sender holds
+            // are every message sent: nothing was dropped to stay bounded.
+            assert_eq!(sent, b.pending_deliveries() as u64 + a.unsettled(), "{len} B: accounted for");
+            // Reading drains both sides: capacity comes back.
+            let mut read = 0;
+            for _ in 0..200_000 {
+                while b.recv().is_some() {
+                    read += 1;
+                }
+                if read == sent {
+                    break;
+                }
+                exchange(&mut a, &mut b, now, &mut buf);
+                now = now + core::time::Duration::from_micros(100);
+            }
+            assert_eq!(read, sent, "{len} B: every message read once drained");
+            assert_eq!((a.send_buffer_memory(2), b.delivery_queue_memory()), (0, 0));
+        }
     }
 }

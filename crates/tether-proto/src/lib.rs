@@ -41,11 +41,12 @@ mod timer;
 
 pub use config::{Config, ConfigError, RetransmitMode};
 
+pub use delivery::DELIVERY_COST;
 pub use endpoint::{Endpoint, PathError, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
-pub use send_stream::{LoggedSegment, SendLog, SendSnapshot};
+pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot};
 pub use stats::Stats;
 pub use tether_wire::{DataFlags, NodeId};

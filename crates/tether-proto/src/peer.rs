@@ -180,7 +180,7 @@ impl Peer {
                     if a.epoch != self.send.epoch() {
                         continue;
                     }
-                    match self.send.on_ack(now, a.cumulative, a.ranges(), cx.config.retransmit) {
+                    match self.send.on_ack(now, a.cumulative, a.full, a.ranges(), cx.config.retransmit) {
                         Ok(outcome) => {
                             cx.stats.messages_acked += outcome.messages_acked;
                             let (events, id) = (&mut *cx.events, self.id);

@@ -392,6 +392,7 @@ impl RecvStream {
     pub fn take_ack(&mut self) -> AckRepr {
         self.ack = AckState::default();
         let mut ack = AckRepr::new(self.epoch.unwrap_or(0), self.expected);
+        ack.full = self.waits_for_room();
         let mut run: Option<(u64, u64)> = None;
         for &seq in self.out_of_order.keys() {
             match run {
@@ -424,6 +425,12 @@ impl RecvStream {
     }
 
     /// The receiver's windows hold (see `check_invariants` on the sender).
+    /// The next segment to consume waits in the out-of-order buffer: only
+    /// a full delivery queue may hold it there.
+    pub fn waits_for_room(&self) -> bool {
+        self.out_of_order.contains_key(&self.expected)
+    }
+
     pub fn check_invariants(&self, config: &Config) {
         let window = config.recv_window as u64;
         assert!(self.out_of_order.len() as u64 <= window, "more held out of order than the window");

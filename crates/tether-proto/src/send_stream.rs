@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange};
 
+use crate::delivery::give_back;
 use crate::event::{FailReason, FailedMessages, MessageState};
 use crate::paths::RailId;
 use crate::rtt::RttEstimator;
@@ -91,6 +92,11 @@ struct Segment {
     log: LoggedSegment,
     tx: TxState,
 }
+
+/// What the log's bookkeeping costs per segment, besides the payload:
+/// counted against `Config::send_buffer_bytes`, so 8-byte and empty
+/// messages are bounded in memory as surely as large ones.
+pub const SEGMENT_COST: usize = core::mem::size_of::<Segment>();
 
 /// The hard state of a send stream: with its segments, everything a new
 /// engine needs to go on without losing or repeating a message.
@@ -242,6 +248,12 @@ impl SendStream {
 
     pub fn bytes_buffered(&self) -> usize {
         self.bytes_buffered
+    }
+
+    /// Memory charged to this send buffer: the unacknowledged messages'
+    /// bytes plus `SEGMENT_COST` per segment.
+    pub fn memory(&self) -> usize {
+        self.bytes_buffered + self.segments.len() * SEGMENT_COST
     }
 
     pub fn has_unacked(&self) -> bool {
@@ -396,6 +408,7 @@ impl SendStream {
         &mut self,
         now: Instant,
         cumulative: u64,
+        full: bool,
         ranges: impl Iterator<Item = SackRange>,
         mode: RetransmitMode,
     ) -> Result<AckOutcome, AckBeyondSent> {
@@ -424,12 +437,21 @@ impl SendStream {
             outcome.progressed = true;
         }
         if outcome.progressed {
+            give_back(&mut self.segments);
             self.log.acked_upto = cumulative;
             if let Some(rtt) = sample {
                 self.rtt.on_sample(rtt);
             }
             self.rtt.on_progress();
             self.rto_deadline = (self.in_flight() > 0).then(|| now + self.rtt.rto());
+        } else if full && self.in_flight() > 0 {
+            // Not loss: the receiver holds our data and waits for its
+            // application to read. Its ACK once there is room may be lost,
+            // so keep asking, but at the base timeout: a backed-off one
+            // would stall a stream whose reader merely paused (until
+            // `abandon_after` gave it up).
+            self.rtt.on_progress();
+            self.rto_deadline = Some(now + self.rtt.rto());
         }
         if mode == RetransmitMode::Selective {
             let (proved, latest) = self.apply_sack(cumulative, ranges);
@@ -502,8 +524,13 @@ impl SendStream {
         stats.timeouts += 1;
         self.rtt.on_timeout();
         let in_flight = self.in_flight() as usize;
-        for s in self.segments.iter_mut().take(in_flight) {
-            if mode == RetransmitMode::GoBackN {
+        for (i, s) in self.segments.iter_mut().take(in_flight).enumerate() {
+            // The first unacknowledged segment goes again even if selectively
+            // acknowledged: the receiver holds it but has not delivered it
+            // (its delivery queue is full), and only a resend makes it
+            // answer when its ACK with room was lost. Else a stream whose
+            // flight is all SACKed would wait for an ACK nobody sends.
+            if mode == RetransmitMode::GoBackN || i == 0 {
                 s.tx.sacked = false;
             }
             if !s.tx.sacked && !s.tx.lost {
@@ -555,6 +582,7 @@ impl SendStream {
         };
         let failed = FailedMessages { peer, first: log.settled_below, end: log.next_msg, in_doubt_end };
         self.segments.clear();
+        give_back(&mut self.segments);
         log.acked_upto = 0;
         log.next_seq = 0;
         log.sent_upto = 0;

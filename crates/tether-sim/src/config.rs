@@ -355,8 +355,9 @@ fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Dura
 }
 
 /// Every limit at its smallest (the `tight` mix): tiny windows, 256-byte
-/// datagrams, send buffer and delivery queue just one largest message, and
-/// a reader that takes one message per millisecond.
+/// datagrams, send buffer and delivery queue just one largest message (in
+/// memory) and a few messages (in count), and a reader that takes one
+/// message per millisecond.
 fn tighten(c: &mut SimConfig) {
     c.proto.max_datagram = 256;
     c.proto.send_window = 2;
@@ -364,6 +365,8 @@ fn tighten(c: &mut SimConfig) {
     c.proto.max_message_len = 128 * 1024;
     c.proto.send_buffer_bytes = 128 * 1024;
     c.proto.delivery_queue_bytes = 128 * 1024;
+    c.proto.send_buffer_messages = 32;
+    c.proto.delivery_queue_messages = 8;
     c.reader_batch = Some(1);
 }
 

@@ -20,6 +20,8 @@ pub(crate) const DATA_FIXED_LEN: usize = 12;
 /// Fixed part of an ACK frame: type, range count, reserved, epoch, cumulative.
 pub(crate) const ACK_FIXED_LEN: usize = 16;
 pub(crate) const SACK_RANGE_LEN: usize = 8;
+/// ACK flag (byte 2, bit 0): the receiver's delivery queue is full.
+const ACK_FULL: u8 = 0x01;
 
 /// Most selective ranges one ACK frame carries.
 pub const MAX_SACK_RANGES: usize = 16;
@@ -82,6 +84,10 @@ pub struct AckRepr {
     pub epoch: u32,
     /// Next sequence number expected: everything below it was delivered.
     pub cumulative: u64,
+    /// The receiver holds the segment at `cumulative` but has no room to
+    /// deliver it (its application is not reading): the sender should
+    /// not take the silence that follows for loss (flag bit 0 of byte 2).
+    pub full: bool,
     ranges: [SackRange; MAX_SACK_RANGES],
     len: u8,
 }
@@ -119,6 +125,8 @@ impl AckRepr {
 pub struct AckFrame<'a> {
     pub epoch: u32,
     pub cumulative: u64,
+    /// See [`AckRepr::full`].
+    pub full: bool,
     raw_ranges: &'a [u8],
 }
 
@@ -133,6 +141,7 @@ impl<'a> AckFrame<'a> {
 
     pub fn to_repr(&self) -> AckRepr {
         let mut repr = AckRepr::new(self.epoch, self.cumulative);
+        repr.full = self.full;
         for r in self.ranges() {
             repr.push_range(r);
         }
@@ -198,16 +207,17 @@ pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             if n > MAX_SACK_RANGES {
                 return Err(WireError::MalformedFrame("too many SACK ranges"));
             }
-            if u16_at(b, 2) != 0 {
+            if b[2] & !ACK_FULL != 0 || b[3] != 0 {
                 return Err(WireError::MalformedFrame("reserved ACK bits set"));
             }
+            let full = b[2] & ACK_FULL != 0;
             let epoch = u32_at(b, 4);
             let cumulative = u64_at(b, 8);
             let total = ACK_FIXED_LEN + n * SACK_RANGE_LEN;
             if b.len() < total {
                 return Err(WireError::FrameTruncated);
             }
-            let ack = AckFrame { epoch, cumulative, raw_ranges: &b[ACK_FIXED_LEN..total] };
+            let ack = AckFrame { epoch, cumulative, full, raw_ranges: &b[ACK_FIXED_LEN..total] };
             let mut prev_end = 0u32;
             for r in ack.ranges() {
                 if r.start == 0 || r.start >= r.end || (r.start <= prev_end && prev_end != 0) {
@@ -262,7 +272,8 @@ pub(crate) fn emit_ack(out: &mut [u8], ack: &AckRepr) -> Result<usize, WireError
     }
     out[0] = FRAME_ACK;
     out[1] = ack.len;
-    out[2..4].fill(0);
+    out[2] = if ack.full { ACK_FULL } else { 0 };
+    out[3] = 0;
     out[4..8].copy_from_slice(&ack.epoch.to_le_bytes());
     out[8..16].copy_from_slice(&ack.cumulative.to_le_bytes());
     for (i, r) in ack.ranges().iter().enumerate() {
