@@ -136,13 +136,17 @@ pub struct ConfigError {
     pub why: &'static str,
 }
 
-/// A fragment leaves room in its datagram for an ACK without SACK ranges
-/// (16 bytes) and the data frame's own 16-byte header. An ACK with ranges
-/// that does not fit beside a full fragment goes in a datagram of its own:
-/// reserving room for 16 ranges in every datagram cost 13% more datagrams.
-const FRAGMENT_OVERHEAD: usize = 16 + 16;
-/// The smallest datagram must hold an ACK with every SACK range.
-const MIN_DATAGRAM: usize = OVERHEAD + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
+/// A fragment leaves room in its datagram for the data frame's own 16-byte
+/// header and either an ACK without SACK ranges (16 bytes) or a handshake
+/// CONFIRM (24 bytes), whichever is larger: a full fragment always fits
+/// behind the CONFIRM that rides in front of data until the peer shows it
+/// knows us. An ACK with ranges that does not fit beside a full fragment
+/// goes in a datagram of its own: reserving room for 16 ranges in every
+/// datagram cost 13% more datagrams.
+const FRAGMENT_OVERHEAD: usize = 16 + tether_wire::HANDSHAKE_LEN;
+/// The smallest datagram an endpoint may use or agree to: it must hold an
+/// ACK with every SACK range beside a data frame.
+pub const MIN_DATAGRAM: usize = OVERHEAD + 16 + 8 * tether_wire::MAX_SACK_RANGES + FRAGMENT_OVERHEAD;
 
 impl Config {
     /// Check every field against its range; an endpoint refuses a config
@@ -150,7 +154,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, why| Err(ConfigError { field, why });
         if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {
-            return bad("max_datagram", "must be between 220 and 65507 bytes");
+            return bad("max_datagram", "must be between 228 and 65507 bytes");
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");
@@ -210,6 +214,15 @@ impl Config {
 
     /// Payload bytes one data frame carries at most.
     pub fn max_fragment(&self) -> usize {
-        (self.max_datagram - overhead(self.checksum) - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
+        self.max_fragment_for(self.max_datagram)
+    }
+
+    /// Payload bytes one data frame carries at most in datagrams of
+    /// `max_datagram` bytes (the size agreed with a peer).
+    pub fn max_fragment_for(&self, max_datagram: usize) -> usize {
+        (max_datagram - overhead(self.checksum) - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
     }
 }
+
+// The range in `validate`'s message, kept true.
+const _: () = assert!(MIN_DATAGRAM == 228);

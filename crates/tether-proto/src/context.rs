@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use bytes::BytesMut;
 
 use crate::delivery::DeliveryQueue;
+use crate::handshake::Secrets;
 use crate::{Config, Event, NodeId, Stats};
 
 /// The endpoint as one of its peers sees it.
@@ -23,4 +24,6 @@ pub(crate) struct Context<'a> {
     pub deliveries: &'a mut DeliveryQueue,
     /// Where received bytes are copied when they were not landed in place.
     pub recv_arena: &'a mut BytesMut,
+    /// The handshake's key and nonce source.
+    pub secrets: &'a mut Secrets,
 }

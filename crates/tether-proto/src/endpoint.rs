@@ -11,19 +11,31 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::BytesMut;
-use tether_wire::Unverified;
+use tether_wire::{
+    Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, PacketWriter, Unverified, HANDSHAKE_LEN,
+};
 use thiserror::Error;
 use tracing::{debug, trace};
 
 use crate::context::Context;
 use crate::delivery::{copy_to_bytes, DeliveryQueue};
 use crate::event::{Event, MessageId, MessageState};
+use crate::handshake::{cookie_slot, Reply, Secrets, MAX_REPLIES};
 use crate::landing::LandingArea;
 use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
 use crate::send_stream::SEGMENT_COST;
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
+
+/// The handshake secret's seed when the driver gives none: reproducible
+/// (tests, the simulator), not secret.
+fn default_seed(node: NodeId, incarnation: u64) -> [u8; 32] {
+    let mut seed = [0u8; 32];
+    seed[..4].copy_from_slice(&node.to_le_bytes());
+    seed[8..16].copy_from_slice(&incarnation.to_le_bytes());
+    seed
+}
 
 /// Most peers one endpoint keeps state for: a flood of forged source ids
 /// must not grow memory without bound.
@@ -54,6 +66,20 @@ pub enum SendError {
     /// `set_paths`), nor has one been heard from.
     #[error("unknown peer: node {0} was never added")]
     UnknownPeer(NodeId),
+}
+
+/// What the driver knows of where a datagram came from: identity comes
+/// from the source address the transport saw, never from a header alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The transport mapped the source address to this node (the address
+    /// it has for it on the rail the datagram came in on).
+    Node(NodeId),
+    /// An address no peer has: dropped, counted as `unknown_source`.
+    Stranger,
+    /// The transport cannot tell (an in-memory network, the simulator):
+    /// the header's node id routes it, and the handshake still guards.
+    Untold,
 }
 
 /// A datagram for the driver to send: `buf[..len]` to `dst` over `rail`.
@@ -109,6 +135,10 @@ pub struct Endpoint {
     recv_arena: BytesMut,
     /// Where payloads land while their datagram is verified (`landing`).
     landing: LandingArea,
+    /// The handshake's key and nonce source.
+    secrets: Secrets,
+    /// WELCOMEs owed, at most `MAX_REPLIES`: the only state a HELLO costs.
+    replies: VecDeque<Reply>,
     /// Assert every invariant after every operation (tests; debug builds).
     checked: bool,
 }
@@ -135,8 +165,18 @@ impl Endpoint {
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
             landing: LandingArea::default(),
+            secrets: Secrets::new(default_seed(node, incarnation)),
+            replies: VecDeque::new(),
             checked: cfg!(debug_assertions),
         })
+    }
+
+    /// Seed the handshake's secret (cookies, nonces) with 32 bytes of
+    /// entropy. A driver on a real network must: without it the secret is
+    /// derived from the node id and incarnation, which is fine for tests
+    /// and the simulator (a run replays exactly) and guessable by anyone.
+    pub fn seed_secrets(&mut self, seed: [u8; 32]) {
+        self.secrets = Secrets::new(seed);
     }
 
     /// Export the hard state: what a new engine needs to go on as this
@@ -219,13 +259,22 @@ impl Endpoint {
             stats,
             recv_arena,
             landing,
+            secrets,
             checked,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
         let before = peer.next_timeout();
-        let mut cx =
-            Context { config, node: *node, incarnation: *incarnation, stats, events, deliveries, recv_arena };
+        let mut cx = Context {
+            config,
+            node: *node,
+            incarnation: *incarnation,
+            stats,
+            events,
+            deliveries,
+            recv_arena,
+            secrets,
+        };
         let out = f(peer, &mut cx, landing);
         let after = peer.update_timers(config);
         if *checked {
@@ -262,16 +311,17 @@ impl Endpoint {
         self.peers.range(from..).find(|(_, p)| pick(p)).map(|(&id, _)| id)
     }
 
-    /// The peer's state, created if new and there is room.
+    /// The peer's state, created if new and there is room. A new peer is
+    /// greeted at once (a HELLO at the next timeout): after a restart,
+    /// every configured peer learns of the new incarnation within a round
+    /// trip, not when traffic happens to need a session.
     fn peer_entry(&mut self, id: NodeId) -> Option<&mut Peer> {
         if !self.peers.contains_key(&id) {
             if self.peers.len() >= MAX_PEERS {
                 return None;
             }
-            let peer = Peer::new(id, &self.config);
-            let next = peer.next_timeout();
-            self.peers.insert(id, peer);
-            Self::reschedule(&mut self.earliest, &self.peers, None, next);
+            self.peers.insert(id, Peer::new(id, &self.config));
+            self.with_peer(id, |p, cx, _| p.connect(cx, Instant::ZERO));
         }
         self.peers.get_mut(&id)
     }
@@ -285,6 +335,13 @@ impl Endpoint {
         self.peer_entry(peer).map(|_| ()).ok_or(PathError::TooManyPeers)
     }
 
+    /// Begin a handshake with `peer` now, so the first message does not
+    /// wait for one (sending begins one anyway). Nothing if a session
+    /// exists or a handshake is under way.
+    pub fn connect(&mut self, now: Instant, peer: NodeId) -> Result<(), SendError> {
+        self.with_peer(peer, |p, cx, _| p.connect(cx, now)).ok_or(SendError::UnknownPeer(peer))
+    }
+
     /// Is `peer` known (added, given paths, or heard from)?
     pub fn knows(&self, peer: NodeId) -> bool {
         self.peers.contains_key(&peer)
@@ -295,9 +352,13 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        let max_fragment = self.config.max_fragment();
         let seq = self
-            .with_peer(peer, |p, _, _| p.send.push_message(now, data, max_fragment))
+            .with_peer(peer, |p, cx, _| {
+                let max_fragment = cx.config.max_fragment_for(p.max_datagram(cx.config));
+                let seq = p.send.push_message(now, data, max_fragment);
+                p.want_session(cx, now);
+                seq
+            })
             .ok_or(SendError::UnknownPeer(peer))?;
         self.stats.messages_sent += 1;
         if self.checked {
@@ -319,7 +380,7 @@ impl Endpoint {
             // An empty buffer takes any message the size limit allows.
             return Ok(());
         }
-        let segments = len.div_ceil(self.config.max_fragment()).max(1);
+        let segments = len.div_ceil(self.config.max_fragment_for(p.max_datagram(&self.config))).max(1);
         let cost = len + segments * SEGMENT_COST;
         if pending >= self.config.send_buffer_messages as u64
             || p.send.memory() + cost > self.config.send_buffer_bytes
@@ -363,13 +424,24 @@ impl Endpoint {
     /// Take in one received datagram, from rail 0. Anything wrong with it
     /// is a counted drop.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
-        self.handle_datagram_on(now, 0, datagram);
+        self.handle_datagram_from(now, 0, Origin::Untold, datagram);
     }
 
-    /// Take in one datagram that arrived over `rail`.
+    /// Take in one datagram that arrived over `rail`, from a source the
+    /// transport cannot name.
     pub fn handle_datagram_on(&mut self, now: Instant, rail: RailId, datagram: &[u8]) {
+        self.handle_datagram_from(now, rail, Origin::Untold, datagram);
+    }
+
+    /// Take in one datagram that arrived over `rail` from `origin`.
+    pub fn handle_datagram_from(&mut self, now: Instant, rail: RailId, origin: Origin, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
+        if origin == Origin::Stranger {
+            self.stats.unknown_source += 1;
+            trace!(len = datagram.len(), rail, "dropped: from an address no peer has");
+            return;
+        }
         let unverified = match Unverified::parse(datagram) {
             Ok(u) => u,
             Err(e) => {
@@ -377,9 +449,20 @@ impl Endpoint {
                 return self.stats.count_wire_error(e);
             }
         };
+        let src = unverified.header.src_node;
+        if let Origin::Node(n) = origin {
+            if n != src {
+                self.stats.source_mismatch += 1;
+                debug!(
+                    claimed = src,
+                    source = n,
+                    "dropped: header names another node than its source address"
+                );
+                return;
+            }
+        }
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
-        let src = unverified.header.src_node;
         let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
         let mut lander = self.landing.lander(datagram.len(), stream, self.config.recv_window);
         let packet = match unverified.verify_landing(&mut lander) {
@@ -402,17 +485,67 @@ impl Endpoint {
             trace!(src, dst = h.dst_node, "dropped: misdirected");
             return;
         }
-        if h.src_inc == 0 || self.peer_entry(src).is_none() {
-            self.stats.protocol_violations += 1;
-            debug!(
-                src,
-                src_inc = h.src_inc,
-                peers = self.peers.len(),
-                "dropped: no incarnation, or too many peers"
-            );
+        if !self.peers.contains_key(&src) {
+            // After the checksum, so corruption of a node id counts as
+            // corruption; a stranger costs a verifying pass, no state.
+            self.stats.strangers_refused += 1;
+            debug!(src, "dropped: a node id this endpoint was not given");
             return;
         }
+        if let Some(Frame::Handshake(f)) = packet.frames().next() {
+            if f.kind == HandshakeKind::Hello {
+                // Alone in its datagram, or it could be an amplifier's trick.
+                let alone = packet.body_len() == HANDSHAKE_LEN;
+                return self.on_hello(now, rail, &h, &f, alone);
+            }
+        }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
+    }
+
+    /// A HELLO from a known peer: answer with a WELCOME carrying a cookie,
+    /// and keep nothing else (see `handshake`).
+    fn on_hello(&mut self, now: Instant, rail: RailId, h: &Header, f: &HandshakeFrame, alone: bool) {
+        if h.src_inc == 0 || !alone {
+            self.stats.handshakes_refused += 1;
+            debug!(src = h.src_node, "handshake: dropped a HELLO with no incarnation or company");
+            return;
+        }
+        if self.replies.len() >= MAX_REPLIES {
+            self.stats.handshake_replies_dropped += 1;
+            trace!(src = h.src_node, "handshake: answers full, HELLO dropped");
+            return;
+        }
+        let slot = cookie_slot(now);
+        let cookie = self.secrets.cookie(h.src_node, h.src_inc, f.nonce, self.node, self.incarnation, slot);
+        let frame = HandshakeFrame {
+            kind: HandshakeKind::Welcome,
+            max_datagram: self.config.max_datagram as u32,
+            nonce: f.nonce,
+            cookie,
+        };
+        self.replies.push_back(Reply { to: h.src_node, rail, to_inc: h.src_inc, frame });
+        self.stats.hellos_answered += 1;
+    }
+
+    /// Build the oldest owed WELCOME into `buf`.
+    fn poll_reply(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let r = self.replies.pop_front()?;
+        let header = Header {
+            flags: HeaderFlags::default(),
+            checksum: self.config.checksum,
+            src_node: self.node,
+            dst_node: r.to,
+            src_inc: self.incarnation,
+            dst_inc: r.to_inc,
+            epoch: 0,
+        };
+        let cap = buf.len().min(self.config.max_datagram);
+        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        w.push_handshake(&r.frame).ok()?;
+        let len = w.finish();
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        Some(Transmit { dst: r.to, len, rail: r.rail })
     }
 
     /// Run the timers that have expired by `now`.
@@ -440,6 +573,9 @@ impl Endpoint {
     /// bytes are used). ACKs ride on data when there is any; small messages
     /// queued for the same peer share one datagram.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.replies.is_empty() {
+            return self.poll_reply(buf);
+        }
         let config = &self.config;
         let id = self
             .peers
@@ -546,9 +682,20 @@ impl Endpoint {
         self.peers.values().any(|p| p.recv.ack_pending())
     }
 
-    /// True when nothing is owed to any peer: no unacknowledged data, no ACK pending.
+    /// True when nothing is owed to any peer: no unacknowledged data, no
+    /// ACK pending, no handshake answer waiting.
     pub fn is_idle(&self) -> bool {
-        self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
+        self.replies.is_empty() && self.peers.values().all(|p| !p.send.has_unacked() && !p.recv.ack_pending())
+    }
+
+    /// A handshake has proven `peer`'s incarnation: data flows both ways.
+    pub fn has_session(&self, peer: NodeId) -> bool {
+        self.peers.get(&peer).is_some_and(Peer::session)
+    }
+
+    /// The datagram size agreed with `peer` (our own until a handshake).
+    pub fn max_datagram_to(&self, peer: NodeId) -> usize {
+        self.peers.get(&peer).map_or(self.config.max_datagram, |p| p.max_datagram(&self.config))
     }
 
     /// Every message accepted is acknowledged, failed or still pending,
@@ -593,41 +740,81 @@ mod tests {
         assert_eq!(ep.stats().messages_sent, 1);
     }
 
-    /// A peer that delivers a message and is never heard from again (it
-    /// crashed before its first ACK, or every answer was lost) may have the
-    /// message: it must be reported in doubt, never certainly undelivered.
-    #[test]
-    fn a_message_delivered_to_a_silent_peer_is_in_doubt() {
-        let config = Config::default();
-        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
-        let mut b = Endpoint::new(config, 2, 1).unwrap();
-        a.add_peer(2).unwrap();
-        b.add_peer(1).unwrap();
-        let mut now = Instant::from_nanos(1_000_000);
-        let id = a.send(now, 2, b"hello").unwrap();
+    /// Drive `a` and `b` until `a` reports an event, with every datagram
+    /// from `b` after the first `b_answers` lost. Returns the event and what
+    /// `b`'s application received.
+    fn run_until_event(
+        a: &mut Endpoint,
+        b: &mut Endpoint,
+        mut now: Instant,
+        b_answers: usize,
+    ) -> (Event, Vec<Vec<u8>>) {
         let mut buf = vec![0u8; 2048];
-        let (mut delivered, mut event) = (Vec::new(), None);
+        let (mut delivered, mut answered) = (Vec::new(), 0);
         for _ in 0..100_000 {
             a.handle_timeout(now);
             while let Some(t) = a.poll_transmit(now, &mut buf) {
                 b.handle_datagram(now, &buf[..t.len]);
             }
             b.handle_timeout(now);
-            while b.poll_transmit(now, &mut buf).is_some() {} // every answer lost
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                if answered < b_answers {
+                    answered += 1;
+                    a.handle_datagram(now, &buf[..t.len]);
+                }
+            }
             while let Some(d) = b.recv() {
                 delivered.push(d.message.to_vec());
             }
             if let Some(e) = a.poll_event() {
-                event = Some(e);
-                break;
+                return (e, delivered);
             }
             let step = now + core::time::Duration::from_micros(1);
             now = a.poll_timeout().map_or(step, |t| t.max(step));
         }
+        panic!("no event");
+    }
+
+    /// A peer that delivers a message and is never heard from again (it
+    /// crashed before its first ACK, or every answer was lost) may have the
+    /// message: it must be reported in doubt, never certainly undelivered.
+    #[test]
+    fn a_message_delivered_to_a_peer_gone_silent_is_in_doubt() {
+        let config = Config::default();
+        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
+        let mut b = Endpoint::new(config, 2, 1).unwrap();
+        a.add_peer(2).unwrap();
+        b.add_peer(1).unwrap();
+        let now = Instant::from_nanos(1_000_000);
+        let id = a.send(now, 2, b"hello").unwrap();
+        // B's WELCOME gets through, nothing after it: B delivers (the data
+        // rides behind A's CONFIRM) and its ACK is lost.
+        let (event, delivered) = run_until_event(&mut a, &mut b, now, 1);
         assert_eq!(delivered, vec![b"hello".to_vec()], "B's application got the message");
-        let Some(Event::PeerUnreachable { failed }) = event else { panic!("no abandonment: {event:?}") };
+        let Event::PeerUnreachable { failed } = event else { panic!("no abandonment: {event:?}") };
         assert!(matches!(a.message_state(id), MessageState::Failed(_)));
         assert_eq!((failed.first, failed.in_doubt_end, failed.end), (0, 1, 1), "in doubt, not certain");
+    }
+
+    /// A peer that never answered a HELLO was never sent a byte of data:
+    /// what failed toward it is certainly not delivered (the handshake is
+    /// what makes this true: issue 11 could only say "in doubt").
+    #[test]
+    fn a_message_to_a_peer_that_never_answered_certainly_failed() {
+        let config = Config::default();
+        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
+        let mut b = Endpoint::new(config, 2, 1).unwrap();
+        a.add_peer(2).unwrap();
+        b.add_peer(1).unwrap();
+        let now = Instant::from_nanos(1_000_000);
+        a.send(now, 2, b"hello").unwrap();
+        a.send(now, 2, b"world").unwrap();
+        let (event, delivered) = run_until_event(&mut a, &mut b, now, 0);
+        assert!(delivered.is_empty(), "no data before a handshake");
+        let Event::PeerUnreachable { failed } = event else { panic!("no abandonment: {event:?}") };
+        assert_eq!((failed.first, failed.in_doubt_end, failed.end), (0, 0, 2), "certainly not delivered");
+        assert!(a.stats().hellos_sent > 1, "the HELLO was retried");
+        assert_eq!(a.stats().data_frames_sent, 0);
     }
 
     /// One turn of two endpoints wired back to back, losing nothing.

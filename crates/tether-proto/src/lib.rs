@@ -16,6 +16,8 @@
 //! piggy-backing, ACK-request bit, one timer per stream) with selective
 //! ACKs added, aggregation of small messages from Trahay et al. [NMAD]
 //! section 3, and generations from [TB] section 4.2 (docs/REFERENCES.md).
+//! No data flows between two endpoints before a handshake has proven both
+//! incarnations (`handshake`).
 
 // Every public item says what it is for: this crate is the API the
 // runtime, the simulator and other drivers are written against.
@@ -26,6 +28,7 @@ mod context;
 mod delivery;
 mod endpoint;
 mod event;
+mod handshake;
 mod landing;
 mod paths;
 mod peer;
@@ -41,9 +44,11 @@ mod timer;
 
 pub use config::{Config, ConfigError, RetransmitMode};
 
+pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;
-pub use endpoint::{Endpoint, PathError, SendError, Transmit, MAX_PEERS};
+pub use endpoint::{Endpoint, Origin, PathError, SendError, Transmit, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
+pub use handshake::MAX_REPLIES;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};

@@ -480,6 +480,23 @@ impl Paths {
         self.paths.iter().filter_map(|p| p.probe_deadline(config)).min()
     }
 
+    /// The rail for the `n`-th try of something that must find any working
+    /// path without knowing which works (a HELLO before any session): the
+    /// rails in turn.
+    pub fn nth_rail(&self, n: u32) -> RailId {
+        self.paths[n as usize % self.paths.len()].rail
+    }
+
+    /// How many rails lead to the peer.
+    pub fn rails_len(&self) -> u32 {
+        self.paths.len() as u32
+    }
+
+    /// Where `rail` is in the list [`nth_rail`](Self::nth_rail) turns through.
+    pub fn rail_index(&self, rail: RailId) -> u32 {
+        self.paths.iter().position(|p| p.rail == rail).unwrap_or(0) as u32
+    }
+
     /// The rails that lead to the peer: configuration, not soft state, so
     /// a rebuilt peer gets the same paths (with fresh health).
     pub fn rails(&self) -> Vec<RailId> {

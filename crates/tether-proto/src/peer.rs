@@ -12,11 +12,13 @@
 //! streams' logs, the peer's incarnation, and the configured rails. The
 //! RTT estimate, timers and rail health are soft and rebuilt.
 
-use tether_wire::{Frame, Header, HeaderFlags, Packet, PacketWriter};
+use tether_wire::{Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, Packet, PacketWriter};
 use tracing::{debug, info, trace, warn};
 
+use crate::config::MIN_DATAGRAM;
 use crate::context::Context;
 use crate::event::{Event, FailReason};
+use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
 use crate::recv_stream::RecvStream;
@@ -30,8 +32,11 @@ pub(crate) struct Peer {
     id: NodeId,
     pub send: SendStream,
     pub recv: RecvStream,
-    /// The peer's incarnation as last seen; 0 before we heard from it.
+    /// The peer's incarnation, as proven by a completed handshake; 0
+    /// before one (no session: nothing but the handshake flows).
     incarnation: u64,
+    /// Our side of the handshake and the datagram size agreed.
+    hs: Handshake,
     /// Reported unreachable and not heard from since.
     unreachable: bool,
     /// The rails that lead to the peer and their health.
@@ -46,6 +51,7 @@ impl Peer {
             send: SendStream::new(config, 1),
             recv: RecvStream::new(config),
             incarnation: 0,
+            hs: Handshake::new(),
             unreachable: false,
             paths: Paths::new(Instant::ZERO),
             timers: TimerTable::default(),
@@ -59,6 +65,7 @@ impl Peer {
         PeerSnapshot {
             node: self.id,
             incarnation: self.incarnation,
+            max_datagram: self.hs.max_datagram(),
             unreachable: self.unreachable,
             rails: self.paths.rails(),
             send: self.send.snapshot(),
@@ -80,6 +87,7 @@ impl Peer {
             send: SendStream::restore(config, snapshot.send, now),
             recv: RecvStream::restore(config, snapshot.recv),
             incarnation: snapshot.incarnation,
+            hs: Handshake::restored(snapshot.max_datagram),
             unreachable: snapshot.unreachable,
             paths,
             timers: TimerTable::default(),
@@ -96,21 +104,67 @@ impl Peer {
     /// Set every timer from the state it guards; returns the earliest.
     /// Called after every operation on the peer, so the table is never stale.
     pub fn update_timers(&mut self, config: &Config) -> Option<Instant> {
-        // In `Timer::ALL` order.
+        // In `Timer::ALL` order. Without a session nothing but the
+        // handshake (and the patience clock) runs.
+        let session = self.session();
         self.timers.set_all([
             self.send.rto_deadline(),
-            self.recv.ack_deadline(),
-            self.send.new_data_due(config),
-            self.paths.silence_deadline(config),
-            self.paths.probe_deadline(config),
+            self.recv.ack_deadline().filter(|_| session),
+            self.send.new_data_due(config).filter(|_| session),
+            self.paths.silence_deadline(config).filter(|_| session),
+            self.paths.probe_deadline(config).filter(|_| session),
             self.send.abandon_deadline(config),
+            self.hs.deadline(),
         ]);
         self.next_timeout()
     }
 
     /// Something should go on the wire to this peer at `now`.
     pub fn wants_transmit(&self, now: Instant, config: &Config) -> bool {
-        self.recv.ack_due(now) || self.send.has_work(now, config) || self.paths.control_due(now)
+        self.hs.hello_due()
+            || self.hs.confirm_due()
+            || (self.session()
+                && (self.recv.ack_due(now) || self.send.has_work(now, config) || self.paths.control_due(now)))
+    }
+
+    /// A handshake proved the peer's incarnation: data may flow.
+    pub fn session(&self) -> bool {
+        self.incarnation != 0
+    }
+
+    /// The largest datagram to send this peer: the size agreed in the
+    /// handshake, or our own before one.
+    pub fn max_datagram(&self, config: &Config) -> usize {
+        match self.hs.max_datagram() {
+            0 => config.max_datagram,
+            agreed => agreed.min(config.max_datagram),
+        }
+    }
+
+    /// Begin a handshake now if there is no session (the application
+    /// wants one ready before its first message).
+    pub fn connect(&mut self, cx: &mut Context<'_>, now: Instant) {
+        self.want_session(cx, now);
+    }
+
+    /// Make sure a session exists or is being made: a HELLO goes unless
+    /// one is in progress. Called when there is something to send, and
+    /// when the peer sent what only a session could carry.
+    pub fn want_session(&mut self, cx: &mut Context<'_>, now: Instant) {
+        if !self.session() && !self.hs.initiating() {
+            self.start_handshake(cx, now, None);
+        }
+    }
+
+    /// Begin a handshake unless one is under way. Its first HELLO goes on
+    /// `rail` if one is known to work (a datagram just came in on it), else
+    /// on every rail at once; retries go on the rails in turn.
+    fn start_handshake(&mut self, cx: &mut Context<'_>, now: Instant, rail: Option<RailId>) {
+        if !self.hs.initiating() {
+            debug!(peer = self.id, rail, "handshake: sending HELLO");
+            let first = rail.map(|r| self.paths.rail_index(r));
+            self.hs.start(now, cx.secrets.nonce(), cx.config.rto_initial, first);
+        }
     }
 
     /// Take in a verified datagram from this peer (the endpoint checked its
@@ -125,30 +179,29 @@ impl Peer {
         landing: &mut LandingArea,
     ) {
         let h = packet.header;
-        if h.src_inc < self.incarnation {
-            cx.stats.stale_dropped += 1;
-            trace!(
-                peer = self.id,
-                src_inc = h.src_inc,
-                current = self.incarnation,
-                "dropped: older incarnation"
-            );
-            return;
-        }
-        if h.src_inc > self.incarnation {
-            let restarted = self.incarnation != 0;
-            self.incarnation = h.src_inc;
-            if restarted {
-                self.on_restart(cx);
+        let mut frames = packet.frames();
+        if let Some(Frame::Handshake(f)) = packet.frames().next() {
+            frames.next();
+            let go_on = match f.kind {
+                // The endpoint answers HELLOs; one reaching a peer is misplaced.
+                HandshakeKind::Hello => false,
+                HandshakeKind::Welcome => {
+                    self.on_welcome(cx, now, &h, &f);
+                    false
+                }
+                HandshakeKind::Confirm => self.on_confirm(cx, now, &h, &f),
+            };
+            if !go_on {
+                return;
             }
         }
-        if h.dst_inc != 0 && h.dst_inc != cx.incarnation {
-            // Meant for an earlier life of ours. Answer at once so the peer
-            // learns our new incarnation and settles its old stream.
-            cx.stats.stale_dropped += 1;
-            trace!(peer = self.id, dst_inc = h.dst_inc, "dropped: meant for an earlier life of ours");
-            self.recv.request_ack(now, true);
+        if !self.session() || h.src_inc != self.incarnation || h.dst_inc != cx.incarnation {
+            self.refuse_sessionless(cx, now, rail, &h);
             return;
+        }
+        if self.hs.confirm().is_some() {
+            // The peer sends to our incarnation: it has our CONFIRM.
+            self.hs.on_confirmed(None);
         }
         if self.unreachable {
             self.unreachable = false;
@@ -164,8 +217,12 @@ impl Peer {
         }
         let mut data_admitted = None;
         let mut landings = landing.commit();
-        for frame in packet.frames() {
+        for frame in frames {
             match frame {
+                Frame::Handshake(_) => {
+                    // Only first in a datagram means anything.
+                    cx.stats.protocol_violations += 1;
+                }
                 Frame::Data(d) => {
                     let landed = landings.next(cx.stats);
                     let admitted = *data_admitted.get_or_insert_with(|| self.recv.admit_epoch(h.epoch));
@@ -211,6 +268,126 @@ impl Peer {
         }
     }
 
+    /// A WELCOME: the answer to our HELLO, if it echoes our nonce and is
+    /// addressed to our incarnation. It proves the peer's incarnation.
+    fn on_welcome(&mut self, cx: &mut Context<'_>, now: Instant, h: &Header, f: &HandshakeFrame) {
+        if self.hs.answered_before(f.nonce) && h.src_inc == self.incarnation {
+            // Another HELLO of the same burst answered: nothing new.
+            return;
+        }
+        if h.dst_inc != cx.incarnation || h.src_inc == 0 || !self.hs.answers_ours(f.nonce) {
+            cx.stats.handshakes_refused += 1;
+            debug!(peer = self.id, "handshake: dropped a WELCOME that answers no HELLO of ours");
+            return;
+        }
+        let Some(agreed) = self.agree(cx, f.max_datagram) else { return };
+        if !self.adopt(cx, h.src_inc) {
+            return;
+        }
+        self.hs.on_welcome(f.cookie, agreed);
+        self.on_session(cx, now, agreed);
+    }
+
+    /// A CONFIRM: the initiator's proof that it heard our WELCOME (the
+    /// cookie) and knows our incarnation. True when the rest of the
+    /// datagram may be taken in.
+    fn on_confirm(&mut self, cx: &mut Context<'_>, now: Instant, h: &Header, f: &HandshakeFrame) -> bool {
+        let ours = (cx.node, cx.incarnation);
+        if h.dst_inc != cx.incarnation
+            || h.src_inc == 0
+            || !cx.secrets.cookie_valid(f.cookie, self.id, h.src_inc, f.nonce, ours, now)
+        {
+            cx.stats.handshakes_refused += 1;
+            debug!(peer = self.id, "handshake: dropped a CONFIRM whose cookie does not check");
+            return false;
+        }
+        if h.src_inc == self.incarnation && self.hs.max_datagram() != 0 {
+            // A CONFIRM repeated in front of data: the session stands.
+            return true;
+        }
+        let Some(agreed) = self.agree(cx, f.max_datagram) else { return false };
+        if agreed != f.max_datagram as usize {
+            // The initiator claims a size above ours: it never saw our WELCOME.
+            cx.stats.handshakes_refused += 1;
+            return false;
+        }
+        if !self.adopt(cx, h.src_inc) {
+            return false;
+        }
+        self.hs.on_confirmed(Some(agreed));
+        self.on_session(cx, now, agreed);
+        true
+    }
+
+    /// The datagram size both sides accept: the smaller one, if it is one
+    /// we can work with at all.
+    fn agree(&mut self, cx: &mut Context<'_>, theirs: u32) -> Option<usize> {
+        let agreed = (theirs as usize).min(cx.config.max_datagram);
+        if agreed < MIN_DATAGRAM {
+            cx.stats.mtu_refused += 1;
+            warn!(
+                peer = self.id,
+                theirs,
+                min = MIN_DATAGRAM,
+                "handshake refused: the peer's datagrams are too small"
+            );
+            return None;
+        }
+        Some(agreed)
+    }
+
+    /// Take `inc` as the peer's proven incarnation: a larger one is a
+    /// restart. False for an older one (a replayed handshake of a past life).
+    fn adopt(&mut self, cx: &mut Context<'_>, inc: u64) -> bool {
+        if inc < self.incarnation {
+            cx.stats.stale_dropped += 1;
+            return false;
+        }
+        if inc > self.incarnation {
+            let restarted = self.incarnation != 0;
+            self.incarnation = inc;
+            if restarted {
+                self.on_restart(cx);
+            }
+        }
+        true
+    }
+
+    /// A handshake completed: data may flow, in datagrams of the agreed size.
+    fn on_session(&mut self, cx: &mut Context<'_>, now: Instant, agreed: usize) {
+        cx.stats.handshakes_completed += 1;
+        self.send.recut_unsent(cx.config.max_fragment_for(agreed));
+        // Whatever waited for the session goes now; the peer is heard from.
+        self.send.on_heard(now);
+        info!(peer = self.id, incarnation = self.incarnation, max_datagram = agreed, "session established");
+    }
+
+    /// A datagram that only a session could carry, from a peer we have no
+    /// session with (or from a life of it or of ours that is over): dropped,
+    /// and a handshake begun so that a genuine peer gets one.
+    fn refuse_sessionless(&mut self, cx: &mut Context<'_>, now: Instant, rail: RailId, h: &Header) {
+        if self.session() && (h.src_inc < self.incarnation || (h.dst_inc != 0 && h.dst_inc < cx.incarnation))
+        {
+            cx.stats.stale_dropped += 1;
+            trace!(
+                peer = self.id,
+                src_inc = h.src_inc,
+                dst_inc = h.dst_inc,
+                "dropped: an earlier life's datagram"
+            );
+        } else {
+            cx.stats.sessionless_dropped += 1;
+            trace!(peer = self.id, src_inc = h.src_inc, "dropped: no session with this incarnation");
+        }
+        if h.dst_inc != cx.incarnation || h.src_inc > self.incarnation {
+            // The peer does not know us (we restarted), or claims a life we
+            // have not seen: a handshake settles it, and a forger gains a
+            // HELLO to the genuine peer's address, nothing more. The first
+            // goes back the way this datagram came: that rail works.
+            self.start_handshake(cx, now, Some(rail));
+        }
+    }
+
     /// The peer came back as a new incarnation: what was unacknowledged to
     /// its old life failed, and what it had sent us is void.
     fn on_restart(&mut self, cx: &mut Context<'_>) {
@@ -229,6 +406,15 @@ impl Peer {
 
     /// Run the timers that have expired by `now`.
     pub fn handle_timeout(&mut self, cx: &mut Context<'_>, now: Instant) {
+        if self.timers.expired(Timer::Handshake, now) {
+            self.hs.on_timer(now);
+            if !self.send.has_unacked() && self.hs.trying_for(now) >= cx.config.abandon_after {
+                // Nothing to say and nobody answering: stop asking. The
+                // next message, or a datagram from the peer, asks again.
+                debug!(peer = self.id, "handshake: no answer and nothing to send, giving up");
+                self.hs.give_up();
+            }
+        }
         let expired = |t| self.timers.expired(t, now);
         let (paths_due, rto_due, abandon_due) = (
             expired(Timer::PathSilence) || expired(Timer::Probe),
@@ -246,6 +432,10 @@ impl Peer {
             let failed = self.send.abandon(self.id, FailReason::PeerUnreachable);
             cx.stats.messages_failed += failed.len();
             self.unreachable = true;
+            if !self.session() {
+                // Nothing left to say to a peer that never answered a HELLO.
+                self.hs.reset();
+            }
             warn!(
                 peer = self.id,
                 failed = failed.len(),
@@ -290,8 +480,25 @@ impl Peer {
             dst_inc: self.incarnation,
             epoch: self.send.epoch(),
         };
-        let cap = buf.len().min(config.max_datagram);
+        let cap = buf.len().min(self.max_datagram(config));
         let stats = &mut *cx.stats;
+        if let Some((hello, try_no)) =
+            self.hs.take_hello(now, config.max_datagram, config.rto_max, self.paths.rails_len())
+        {
+            // Alone in its datagram, as large as the WELCOME it asks for;
+            // each try on the next rail, as nothing says which rail works.
+            let rail = self.paths.nth_rail(try_no);
+            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+            w.push_handshake(&hello).ok()?;
+            let len = w.finish();
+            stats.hellos_sent += 1;
+            stats.datagrams_sent += 1;
+            stats.bytes_sent += len as u64;
+            return Some(Transmit { dst: self.id, len, rail });
+        }
+        if !self.session() {
+            return None;
+        }
         if let Some((rail, control)) = self.paths.take_control(now, config, self.send.has_unacked()) {
             // A probe or its answer: no frames, alone in its datagram.
             let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
@@ -311,6 +518,11 @@ impl Peer {
             self.paths.reply_rail()
         };
         let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        // Until the peer shows it knows us, our CONFIRM rides in front.
+        let confirming = self.hs.confirm().is_some_and(|c| w.push_handshake(&c).is_ok());
+        if confirming {
+            self.hs.on_confirm_sent();
+        }
         let mut acked = false;
         if self.recv.ack_pending() {
             let ack = self.recv.take_ack();
@@ -320,7 +532,7 @@ impl Peer {
         }
         let retransmits_before = stats.retransmits;
         let frames = self.send.fill(&mut w, now, rail, config, stats);
-        if frames == 0 && !acked {
+        if frames == 0 && !acked && !confirming {
             return None;
         }
         if frames == 0 {
@@ -347,6 +559,7 @@ impl Peer {
         self.send.check_invariants(config);
         self.recv.check_invariants(config);
         assert_eq!(self.timers.get(Timer::Retransmit), self.send.rto_deadline(), "stale retransmit timer");
-        assert_eq!(self.timers.get(Timer::DelayedAck), self.recv.ack_deadline(), "stale delayed-ACK timer");
+        let ack_deadline = self.recv.ack_deadline().filter(|_| self.session());
+        assert_eq!(self.timers.get(Timer::DelayedAck), ack_deadline, "stale delayed-ACK timer");
     }
 }

@@ -322,6 +322,48 @@ impl SendStream {
         }
     }
 
+    /// The peer was heard from (a handshake completed): the patience clock
+    /// for abandonment starts again.
+    pub fn on_heard(&mut self, now: Instant) {
+        self.last_heard = now;
+    }
+
+    /// Cut the segments never sent into fragments of at most `max_fragment`
+    /// bytes: the datagram size agreed in a handshake may be smaller than
+    /// the one they were cut for. Sequence numbers from the first unsent one
+    /// on are assigned anew; message numbers do not change.
+    pub fn recut_unsent(&mut self, max_fragment: usize) {
+        let first_unsent = (self.log.sent_upto - self.log.acked_upto) as usize;
+        if self.segments.iter().skip(first_unsent).all(|s| s.log.data.len() <= max_fragment) {
+            return;
+        }
+        let unsent: Vec<Segment> = self.segments.drain(first_unsent..).collect();
+        self.log.next_seq = self.log.sent_upto;
+        self.unsent_wire_bytes = 0;
+        for Segment { log, tx } in unsent {
+            let len = log.data.len();
+            let mut offset = 0;
+            loop {
+                let end = (offset + max_fragment).min(len);
+                let flags = DataFlags::new(log.flags.first() && offset == 0, log.flags.last() && end == len);
+                self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
+                let piece = LoggedSegment {
+                    seq: self.log.next_seq,
+                    msg: log.msg,
+                    flags,
+                    total_len: log.total_len,
+                    data: log.data.slice(offset..end),
+                };
+                self.segments.push_back(Segment { log: piece, tx });
+                self.log.next_seq += 1;
+                offset = end;
+                if offset == len {
+                    break;
+                }
+            }
+        }
+    }
+
     /// Write lost segments, then new ones the window admits, until the
     /// datagram is full. Returns the number of data frames written.
     pub fn fill(

@@ -25,8 +25,11 @@ use crate::{Delivery, Event, NodeId, Stats};
 pub struct PeerSnapshot {
     /// The peer's node id.
     pub node: NodeId,
-    /// The peer's incarnation as last seen (0: never heard from).
+    /// The peer's incarnation as proven by a handshake (0: no session).
     pub incarnation: u64,
+    /// The datagram size agreed in that handshake (0: none yet): the
+    /// segments in flight were cut for it.
+    pub max_datagram: usize,
     /// Reported unreachable and not heard from since.
     pub unreachable: bool,
     /// The rails configured to reach it.

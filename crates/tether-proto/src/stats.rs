@@ -92,6 +92,32 @@ counters! {
     failovers,
     /// Probes sent to suspect, down or idle paths.
     probes_sent,
+    /// HELLOs sent (first tries and retries).
+    hellos_sent,
+    /// HELLOs answered with a WELCOME.
+    hellos_answered,
+    /// HELLOs not answered because `MAX_REPLIES` answers were already
+    /// waiting: a handshake flood, dropped at the cost of a parse.
+    handshake_replies_dropped,
+    /// Handshakes completed (as initiator or responder).
+    handshakes_completed,
+    /// WELCOMEs answering no HELLO of ours, CONFIRMs whose cookie does not
+    /// check, HELLOs without an incarnation: forged, replayed or stale.
+    handshakes_refused,
+    /// Handshakes refused because the peer's datagram size is below the
+    /// smallest the protocol works with.
+    mtu_refused,
+    /// Datagrams from a node id this endpoint was not given (`add_peer`,
+    /// `set_paths`): strangers get nothing, not even an answer.
+    strangers_refused,
+    /// Datagrams that only a session could carry, from a peer with no
+    /// session for the incarnations they name: a handshake is begun instead.
+    sessionless_dropped,
+    /// Datagrams whose header names another node than the one the
+    /// transport knows their source address as.
+    source_mismatch,
+    /// Datagrams from an address no peer has.
+    unknown_source,
 }
 
 impl Stats {
@@ -115,6 +141,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 26);
+        assert_eq!(names.len(), 36);
     }
 }

@@ -24,17 +24,20 @@ pub enum Timer {
     Probe,
     /// No acknowledged progress for `abandon_after`: give up on the peer.
     Abandon,
+    /// Our HELLO is due again: the handshake is not complete.
+    Handshake,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 6] = [
+    pub const ALL: [Timer; 7] = [
         Timer::Retransmit,
         Timer::DelayedAck,
         Timer::Coalesce,
         Timer::PathSilence,
         Timer::Probe,
         Timer::Abandon,
+        Timer::Handshake,
     ];
 }
 

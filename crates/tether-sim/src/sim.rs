@@ -507,6 +507,9 @@ fn describe(datagram: &[u8]) -> String {
                 a.cumulative,
                 a.ranges().map(|r| (r.start, r.end)).collect::<Vec<_>>()
             ),
+            tether_wire::Frame::Handshake(h) => {
+                write!(out, " {:?}({:x},{})", h.kind, h.nonce, h.max_datagram)
+            }
         };
     }
     out

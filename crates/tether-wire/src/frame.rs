@@ -8,12 +8,20 @@
 //!   number) and up to [`MAX_SACK_RANGES`] selective ranges above it (Tang
 //!   and Bilas [TB] section 4.1: cumulative ACKs; SACK is our addition so a
 //!   single loss does not cost a window of retransmissions).
+//! * `HELLO`, `WELCOME` and `CONFIRM` are the handshake (docs/PROTOCOL.md,
+//!   "Handshake"): one shape, [`HandshakeFrame`], 24 bytes each, so an
+//!   answer is never larger than what provoked it.
 
 use crate::integrity::Checksummer;
 use crate::WireError;
 
 pub(crate) const FRAME_DATA: u8 = 0x01;
 pub(crate) const FRAME_ACK: u8 = 0x02;
+pub(crate) const FRAME_HELLO: u8 = 0x03;
+pub(crate) const FRAME_WELCOME: u8 = 0x04;
+pub(crate) const FRAME_CONFIRM: u8 = 0x05;
+/// A handshake frame: type, flags, reserved, max_datagram, nonce, cookie.
+pub const HANDSHAKE_LEN: usize = 24;
 
 /// Fixed part of a DATA frame: type, flags, len, seq.
 pub(crate) const DATA_FIXED_LEN: usize = 12;
@@ -149,10 +157,40 @@ impl<'a> AckFrame<'a> {
     }
 }
 
+/// Which step of the handshake a [`HandshakeFrame`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeKind {
+    /// Initiator to responder: "I am `src_inc`; here is a fresh nonce and
+    /// the largest datagram I accept." Alone in its datagram.
+    Hello,
+    /// Responder to initiator, stateless: "I am `src_inc`; your nonce; a
+    /// cookie that proves you heard this; the largest datagram I accept."
+    /// Alone in its datagram.
+    Welcome,
+    /// Initiator to responder: "your cookie and my nonce back; the datagram
+    /// size we agreed". Data may follow it in the same datagram.
+    Confirm,
+}
+
+/// One handshake message (all three share the shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeFrame {
+    /// Which step.
+    pub kind: HandshakeKind,
+    /// The largest datagram the sender accepts (HELLO, WELCOME) or the one
+    /// agreed, the smaller of the two (CONFIRM).
+    pub max_datagram: u32,
+    /// The initiator's nonce: fresh in HELLO, echoed in WELCOME and CONFIRM.
+    pub nonce: u64,
+    /// The responder's cookie: 0 in HELLO, set in WELCOME, echoed in CONFIRM.
+    pub cookie: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
     Data(DataFrame<'a>),
     Ack(AckFrame<'a>),
+    Handshake(HandshakeFrame),
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -230,9 +268,45 @@ pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             }
             Ok((Frame::Ack(ack), total))
         }
+        Some(t @ (FRAME_HELLO | FRAME_WELCOME | FRAME_CONFIRM)) => {
+            if b.len() < HANDSHAKE_LEN {
+                return Err(WireError::FrameTruncated);
+            }
+            if b[1] != 0 || u16_at(b, 2) != 0 {
+                return Err(WireError::MalformedFrame("reserved handshake bits set"));
+            }
+            let kind = match t {
+                FRAME_HELLO => HandshakeKind::Hello,
+                FRAME_WELCOME => HandshakeKind::Welcome,
+                _ => HandshakeKind::Confirm,
+            };
+            let frame = HandshakeFrame {
+                kind,
+                max_datagram: u32_at(b, 4),
+                nonce: u64_at(b, 8),
+                cookie: u64_at(b, 16),
+            };
+            Ok((Frame::Handshake(frame), HANDSHAKE_LEN))
+        }
         Some(other) => Err(WireError::UnknownFrame(other)),
         None => Err(WireError::FrameTruncated),
     }
+}
+
+pub(crate) fn emit_handshake(out: &mut [u8], h: &HandshakeFrame) -> Result<usize, WireError> {
+    if out.len() < HANDSHAKE_LEN {
+        return Err(WireError::BufferTooSmall);
+    }
+    out[0] = match h.kind {
+        HandshakeKind::Hello => FRAME_HELLO,
+        HandshakeKind::Welcome => FRAME_WELCOME,
+        HandshakeKind::Confirm => FRAME_CONFIRM,
+    };
+    out[1..4].fill(0);
+    out[4..8].copy_from_slice(&h.max_datagram.to_le_bytes());
+    out[8..16].copy_from_slice(&h.nonce.to_le_bytes());
+    out[16..24].copy_from_slice(&h.cookie.to_le_bytes());
+    Ok(HANDSHAKE_LEN)
 }
 
 pub(crate) fn emit_data(

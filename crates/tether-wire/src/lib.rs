@@ -20,7 +20,10 @@ pub mod integrity;
 mod packet;
 
 pub use error::WireError;
-pub use frame::{AckFrame, AckRepr, DataFlags, DataFrame, Frame, SackRange, MAX_SACK_RANGES};
+pub use frame::{
+    AckFrame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame, HandshakeKind, SackRange, HANDSHAKE_LEN,
+    MAX_SACK_RANGES,
+};
 pub use integrity::{ChecksumKind, ChecksumSet, Checksummer};
 pub use packet::{
     overhead, Frames, Header, HeaderFlags, Landing, Packet, PacketWriter, Unverified, HEADER_LEN, MAGIC,

@@ -24,12 +24,13 @@
 
 use core::mem::MaybeUninit;
 
-use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame};
+use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame};
 use crate::integrity::Checksummer;
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
-pub const VERSION: u8 = 1;
+/// 2: the handshake (HELLO, WELCOME, CONFIRM) and the ACK's FULL flag.
+pub const VERSION: u8 = 2;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
 /// Bytes after the body at most: the widest checksum.
@@ -356,6 +357,14 @@ impl<'a> PacketWriter<'a> {
         let end = self.buf.len() - self.width;
         self.len +=
             frame::emit_data(&mut self.buf[self.len..end], seq, flags, total_len, payload, &mut self.sum)?;
+        Ok(())
+    }
+
+    pub fn push_handshake(&mut self, h: &HandshakeFrame) -> Result<(), WireError> {
+        let end = self.buf.len() - self.width;
+        let n = frame::emit_handshake(&mut self.buf[self.len..end], h)?;
+        self.sum.update(&self.buf[self.len..self.len + n]);
+        self.len += n;
         Ok(())
     }
 

@@ -9,15 +9,17 @@
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use tether_wire::{
-    overhead, AckRepr, ChecksumKind, DataFlags, DataFrame, Frame, Header, HeaderFlags, Landing, Packet,
-    PacketWriter, SackRange, Unverified, HEADER_LEN, MAGIC, MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
+    overhead, AckRepr, ChecksumKind, DataFlags, DataFrame, Frame, HandshakeFrame, HandshakeKind, Header,
+    HeaderFlags, Landing, Packet, PacketWriter, SackRange, Unverified, HANDSHAKE_LEN, HEADER_LEN, MAGIC,
+    MAX_DATAGRAM, MAX_SACK_RANGES, OVERHEAD, VERSION,
 };
 
 /// An owned frame, so emitted and parsed frames can be compared with `==`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum FrameModel {
     Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
-    Ack { epoch: u32, cumulative: u64, ranges: Vec<SackRange> },
+    Ack { epoch: u32, cumulative: u64, full: bool, ranges: Vec<SackRange> },
+    Handshake(HandshakeFrame),
 }
 
 impl FrameModel {
@@ -29,9 +31,13 @@ impl FrameModel {
                 total_len: d.total_len,
                 payload: d.payload.to_vec(),
             },
-            Frame::Ack(a) => {
-                FrameModel::Ack { epoch: a.epoch, cumulative: a.cumulative, ranges: a.ranges().collect() }
-            }
+            Frame::Ack(a) => FrameModel::Ack {
+                epoch: a.epoch,
+                cumulative: a.cumulative,
+                full: a.full,
+                ranges: a.ranges().collect(),
+            },
+            Frame::Handshake(h) => FrameModel::Handshake(*h),
         }
     }
 
@@ -42,6 +48,7 @@ impl FrameModel {
                 12 + if total_len.is_some() { 4 } else { 0 } + payload.len()
             }
             FrameModel::Ack { ranges, .. } => 16 + 8 * ranges.len(),
+            FrameModel::Handshake(_) => HANDSHAKE_LEN,
         }
     }
 
@@ -50,8 +57,10 @@ impl FrameModel {
             FrameModel::Data { seq, flags, total_len, payload } => {
                 w.push_data(*seq, *flags, total_len.unwrap_or(0), payload)
             }
-            FrameModel::Ack { epoch, cumulative, ranges } => {
+            FrameModel::Handshake(h) => w.push_handshake(h),
+            FrameModel::Ack { epoch, cumulative, full, ranges } => {
                 let mut ack = AckRepr::new(*epoch, *cumulative);
+                ack.full = *full;
                 for r in ranges {
                     assert!(ack.push_range(*r), "generator produced an invalid SACK range {r:?}");
                 }
@@ -122,26 +131,36 @@ fn sack_ranges(cumulative: u64) -> BoxedStrategy<Vec<SackRange>> {
 
 fn ack_strategy() -> impl Strategy<Value = FrameModel> {
     let cumulative = prop_oneof![any::<u64>(), 0..1_000u64, u64::MAX - 1_000..=u64::MAX];
-    (any::<u32>(), cumulative).prop_flat_map(|(epoch, cumulative)| {
-        sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack { epoch, cumulative, ranges })
+    (any::<u32>(), cumulative, any::<bool>()).prop_flat_map(|(epoch, cumulative, full)| {
+        sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack { epoch, cumulative, full, ranges })
+    })
+}
+
+fn handshake_strategy() -> impl Strategy<Value = FrameModel> {
+    let kind =
+        prop_oneof![Just(HandshakeKind::Hello), Just(HandshakeKind::Welcome), Just(HandshakeKind::Confirm)];
+    (kind, any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(kind, max_datagram, nonce, cookie)| {
+        FrameModel::Handshake(HandshakeFrame { kind, max_datagram, nonce, cookie })
     })
 }
 
 /// Frames in order, cut to the longest prefix that fits one datagram.
 fn frames_strategy(max_frames: usize, max_payload: usize) -> impl Strategy<Value = Vec<FrameModel>> {
-    vec(prop_oneof![3 => data_strategy(max_payload), 1 => ack_strategy()], 0..=max_frames).prop_map(
-        |frames| {
-            let mut room = MAX_DATAGRAM - OVERHEAD;
-            frames
-                .into_iter()
-                .take_while(|f| {
-                    let fits = f.encoded_len() <= room;
-                    room = room.saturating_sub(f.encoded_len());
-                    fits
-                })
-                .collect()
-        },
+    vec(
+        prop_oneof![3 => data_strategy(max_payload), 1 => ack_strategy(), 1 => handshake_strategy()],
+        0..=max_frames,
     )
+    .prop_map(|frames| {
+        let mut room = MAX_DATAGRAM - OVERHEAD;
+        frames
+            .into_iter()
+            .take_while(|f| {
+                let fits = f.encoded_len() <= room;
+                room = room.saturating_sub(f.encoded_len());
+                fits
+            })
+            .collect()
+    })
 }
 
 fn emit(header: &Header, frames: &[FrameModel]) -> Vec<u8> {
@@ -368,7 +387,7 @@ fn check_landing_agrees(datagram: &[u8]) -> Result<(), TestCaseError> {
             .frames()
             .filter_map(|f| match f {
                 Frame::Data(d) => Some(d.payload),
-                Frame::Ack(_) => None,
+                Frame::Ack(_) | Frame::Handshake(_) => None,
             })
             .collect();
         prop_assert_eq!(landing.calls, payloads.len());

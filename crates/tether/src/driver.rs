@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
-use tether_proto::{Endpoint as Core, Instant, RailId};
+use tether_proto::{Endpoint as Core, Instant, Origin, RailId};
 
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
@@ -160,8 +160,22 @@ impl Driver {
                 if n > 0 {
                     *heat = HOT_TURNS;
                 }
-                for (_, datagram) in self.rx.iter() {
-                    self.core.handle_datagram_on(now, rail as RailId, datagram);
+                for (i, (from, datagram)) in self.rx.iter().enumerate() {
+                    // Identity from the source address the transport saw
+                    // (its address book), never from the header alone.
+                    let origin = match (from, self.rx.addr(i)) {
+                        (Some(node), _) => {
+                            if !self.core.knows(node) && transport.has_peer(node) {
+                                // Configured in the transport: a peer, not a
+                                // stranger (a full table counts the drop).
+                                let _ = self.core.add_peer(node);
+                            }
+                            Origin::Node(node)
+                        }
+                        (None, Some(_)) => Origin::Stranger,
+                        (None, None) => Origin::Untold,
+                    };
+                    self.core.handle_datagram_from(now, rail as RailId, origin, datagram);
                 }
                 total += n;
                 if n < BATCH {

@@ -202,6 +202,16 @@ impl SendHandle {
     }
 }
 
+/// 32 bytes from the kernel's random source.
+fn entropy() -> Result<[u8; 32], Error> {
+    use std::io::Read;
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut seed))
+        .map_err(tether_io::TransportError::from)?;
+    Ok(seed)
+}
+
 fn default_incarnation() -> u64 {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     (now.as_nanos() as u64).max(1)
@@ -259,7 +269,10 @@ impl Endpoint {
             return Err(Error::Rails { given: rails.len() });
         }
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
-        let core = Core::new(options.config, node, incarnation)?;
+        let mut core = Core::new(options.config, node, incarnation)?;
+        // The handshake's cookies and nonces must be unguessable on a real
+        // network: the core's default secret is derived from public values.
+        core.seed_secrets(entropy()?);
         let plan = &options.faults;
         // The same derivation as the simulator's: a node's faults are the
         // same stream whether it runs in the simulator or over sockets.
