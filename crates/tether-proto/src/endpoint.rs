@@ -740,6 +740,15 @@ mod tests {
         assert_eq!(ep.stats().messages_sent, 1);
     }
 
+    /// Nodes 1 and 2, each given the other.
+    fn two_peers(config: Config) -> (Endpoint, Endpoint) {
+        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
+        let mut b = Endpoint::new(config, 2, 1).unwrap();
+        a.add_peer(2).unwrap();
+        b.add_peer(1).unwrap();
+        (a, b)
+    }
+
     /// Drive `a` and `b` until `a` reports an event, with every datagram
     /// from `b` after the first `b_answers` lost. Returns the event and what
     /// `b`'s application received.
@@ -780,11 +789,7 @@ mod tests {
     /// message: it must be reported in doubt, never certainly undelivered.
     #[test]
     fn a_message_delivered_to_a_peer_gone_silent_is_in_doubt() {
-        let config = Config::default();
-        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
-        let mut b = Endpoint::new(config, 2, 1).unwrap();
-        a.add_peer(2).unwrap();
-        b.add_peer(1).unwrap();
+        let (mut a, mut b) = two_peers(Config::default());
         let now = Instant::from_nanos(1_000_000);
         let id = a.send(now, 2, b"hello").unwrap();
         // B's WELCOME gets through, nothing after it: B delivers (the data
@@ -801,11 +806,7 @@ mod tests {
     /// what makes this true: issue 11 could only say "in doubt").
     #[test]
     fn a_message_to_a_peer_that_never_answered_certainly_failed() {
-        let config = Config::default();
-        let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
-        let mut b = Endpoint::new(config, 2, 1).unwrap();
-        a.add_peer(2).unwrap();
-        b.add_peer(1).unwrap();
+        let (mut a, mut b) = two_peers(Config::default());
         let now = Instant::from_nanos(1_000_000);
         a.send(now, 2, b"hello").unwrap();
         a.send(now, 2, b"world").unwrap();
@@ -844,10 +845,7 @@ mod tests {
                 max_message_len: 1 << 17,
                 ..Config::default()
             };
-            let mut a = Endpoint::new(config.clone(), 1, 1).unwrap();
-            let mut b = Endpoint::new(config.clone(), 2, 1).unwrap();
-            a.add_peer(2).unwrap();
-            b.add_peer(1).unwrap();
+            let (mut a, mut b) = two_peers(config.clone());
             let msg = vec![7u8; len];
             let mut now = Instant::from_nanos(1_000_000);
             let (mut sent, mut blocked) = (0u64, 0u64);

@@ -10,7 +10,9 @@ use tether_proto::{
     Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, RetransmitMode, SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
-use tether_wire::{ChecksumKind, ChecksumSet};
+use tether_wire::{
+    ChecksumKind, ChecksumSet, DataFlags, HandshakeFrame, HandshakeKind, Header, HeaderFlags, PacketWriter,
+};
 
 const A: u32 = 1;
 const B: u32 = 2;
@@ -354,4 +356,196 @@ fn the_tail_of_a_large_message_is_never_held_back() {
         datagrams += 1;
     }
     assert_eq!(datagrams, 3);
+}
+
+/// A datagram as an attacker writes it: any header, DATA and handshake
+/// frames of its choosing, a correct CRC32C (no secret protects it).
+fn forge(header: Header, data: Option<(u64, &[u8])>, handshake: Option<HandshakeFrame>) -> Vec<u8> {
+    let mut buf = vec![0u8; 2048];
+    let mut w = PacketWriter::new(&mut buf, &header).unwrap();
+    if let Some(h) = handshake {
+        w.push_handshake(&h).unwrap();
+    }
+    if let Some((seq, payload)) = data {
+        w.push_data(seq, DataFlags::new(true, true), 0, payload).unwrap();
+    }
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+fn header(src_node: u32, dst_node: u32, src_inc: u64, dst_inc: u64) -> Header {
+    Header {
+        flags: HeaderFlags::default(),
+        checksum: ChecksumKind::Crc32c,
+        src_node,
+        dst_node,
+        src_inc,
+        dst_inc,
+        epoch: 1,
+    }
+}
+
+/// The blind attack of issue 12: one datagram claiming A's node id with a
+/// higher incarnation and `dst_inc` 0, correct checksum, carrying a
+/// message. It must deliver nothing, change nothing, and A's genuine
+/// stream must go on exact, before and after.
+#[test]
+fn a_forged_higher_incarnation_is_neither_delivered_nor_locks_the_peer_out() {
+    let mut p = Pair::connected(Config::default());
+    let want: Vec<_> = (0..50).map(|i| msg(i, 300)).collect();
+    for m in &want[..25] {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_millis(5));
+    for seq in [0, 25, 1 << 40] {
+        for dst_inc in [0, 1] {
+            let forged = forge(header(A, B, 1_000, dst_inc), Some((seq, b"forged")), None);
+            let now = p.now();
+            p.b().handle_datagram(now, &forged);
+        }
+    }
+    for m in &want[25..] {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_secs(1));
+    check(&p.drain_b(), &want, "after the forgery");
+    let s = p.b().stats();
+    assert_eq!(s.sessionless_dropped, 6, "each forged datagram dropped, none taken");
+    assert_eq!(p.a().stats().messages_failed, 0, "the genuine sender never failed");
+    assert!(p.a().has_session(B) && p.b().has_session(A));
+}
+
+/// A node id nobody configured gets nothing delivered, not even a HELLO answered.
+#[test]
+fn a_stranger_is_refused_data_and_handshake_alike() {
+    let mut p = Pair::connected(Config::default());
+    let now = p.now();
+    let hello = HandshakeFrame { kind: HandshakeKind::Hello, max_datagram: 1472, nonce: 7, cookie: 0 };
+    p.b().handle_datagram(now, &forge(header(9, B, 5, 0), None, Some(hello)));
+    p.b().handle_datagram(now, &forge(header(9, B, 5, 1), Some((0, b"stranger")), None));
+    assert_eq!(p.b().stats().strangers_refused, 2);
+    assert_eq!(p.b().stats().hellos_answered, 1, "only A's HELLO of the setup was answered");
+    assert!(p.b().recv().is_none());
+    assert!(!p.b().knows(9));
+}
+
+/// WELCOMEs nobody asked for and CONFIRMs with made-up cookies are refused:
+/// neither can set a peer's incarnation.
+#[test]
+fn forged_welcomes_and_confirms_are_refused() {
+    let mut p = Pair::connected(Config::default());
+    let now = p.now();
+    let welcome = HandshakeFrame { kind: HandshakeKind::Welcome, max_datagram: 1472, nonce: 1, cookie: 2 };
+    p.a().handle_datagram(now, &forge(header(B, A, 9_999, 1), None, Some(welcome)));
+    let confirm = HandshakeFrame { kind: HandshakeKind::Confirm, max_datagram: 1472, nonce: 3, cookie: 4 };
+    p.b().handle_datagram(
+        now,
+        &forge(header(A, B, 9_999, 1), Some((0, b"behind a forged CONFIRM")), Some(confirm)),
+    );
+    assert_eq!(p.a().stats().handshakes_refused, 1);
+    assert_eq!(p.b().stats().handshakes_refused, 1);
+    assert!(p.b().recv().is_none(), "nothing behind a forged CONFIRM is delivered");
+    // The sessions still stand: genuine traffic flows.
+    let want = vec![msg(1, 100)];
+    p.send(&want[0]).unwrap();
+    p.run(Duration::from_millis(10));
+    check(&p.drain_b(), &want, "after forged handshakes");
+}
+
+/// A flood of HELLOs (forged, any incarnation) costs the listener a
+/// bounded queue of answers: beyond `MAX_REPLIES` waiting, each is a
+/// counted drop, and the genuine stream is untouched.
+#[test]
+fn a_hello_flood_is_bounded_and_harmless() {
+    let mut p = Pair::connected(Config::default());
+    let want: Vec<_> = (0..20).map(|i| msg(i, 500)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    let now = p.now();
+    for i in 0..10_000u64 {
+        let hello =
+            HandshakeFrame { kind: HandshakeKind::Hello, max_datagram: 1472, nonce: i + 1, cookie: 0 };
+        p.b().handle_datagram(now, &forge(header(A, B, 2 + i, 0), None, Some(hello)));
+    }
+    let s = p.b().stats().clone();
+    assert_eq!(s.hellos_answered - 1, tether_proto::MAX_REPLIES as u64, "answers bounded");
+    assert_eq!(s.handshake_replies_dropped, 10_000 - tether_proto::MAX_REPLIES as u64);
+    p.run(Duration::from_secs(1));
+    check(&p.drain_b(), &want, "under a HELLO flood");
+    assert_eq!(p.a().stats().messages_failed, 0);
+    assert!(p.a().has_session(B));
+}
+
+/// A listener with smaller datagrams than its sender: the handshake agrees
+/// on the smaller, so nothing is truncated and every message arrives.
+#[test]
+fn different_datagram_sizes_agree_on_the_smaller() {
+    let mut net = VirtualNet::new(
+        Instant::from_nanos(1_000_000),
+        Box::new(|s: &mut Sent<'_>| if s.bytes.len() > 600 { Fate::Drop } else { Fate::Deliver(LATENCY) })
+            as Wire,
+    );
+    net.add(endpoint(Config::default(), A, 1, B));
+    net.add(endpoint(Config { max_datagram: 600, ..Config::default() }, B, 1, A));
+    let want: Vec<_> = (0..20).map(|i| msg(i, 3000)).collect();
+    for m in &want {
+        let now = net.now();
+        net.ep_mut(A).send(now, B, m).unwrap();
+    }
+    net.run(Duration::from_secs(1));
+    let got: Vec<_> = std::iter::from_fn(|| net.ep_mut(B).recv()).map(|d| d.message.to_vec()).collect();
+    check(&got, &want, "600-byte listener");
+    assert_eq!(net.ep(A).max_datagram_to(B), 600);
+    assert_eq!(net.ep(A).stats().messages_failed, 0);
+}
+
+/// Issue 12's "messages reach two incarnations": B receives messages, every
+/// ACK it sends is lost, and it restarts. A never learned B's new life from
+/// a header: it must not hand those messages to B's new incarnation (they
+/// are reported to A's application, in doubt), and what A sends after
+/// learning of the restart arrives exactly once.
+#[test]
+fn a_receiver_restarting_with_its_acks_lost_never_gets_a_message_twice() {
+    let mut p = Pair::connected(Config::default());
+    let first: Vec<_> = (0..10).map(|i| msg(i, 200)).collect();
+    p.net.link = Box::new(|s: &mut Sent<'_>| if s.src == B { Fate::Drop } else { Fate::Deliver(LATENCY) });
+    for m in &first {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_millis(3));
+    check(&p.drain_b(), &first, "the old life got them");
+    // B restarts; the link heals.
+    p.net.replace(endpoint(Config::default(), B, 2, A));
+    p.net.link = Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY));
+    let second: Vec<_> = (10..20).map(|i| msg(i, 200)).collect();
+    for m in &second {
+        p.send(m).unwrap();
+        p.run(Duration::from_micros(200));
+    }
+    p.run(Duration::from_secs(1));
+    let got = p.drain_b();
+    for m in &got {
+        assert!(!first.contains(m), "a message of the old life reached the new one");
+    }
+    let restarted: Vec<_> = std::iter::from_fn(|| p.a().poll_event())
+        .filter_map(|e| match e {
+            Event::PeerRestarted { failed, .. } => Some(failed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(restarted.len(), 1, "the restart was learned once, through a handshake");
+    // The old life's ten (and any sent to it before the restart was
+    // learned) are in doubt: it did receive them.
+    assert_eq!(restarted[0].first, 0);
+    assert!(restarted[0].in_doubt_end >= 10, "{:?}", restarted[0]);
+    // Every message sent after that is delivered to the new life, once, in order.
+    let kept: Vec<_> = (10..20u64)
+        .zip(&second)
+        .filter(|(id, _)| !restarted[0].contains(*id))
+        .map(|(_, m)| m.clone())
+        .collect();
+    check(&got, &kept, "the new life");
+    assert!(!kept.is_empty());
 }
