@@ -116,7 +116,7 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("pingpong --rails 0".into(), "must be between 1 and 8"),
         ("stream --runs 0".into(), "--runs <RUNS>': must be between 1 and"),
         ("stream --window 0".into(), "must be between 2 and 65536 segments"),
-        ("stream --mtu 10".into(), "must be between 228 and 65507 bytes"),
+        ("stream --mtu 10".into(), "must be between 244 and 65507 bytes"),
         ("stream --rto-min-us 0".into(), "microseconds"),
         ("stream --spin-us 99999999999".into(), "--spin-us"),
         ("stream --seed -1".into(), "--seed <SEED>': negative"),

@@ -2,7 +2,7 @@
 //! (TigerBeetle's rule), with defaults from the papers' parameter studies.
 
 use core::time::Duration;
-use tether_wire::{overhead, ChecksumKind, ChecksumSet, MAX_DATAGRAM, OVERHEAD};
+use tether_wire::{overhead, ChecksumKind, ChecksumSet, MacKey, AUTH_OVERHEAD, MAX_DATAGRAM, OVERHEAD};
 use thiserror::Error;
 
 use crate::paths::RailPolicy;
@@ -17,6 +17,36 @@ pub enum RetransmitMode {
     /// segment on; the receiver keeps nothing out of order. Kept so the
     /// experiments of Tang and Bilas [TB] can be reproduced side by side.
     GoBackN,
+}
+
+/// The cluster's shared secret: with one configured, every datagram is
+/// authenticated with a MAC under a key derived from it for its sender,
+/// receiver and both incarnations (docs/PROTOCOL.md, "Authentication"), and
+/// datagrams without one are refused. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterKey([u8; 32]);
+
+impl core::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ClusterKey(..)")
+    }
+}
+
+impl ClusterKey {
+    /// The key from secret material (a key file's bytes), at least 16
+    /// bytes of it: BLAKE3's key derivation turns any length into a key.
+    pub fn from_material(material: &[u8]) -> Result<Self, ConfigError> {
+        if material.len() < 16 {
+            return Err(ConfigError { field: "key", why: "needs at least 16 bytes of secret material" });
+        }
+        Ok(ClusterKey(blake3::derive_key("tether 2026-11 cluster key", material)))
+    }
+
+    /// The key that authenticates datagrams from `src` (incarnation
+    /// `src_inc`) to `dst` (as the sender knows it, `dst_inc`).
+    pub fn datagram_key(&self, src: u32, src_inc: u64, dst: u32, dst_inc: u64) -> MacKey {
+        MacKey::derive(&self.0, "tether 2026-11 datagram key", &[src as u64, src_inc, dst as u64, dst_inc])
+    }
 }
 
 /// An endpoint's limits and timers, checked by [`Config::validate`]. Every
@@ -74,6 +104,10 @@ pub struct Config {
     /// counts anything else as `checksum_refused`. Default: every algorithm
     /// but `none`, so nobody can switch verification off.
     pub accept_checksums: ChecksumSet,
+    /// The cluster secret: `Some` authenticates every datagram (and
+    /// refuses any that is not); `None` checks integrity with `checksum`
+    /// only. The handshake and source validation hold either way.
+    pub key: Option<ClusterKey>,
     /// How lost segments are repaired: selective by default, go-back-N to
     /// compare with [TB].
     pub retransmit: RetransmitMode,
@@ -114,6 +148,7 @@ impl Default for Config {
             abandon_after: Duration::from_secs(5),
             checksum: ChecksumKind::Crc32c,
             accept_checksums: ChecksumSet::checked(),
+            key: None,
             retransmit: RetransmitMode::Selective,
             rail_policy: RailPolicy::PrimaryBackup,
             path_suspect_after: Duration::from_millis(2),
@@ -154,7 +189,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, why| Err(ConfigError { field, why });
         if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {
-            return bad("max_datagram", "must be between 228 and 65507 bytes");
+            return bad("max_datagram", "must be between 244 and 65507 bytes");
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");
@@ -220,9 +255,19 @@ impl Config {
     /// Payload bytes one data frame carries at most in datagrams of
     /// `max_datagram` bytes (the size agreed with a peer).
     pub fn max_fragment_for(&self, max_datagram: usize) -> usize {
-        (max_datagram - overhead(self.checksum) - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
+        (max_datagram - self.overhead() - FRAGMENT_OVERHEAD).min(u16::MAX as usize)
+    }
+
+    /// Bytes each datagram carries besides its frames: header and checksum,
+    /// or header, packet number and MAC when authenticated.
+    pub fn overhead(&self) -> usize {
+        if self.key.is_some() {
+            AUTH_OVERHEAD
+        } else {
+            overhead(self.checksum)
+        }
     }
 }
 
 // The range in `validate`'s message, kept true.
-const _: () = assert!(MIN_DATAGRAM == 228);
+const _: () = assert!(MIN_DATAGRAM == 244);

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::BytesMut;
 use tether_wire::{
-    Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, PacketWriter, Unverified, HANDSHAKE_LEN,
+    Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, PacketWriter, Unverified, WireError,
+    HANDSHAKE_LEN,
 };
 use thiserror::Error;
 use tracing::{debug, trace};
@@ -461,19 +462,38 @@ impl Endpoint {
                 return;
             }
         }
+        let authenticated = unverified.header.flags.authenticated();
+        if authenticated != self.config.key.is_some() {
+            // With a cluster key nothing unauthenticated is taken; without
+            // one an authenticated datagram cannot be checked.
+            self.stats.unauthenticated_refused += 1;
+            debug!(src, authenticated, "dropped: authentication does not match this endpoint's");
+            return;
+        }
+        let key = if authenticated { self.rx_key(&unverified.header) } else { None };
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
         let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
         let mut lander = self.landing.lander(datagram.len(), stream, self.config.recv_window);
-        let packet = match unverified.verify_landing(&mut lander) {
+        let packet = match unverified.verify_landing_with(&mut lander, key.as_ref()) {
             Ok(p) => p,
             Err(e) => {
                 trace!(src, len = datagram.len(), error = %e, "dropped: failed verification");
+                if authenticated && e == WireError::ChecksumMismatch {
+                    self.stats.mac_failures += 1;
+                    return;
+                }
                 return self.stats.count_wire_error(e);
             }
         };
+        if packet.packet_number() == Some(0) && !Self::handshake_only(&packet) {
+            // Number 0 is for handshake messages alone, which the
+            // replay window does not cover (their nonces and cookies do).
+            self.stats.replays += 1;
+            return;
+        }
         let h = packet.header;
-        if !self.config.accepts(h.checksum) {
+        if !authenticated && !self.config.accepts(h.checksum) {
             // A sender (or a bit flip) must not be able to downgrade
             // integrity checking to an algorithm this endpoint refuses.
             self.stats.checksum_refused += 1;
@@ -500,6 +520,28 @@ impl Endpoint {
             }
         }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
+    }
+
+    /// The key `header`'s datagram was authenticated with, if the cluster
+    /// key is set: the session's (derived once) when the header names the
+    /// session's incarnations, else derived for the ones it names (a
+    /// handshake, or a datagram the session checks will refuse).
+    fn rx_key(&mut self, header: &Header) -> Option<MacKey> {
+        let ck = self.config.key.as_ref()?;
+        let (src, node, inc) = (header.src_node, self.node, self.incarnation);
+        if header.dst_inc == inc {
+            if let Some(p) = self.peers.get_mut(&src) {
+                if p.session() && header.src_inc == p.incarnation() {
+                    return p.session_keys(&self.config, node, inc).map(|k| k.rx.clone());
+                }
+            }
+        }
+        Some(ck.datagram_key(src, header.src_inc, header.dst_node, header.dst_inc))
+    }
+
+    /// A datagram holding one handshake frame and nothing else.
+    fn handshake_only(packet: &tether_wire::Packet<'_>) -> bool {
+        packet.body_len() == HANDSHAKE_LEN && matches!(packet.frames().next(), Some(Frame::Handshake(_)))
     }
 
     /// A HELLO from a known peer: answer with a WELCOME carrying a cookie,
@@ -540,7 +582,13 @@ impl Endpoint {
             epoch: 0,
         };
         let cap = buf.len().min(self.config.max_datagram);
-        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        let mut w = match &self.config.key {
+            Some(ck) => {
+                let key = ck.datagram_key(self.node, self.incarnation, r.to, r.to_inc);
+                PacketWriter::new_authenticated(&mut buf[..cap], &header, &key, 0).ok()?
+            }
+            None => PacketWriter::new(&mut buf[..cap], &header).ok()?,
+        };
         w.push_handshake(&r.frame).ok()?;
         let len = w.finish();
         self.stats.datagrams_sent += 1;

@@ -33,6 +33,7 @@ mod landing;
 mod paths;
 mod peer;
 mod recv_stream;
+mod replay;
 mod rtt;
 mod send_stream;
 #[cfg(feature = "serde")]
@@ -42,7 +43,7 @@ mod stats;
 mod time;
 mod timer;
 
-pub use config::{Config, ConfigError, RetransmitMode};
+pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;
@@ -51,6 +52,7 @@ pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use handshake::MAX_REPLIES;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
+pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot};
 pub use stats::Stats;

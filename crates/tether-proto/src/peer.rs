@@ -12,7 +12,7 @@
 //! streams' logs, the peer's incarnation, and the configured rails. The
 //! RTT estimate, timers and rail health are soft and rebuilt.
 
-use tether_wire::{Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, Packet, PacketWriter};
+use tether_wire::{Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, Packet, PacketWriter};
 use tracing::{debug, info, trace, warn};
 
 use crate::config::MIN_DATAGRAM;
@@ -22,10 +22,24 @@ use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
 use crate::recv_stream::RecvStream;
+use crate::replay::ReplayWindow;
 use crate::send_stream::SendStream;
 use crate::snapshot::PeerSnapshot;
 use crate::timer::{Timer, TimerTable};
 use crate::{Config, Instant, NodeId, Transmit};
+
+/// The keys of one session: both directions, for one pair of incarnations.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionKeys {
+    /// (our incarnation, the peer's) the keys were derived for.
+    incs: (u64, u64),
+    pub tx: MacKey,
+    pub rx: MacKey,
+}
+
+/// Packet numbers skipped on a restore: what was sent after the snapshot
+/// was taken is unknown, and a number must never be used twice.
+const PN_RESTORE_GAP: u64 = 1 << 32;
 
 #[derive(Debug)]
 pub(crate) struct Peer {
@@ -37,6 +51,12 @@ pub(crate) struct Peer {
     incarnation: u64,
     /// Our side of the handshake and the datagram size agreed.
     hs: Handshake,
+    /// With a cluster key: the keys of the session (for the incarnations
+    /// they were derived for), the next packet number to send, and the
+    /// packet numbers taken from the peer.
+    keys: Option<SessionKeys>,
+    tx_pn: u64,
+    replay: ReplayWindow,
     /// Reported unreachable and not heard from since.
     unreachable: bool,
     /// The rails that lead to the peer and their health.
@@ -52,6 +72,9 @@ impl Peer {
             recv: RecvStream::new(config),
             incarnation: 0,
             hs: Handshake::new(),
+            keys: None,
+            tx_pn: 1,
+            replay: ReplayWindow::new(),
             unreachable: false,
             paths: Paths::new(Instant::ZERO),
             timers: TimerTable::default(),
@@ -66,6 +89,8 @@ impl Peer {
             node: self.id,
             incarnation: self.incarnation,
             max_datagram: self.hs.max_datagram(),
+            tx_pn: self.tx_pn,
+            rx_pn: self.replay.highest(),
             unreachable: self.unreachable,
             rails: self.paths.rails(),
             send: self.send.snapshot(),
@@ -88,6 +113,9 @@ impl Peer {
             recv: RecvStream::restore(config, snapshot.recv),
             incarnation: snapshot.incarnation,
             hs: Handshake::restored(snapshot.max_datagram),
+            keys: None,
+            tx_pn: snapshot.tx_pn.saturating_add(PN_RESTORE_GAP),
+            replay: ReplayWindow::restored(snapshot.rx_pn),
             unreachable: snapshot.unreachable,
             paths,
             timers: TimerTable::default(),
@@ -130,6 +158,11 @@ impl Peer {
     /// A handshake proved the peer's incarnation: data may flow.
     pub fn session(&self) -> bool {
         self.incarnation != 0
+    }
+
+    /// The peer's proven incarnation (0: no session).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// The largest datagram to send this peer: the size agreed in the
@@ -198,6 +231,13 @@ impl Peer {
         if !self.session() || h.src_inc != self.incarnation || h.dst_inc != cx.incarnation {
             self.refuse_sessionless(cx, now, rail, &h);
             return;
+        }
+        if let Some(pn) = packet.packet_number() {
+            if !self.replay.take(pn) {
+                cx.stats.replays += 1;
+                debug!(peer = self.id, pn, "dropped: a replayed datagram");
+                return;
+            }
         }
         if self.hs.confirm().is_some() {
             // The peer sends to our incarnation: it has our CONFIRM.
@@ -346,6 +386,8 @@ impl Peer {
         if inc > self.incarnation {
             let restarted = self.incarnation != 0;
             self.incarnation = inc;
+            // A new session: its packet numbers start afresh.
+            self.replay = ReplayWindow::new();
             if restarted {
                 self.on_restart(cx);
             }
@@ -481,27 +523,27 @@ impl Peer {
             epoch: self.send.epoch(),
         };
         let cap = buf.len().min(self.max_datagram(config));
-        let stats = &mut *cx.stats;
         if let Some((hello, try_no)) =
             self.hs.take_hello(now, config.max_datagram, config.rto_max, self.paths.rails_len())
         {
             // Alone in its datagram, as large as the WELCOME it asks for;
             // each try on the next rail, as nothing says which rail works.
             let rail = self.paths.nth_rail(try_no);
-            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+            let mut w = self.writer(cx.config, &mut buf[..cap], &header, false)?;
             w.push_handshake(&hello).ok()?;
             let len = w.finish();
-            stats.hellos_sent += 1;
-            stats.datagrams_sent += 1;
-            stats.bytes_sent += len as u64;
+            cx.stats.hellos_sent += 1;
+            cx.stats.datagrams_sent += 1;
+            cx.stats.bytes_sent += len as u64;
             return Some(Transmit { dst: self.id, len, rail });
         }
         if !self.session() {
             return None;
         }
+        let stats = &mut *cx.stats;
         if let Some((rail, control)) = self.paths.take_control(now, config, self.send.has_unacked()) {
             // A probe or its answer: no frames, alone in its datagram.
-            let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+            let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
             w.set_ack_request(control == Control::Probe);
             let len = w.finish();
             self.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
@@ -517,7 +559,7 @@ impl Peer {
         } else {
             self.paths.reply_rail()
         };
-        let mut w = PacketWriter::new(&mut buf[..cap], &header).ok()?;
+        let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
         // Until the peer shows it knows us, our CONFIRM rides in front.
         let confirming = self.hs.confirm().is_some_and(|c| w.push_handshake(&c).is_ok());
         if confirming {
@@ -544,6 +586,46 @@ impl Peer {
         stats.datagrams_sent += 1;
         stats.bytes_sent += len as u64;
         Some(Transmit { dst: self.id, len, rail })
+    }
+
+    /// A writer for the next datagram to the peer: authenticated under the
+    /// session's key when there is a cluster key (a HELLO, `in_session`
+    /// false, under the key for the header's incarnations, packet number
+    /// 0), else checksummed.
+    fn writer<'b>(
+        &mut self,
+        config: &Config,
+        buf: &'b mut [u8],
+        header: &Header,
+        in_session: bool,
+    ) -> Option<PacketWriter<'b>> {
+        let Some(ck) = &config.key else { return PacketWriter::new(buf, header).ok() };
+        if !in_session {
+            let key = ck.datagram_key(header.src_node, header.src_inc, header.dst_node, header.dst_inc);
+            return PacketWriter::new_authenticated(buf, header, &key, 0).ok();
+        }
+        let pn = self.tx_pn;
+        self.tx_pn += 1;
+        let keys = self.session_keys(config, header.src_node, header.src_inc)?;
+        PacketWriter::new_authenticated(buf, header, &keys.tx, pn).ok()
+    }
+
+    /// The session's keys (derived once per pair of incarnations), given
+    /// our node and incarnation; `None` without a cluster key or a session.
+    pub fn session_keys(&mut self, config: &Config, node: NodeId, inc: u64) -> Option<&SessionKeys> {
+        let ck = config.key.as_ref()?;
+        if !self.session() {
+            return None;
+        }
+        let incs = (inc, self.incarnation);
+        if self.keys.as_ref().is_none_or(|k| k.incs != incs) {
+            self.keys = Some(SessionKeys {
+                incs,
+                tx: ck.datagram_key(node, inc, self.id, self.incarnation),
+                rx: ck.datagram_key(self.id, self.incarnation, node, inc),
+            });
+        }
+        self.keys.as_ref()
     }
 
     /// The application read from a full delivery queue: segments that

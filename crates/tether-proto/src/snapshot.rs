@@ -30,6 +30,12 @@ pub struct PeerSnapshot {
     /// The datagram size agreed in that handshake (0: none yet): the
     /// segments in flight were cut for it.
     pub max_datagram: usize,
+    /// The next packet number to send (authenticated sessions); a restore
+    /// skips far ahead of it, as datagrams may have left after the snapshot.
+    pub tx_pn: u64,
+    /// The highest packet number taken from the peer: a restore refuses
+    /// everything up to it as a replay.
+    pub rx_pn: u64,
     /// Reported unreachable and not heard from since.
     pub unreachable: bool,
     /// The rails configured to reach it.

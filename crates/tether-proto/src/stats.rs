@@ -118,6 +118,15 @@ counters! {
     source_mismatch,
     /// Datagrams from an address no peer has.
     unknown_source,
+    /// Authenticated datagrams whose MAC did not check: forged, or
+    /// corrupted on the way (with a cluster key, corruption counts here).
+    mac_failures,
+    /// Datagrams refused for their authentication: none where a cluster
+    /// key requires one, or one this endpoint has no key to check.
+    unauthenticated_refused,
+    /// Authenticated datagrams whose packet number was already taken (or
+    /// fell below the replay window): replays, dropped.
+    replays,
 }
 
 impl Stats {
@@ -141,6 +150,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 36);
+        assert_eq!(names.len(), 39);
     }
 }

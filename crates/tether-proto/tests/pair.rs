@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use tether_proto::{
-    Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, RetransmitMode, SendError,
+    ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, RetransmitMode,
+    SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{
-    ChecksumKind, ChecksumSet, DataFlags, HandshakeFrame, HandshakeKind, Header, HeaderFlags, PacketWriter,
+    AckRepr, ChecksumKind, ChecksumSet, DataFlags, HandshakeFrame, HandshakeKind, Header, HeaderFlags,
+    PacketWriter,
 };
 
 const A: u32 = 1;
@@ -548,4 +550,101 @@ fn a_receiver_restarting_with_its_acks_lost_never_gets_a_message_twice() {
         .collect();
     check(&got, &kept, "the new life");
     assert!(!kept.is_empty());
+}
+
+/// What a link closure and the test both see.
+type Shared<T> = std::rc::Rc<std::cell::RefCell<T>>;
+
+fn keyed() -> Config {
+    Config {
+        key: Some(ClusterKey::from_material(b"a cluster secret of some length").unwrap()),
+        ..Config::default()
+    }
+}
+
+/// With a cluster key, an attacker on the path sees every datagram and
+/// sends its own: it replays each one later, flips bits in copies, and
+/// forges DATA and ACKs with the right sequence numbers and incarnations
+/// under a key of its own. Nothing forged is delivered, nothing is falsely
+/// acknowledged, and every genuine message arrives once, in order.
+#[test]
+fn an_on_path_attacker_without_the_key_changes_nothing() {
+    let mut p = Pair::connected(keyed());
+    let seen: Shared<Vec<(u32, Vec<u8>)>> = Default::default();
+    let log = seen.clone();
+    p.net.link = Box::new(move |s: &mut Sent<'_>| {
+        log.borrow_mut().push((s.dst, s.bytes.to_vec()));
+        Fate::Deliver(LATENCY)
+    });
+    let want: Vec<_> = (0..60).map(|i| msg(i, 100 + i * 37)).collect();
+    let wrong = ClusterKey::from_material(b"the attacker's own guess at it").unwrap();
+    for (i, m) in want.iter().enumerate() {
+        p.send(m).unwrap();
+        p.run(Duration::from_micros(300));
+        let now = p.now();
+        // Replays of everything seen so far, and tampered copies of it.
+        let copies: Vec<_> = seen.borrow().iter().rev().take(3).cloned().collect();
+        for (dst, bytes) in copies {
+            let mut flipped = bytes.clone();
+            let at = (i * 7) % flipped.len();
+            flipped[at] ^= 0x04;
+            for d in [&bytes, &flipped] {
+                p.net.ep_mut(dst).handle_datagram(now, d);
+            }
+        }
+        // Forged DATA for B and a forged ACK for A, with the genuine
+        // incarnations and sequence numbers, under the wrong key.
+        let (ia, ib) = (p.a().incarnation(), p.b().incarnation());
+        let data_key = wrong.datagram_key(A, ia, B, ib);
+        let mut buf = vec![0u8; 2048];
+        let mut w =
+            PacketWriter::new_authenticated(&mut buf, &header(A, B, ia, ib), &data_key, 1 << 40).unwrap();
+        w.push_data(i as u64, DataFlags::new(true, true), 0, b"forged").unwrap();
+        let n = w.finish();
+        p.b().handle_datagram(now, &buf[..n]);
+        let ack_key = wrong.datagram_key(B, ib, A, ia);
+        let mut w =
+            PacketWriter::new_authenticated(&mut buf, &header(B, A, ib, ia), &ack_key, 1 << 40).unwrap();
+        let mut ack = AckRepr::new(1, 1_000);
+        ack.full = false;
+        w.push_ack(&ack).unwrap();
+        let n = w.finish();
+        p.a().handle_datagram(now, &buf[..n]);
+        // And the same, unauthenticated, with a correct CRC32C.
+        let plain = forge(header(A, B, ia, ib), Some((i as u64, b"forged")), None);
+        p.b().handle_datagram(now, &plain);
+    }
+    p.run(Duration::from_secs(1));
+    check(&p.drain_b(), &want, "under an on-path attacker");
+    let (a, b) = (p.a().stats().clone(), p.b().stats().clone());
+    assert_eq!(a.messages_acked, 60, "acknowledged exactly what was delivered");
+    assert_eq!(a.messages_failed, 0);
+    assert!(a.replays + b.replays > 100, "replays seen: {} {}", a.replays, b.replays);
+    assert!(a.mac_failures + b.mac_failures > 200, "forgeries seen");
+    assert_eq!(b.unauthenticated_refused, 60);
+    assert_eq!(b.protocol_violations + a.protocol_violations, 0, "no forged frame was ever acted on");
+}
+
+/// Both sides must hold the same key: a peer with another key (or none)
+/// never gets a session, and nothing of its reaches the application.
+#[test]
+fn a_peer_with_another_key_or_none_gets_no_session() {
+    for other in [
+        Config::default(),
+        Config { key: Some(ClusterKey::from_material(&[9; 32]).unwrap()), ..Config::default() },
+    ] {
+        let mut net = VirtualNet::new(
+            Instant::from_nanos(1_000_000),
+            Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,
+        );
+        net.add(endpoint(keyed(), A, 1, B));
+        net.add(endpoint(other, B, 1, A));
+        let now = net.now();
+        net.ep_mut(A).send(now, B, b"for the keyed only").unwrap();
+        net.run(Duration::from_millis(50));
+        assert!(net.ep_mut(B).recv().is_none());
+        assert!(!net.ep(A).has_session(B) && !net.ep(B).has_session(A));
+        let refused = net.ep(A).stats().unauthenticated_refused + net.ep(A).stats().mac_failures;
+        assert!(refused > 0, "A refused B's datagrams");
+    }
 }

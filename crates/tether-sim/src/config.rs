@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tether_fault::FaultPlan;
-use tether_proto::{Config, NodeId, RailId, RailPolicy, RetransmitMode};
+use tether_proto::{ClusterKey, Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
 /// A fault plan from rules in the compact command-line form: the presets
 /// read like what a user would type after `--fault`.
@@ -157,6 +157,11 @@ pub enum FaultMix {
     /// Two rails, each with message faults of its own (loss, reordering,
     /// duplication, corruption), and rail 0 between nodes 0 and 1 cut.
     RailFaults,
+    /// Every message fault of `every_fault` with a cluster key: each
+    /// datagram authenticated, corrupted and injected ones refused by
+    /// their MAC, and a node restarting and others losing soft state
+    /// (packet numbers and replay windows rebuilt from hard state).
+    Authenticated,
     /// The mix and its rates drawn from the seed: nodes, rails, which
     /// message faults at which rates, cuts, restarts, soft-state losses,
     /// windows and datagram sizes (a swarm: every seed a different world).
@@ -164,7 +169,7 @@ pub enum FaultMix {
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 20] = [
+    pub const ALL: [FaultMix; 21] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -184,6 +189,7 @@ impl FaultMix {
         FaultMix::RailRestart,
         FaultMix::SoftStateLoss,
         FaultMix::RailFaults,
+        FaultMix::Authenticated,
         FaultMix::Swarm,
     ];
 
@@ -208,6 +214,7 @@ impl FaultMix {
             FaultMix::RailRestart => "rail_restart",
             FaultMix::SoftStateLoss => "soft_state_loss",
             FaultMix::RailFaults => "rail_faults",
+            FaultMix::Authenticated => "authenticated",
             FaultMix::Swarm => "swarm",
         }
     }
@@ -224,6 +231,7 @@ impl FaultMix {
                 | FaultMix::Restart
                 | FaultMix::RailsBothCut
                 | FaultMix::RailRestart
+                | FaultMix::Authenticated
                 | FaultMix::Swarm
         )
     }
@@ -278,22 +286,7 @@ impl FaultMix {
                 );
                 tighten(&mut c);
             }
-            FaultMix::Every => rules(
-                &mut c,
-                &[
-                    "drop:p=0.03,side=send",
-                    "drop:p=0.03,side=recv",
-                    "delay:p=0.05,mean=300us",
-                    "modify:p=0.02,bits=1..8",
-                    "modify:p=0.01,mode=truncate",
-                    "modify:p=0.01,mode=extend,by=1..64",
-                    "reorder:p=0.05,depth=4,max_hold=2ms",
-                    "duplicate:p=0.03,copies=2",
-                    "inject:p=0.02",
-                    // A burst: everything lost for 2 ms in every 10 ms.
-                    "drop:p=1,on=2ms,off=8ms",
-                ],
-            ),
+            FaultMix::Every => rules(&mut c, EVERY_FAULT),
             FaultMix::RailCut => {
                 c.rails = 2;
                 c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
@@ -344,11 +337,35 @@ impl FaultMix {
                 );
                 c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
             }
+            FaultMix::Authenticated => {
+                rules(&mut c, EVERY_FAULT);
+                let material = [&seed.to_le_bytes()[..], b"sim cluster secret"].concat();
+                c.proto.key = Some(ClusterKey::from_material(&material).expect("26 bytes of material"));
+                // After the first loss burst (the first 2 ms), mid-stream.
+                c.restarts.push((1, Duration::from_millis(6)));
+                c.soft_losses.push((0, Duration::from_micros(4_500)));
+                c.soft_losses.push((2, Duration::from_micros(7_000)));
+            }
             FaultMix::Swarm => swarm(&mut c, seed),
         }
         c
     }
 }
+
+/// Every message fault of Li et al. [CI] at once, from both sides.
+const EVERY_FAULT: &[&str] = &[
+    "drop:p=0.03,side=send",
+    "drop:p=0.03,side=recv",
+    "delay:p=0.05,mean=300us",
+    "modify:p=0.02,bits=1..8",
+    "modify:p=0.01,mode=truncate",
+    "modify:p=0.01,mode=extend,by=1..64",
+    "reorder:p=0.05,depth=4,max_hold=2ms",
+    "duplicate:p=0.03,copies=2",
+    "inject:p=0.02",
+    // A burst: everything lost for 2 ms in every 10 ms.
+    "drop:p=1,on=2ms,off=8ms",
+];
 
 fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {
     LinkCut { a, b, at, until, rail: Some(rail) }

@@ -31,6 +31,9 @@ pub enum WireError {
     Oversized,
     #[error("output buffer too small")]
     BufferTooSmall,
+    /// An authenticated datagram, and no key to check it with.
+    #[error("authenticated datagram, and no key to verify it")]
+    KeyRequired,
 }
 
 impl WireError {
@@ -50,6 +53,7 @@ impl WireError {
             WireError::MalformedFrame(_) => "malformed_frame",
             WireError::Oversized => "oversized",
             WireError::BufferTooSmall => "buffer_too_small",
+            WireError::KeyRequired => "key_required",
         }
     }
 }

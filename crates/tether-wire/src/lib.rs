@@ -24,10 +24,10 @@ pub use frame::{
     AckFrame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame, HandshakeKind, SackRange, HANDSHAKE_LEN,
     MAX_SACK_RANGES,
 };
-pub use integrity::{ChecksumKind, ChecksumSet, Checksummer};
+pub use integrity::{ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
 pub use packet::{
-    overhead, Frames, Header, HeaderFlags, Landing, Packet, PacketWriter, Unverified, HEADER_LEN, MAGIC,
-    MAX_TRAILER_LEN, OVERHEAD, VERSION,
+    overhead, Frames, Header, HeaderFlags, Key, Landing, Packet, PacketWriter, Unverified, AUTH_OVERHEAD,
+    AUTH_TRAILER_LEN, HEADER_LEN, MAGIC, MAX_TRAILER_LEN, OVERHEAD, VERSION,
 };
 
 /// Largest datagram tether ever emits or accepts: the largest UDP payload over IPv4.

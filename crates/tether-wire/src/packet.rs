@@ -25,7 +25,7 @@
 use core::mem::MaybeUninit;
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame};
-use crate::integrity::Checksummer;
+use crate::integrity::{tags_equal, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
@@ -33,8 +33,13 @@ pub const MAGIC: [u8; 2] = *b"TH";
 pub const VERSION: u8 = 2;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
-/// Bytes after the body at most: the widest checksum.
-pub const MAX_TRAILER_LEN: usize = 8;
+/// Bytes after the body of an authenticated datagram: the packet number
+/// (8) and the MAC's tag (16).
+pub const AUTH_TRAILER_LEN: usize = 8 + TAG_LEN;
+/// Bytes after the body at most: an authenticated datagram's trailer.
+pub const MAX_TRAILER_LEN: usize = AUTH_TRAILER_LEN;
+/// Bytes an authenticated datagram carries besides its frames.
+pub const AUTH_OVERHEAD: usize = HEADER_LEN + AUTH_TRAILER_LEN;
 /// Bytes after the body at least.
 const MIN_TRAILER_LEN: usize = 4;
 /// Bytes a datagram carries besides its frames, at most (any checksum).
@@ -67,13 +72,20 @@ impl HeaderFlags {
     /// The sender's window is filling: acknowledge at once rather than after
     /// the delayed-ACK interval (Tang and Bilas [TB] section 4.1.2).
     pub const ACK_REQUEST: u8 = 0x01;
-    const KNOWN: u8 = Self::ACK_REQUEST;
+    /// The datagram is authenticated: its trailer is a packet number and
+    /// a keyed MAC over everything before the tag, and the checksum kind
+    /// byte is 0 (docs/PROTOCOL.md, "Authentication").
+    pub const AUTHENTICATED: u8 = 0x02;
+    const KNOWN: u8 = Self::ACK_REQUEST | Self::AUTHENTICATED;
 
     pub fn new(ack_request: bool) -> Self {
         HeaderFlags(ack_request as u8 * Self::ACK_REQUEST)
     }
     pub fn ack_request(self) -> bool {
         self.0 & Self::ACK_REQUEST != 0
+    }
+    pub fn authenticated(self) -> bool {
+        self.0 & Self::AUTHENTICATED != 0
     }
     pub fn bits(self) -> u8 {
         self.0
@@ -112,6 +124,8 @@ impl Header {
 pub struct Packet<'a> {
     pub header: Header,
     body: &'a [u8],
+    /// The packet number of an authenticated datagram.
+    pn: Option<u64>,
 }
 
 impl<'a> Packet<'a> {
@@ -128,6 +142,11 @@ impl<'a> Packet<'a> {
 
     pub fn body_len(&self) -> usize {
         self.body.len()
+    }
+
+    /// The packet number, for an authenticated datagram (verified by its MAC).
+    pub fn packet_number(&self) -> Option<u64> {
+        self.pn
     }
 }
 
@@ -161,6 +180,11 @@ pub struct Unverified<'a> {
     /// Where the trailer starts: the body is `HEADER_LEN..at`.
     at: usize,
 }
+
+/// What checking a datagram needs besides its bytes: the key of an
+/// authenticated one. `None` verifies checksummed datagrams only; an
+/// authenticated one then fails with [`WireError::KeyRequired`].
+pub type Key<'k> = Option<&'k MacKey>;
 
 /// Where the receiver wants a DATA frame's payload copied during
 /// verification. The copy is only a proposal until verification succeeds:
@@ -199,7 +223,12 @@ impl<'a> Unverified<'a> {
         }
         let kind_raw = datagram[field::CHECKSUM_KIND];
         let checksum = ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
-        let width = checksum.width();
+        let authenticated = flags & HeaderFlags::AUTHENTICATED != 0;
+        if authenticated && checksum != ChecksumKind::None {
+            // A MAC replaces the checksum; both at once is no format.
+            return Err(WireError::BadFlags(flags));
+        }
+        let width = if authenticated { AUTH_TRAILER_LEN } else { checksum.width() };
         if datagram.len() < HEADER_LEN + width {
             return Err(WireError::Truncated { needed: HEADER_LEN + width, got: datagram.len() });
         }
@@ -225,14 +254,26 @@ impl<'a> Unverified<'a> {
 
     /// Check every frame, then the trailer in a pass of its own.
     pub fn verify(self) -> Result<Packet<'a>, WireError> {
+        self.verify_with(None)
+    }
+
+    /// [`verify`](Self::verify) with the key an authenticated datagram needs.
+    pub fn verify_with(self, key: Key<'_>) -> Result<Packet<'a>, WireError> {
         let mut rest = &self.datagram[HEADER_LEN..self.at];
         while !rest.is_empty() {
             match parse_frame(rest) {
                 Ok((_, len)) => rest = &rest[len..],
-                Err(e) => return Err(self.frame_error(e)),
+                Err(e) => return Err(self.frame_error(e, key)),
             }
         }
-        self.check(expected_trailer(self.header.checksum, self.datagram, self.at))
+        let mut sum = self.summer(key)?;
+        sum.update(&self.datagram[HEADER_LEN..self.at]);
+        self.check(sum)
+    }
+
+    /// The packet number of an authenticated datagram (not yet verified).
+    pub fn packet_number(&self) -> Option<u64> {
+        self.header.flags.authenticated().then(|| u64_le(&self.datagram[self.at..self.at + 8]))
     }
 
     /// Check every frame and the trailer while copying each DATA payload to
@@ -241,13 +282,24 @@ impl<'a> Unverified<'a> {
     /// its payload; on failure none may be used (a landing may have been
     /// asked for before a later frame turned out bad).
     pub fn verify_landing(self, landing: &mut impl Landing) -> Result<Packet<'a>, WireError> {
+        self.verify_landing_with(landing, None)
+    }
+
+    /// [`verify_landing`](Self::verify_landing) with the key an
+    /// authenticated datagram needs: the MAC is computed in the same pass
+    /// as the copies, as a checksum is.
+    pub fn verify_landing_with(
+        self,
+        landing: &mut impl Landing,
+        key: Key<'_>,
+    ) -> Result<Packet<'a>, WireError> {
         let (d, at) = (self.datagram, self.at);
-        let mut sum = Checksummer::new(self.header.checksum);
+        let mut sum = self.summer(key)?;
         let mut rest = &d[HEADER_LEN..at];
         while !rest.is_empty() {
             let (frame, len) = match parse_frame(rest) {
                 Ok(f) => f,
-                Err(e) => return Err(self.frame_error(e)),
+                Err(e) => return Err(self.frame_error(e, key)),
             };
             let (bytes, after) = rest.split_at(len);
             rest = after;
@@ -263,17 +315,29 @@ impl<'a> Unverified<'a> {
                 None => sum.update(payload),
             }
         }
-        sum.update(&d[..HEADER_LEN]);
-        let expected = if self.header.checksum == ChecksumKind::None { 0 } else { sum.finish() };
-        self.check(expected)
+        self.check(sum)
+    }
+
+    /// What computes this datagram's trailer: its checksum, or the MAC
+    /// under `key` if it is authenticated.
+    fn summer(&self, key: Key<'_>) -> Result<Checksummer, WireError> {
+        if !self.header.flags.authenticated() {
+            return Ok(Checksummer::new(self.header.checksum));
+        }
+        key.map(Checksummer::keyed).ok_or(WireError::KeyRequired)
     }
 
     /// What a malformed frame counts as: bad frames in a datagram whose
-    /// checksum fails are corruption, and are counted as such; with a good
-    /// checksum the sender itself is at fault.
-    fn frame_error(&self, e: WireError) -> WireError {
-        let intact = expected_trailer(self.header.checksum, self.datagram, self.at)
-            == trailer_of(self.datagram, self.at);
+    /// checksum (or MAC) fails are corruption, and are counted as such;
+    /// with a good one the sender itself is at fault.
+    fn frame_error(&self, e: WireError, key: Key<'_>) -> WireError {
+        let intact = match self.summer(key) {
+            Ok(mut sum) => {
+                sum.update(&self.datagram[HEADER_LEN..self.at]);
+                self.trailer_matches(&mut sum)
+            }
+            Err(e) => return e,
+        };
         if intact {
             e
         } else {
@@ -281,23 +345,32 @@ impl<'a> Unverified<'a> {
         }
     }
 
-    fn check(self, expected: u64) -> Result<Packet<'a>, WireError> {
+    /// Feed the header (and an authenticated datagram's packet number)
+    /// into `sum`, which has taken the body; does the trailer match?
+    fn trailer_matches(&self, sum: &mut Checksummer) -> bool {
+        let (d, at) = (self.datagram, self.at);
+        sum.update(&d[..HEADER_LEN]);
+        if self.header.flags.authenticated() {
+            sum.update(&d[at..at + 8]);
+            return sum.tag().is_some_and(|tag| tags_equal(&tag, &d[at + 8..]));
+        }
         // With `none` the trailer must be zero, as the writer leaves it: else
         // a single flipped bit in the kind byte would turn verification off.
-        if trailer_of(self.datagram, self.at) != expected {
+        let expected = if self.header.checksum == ChecksumKind::None { 0 } else { sum.finish() };
+        trailer_of(d, at) == expected
+    }
+
+    fn check(self, mut sum: Checksummer) -> Result<Packet<'a>, WireError> {
+        if !self.trailer_matches(&mut sum) {
             return Err(WireError::ChecksumMismatch);
         }
-        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at] })
+        let pn = self.packet_number();
+        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at], pn })
     }
 }
 
-/// The trailer the bytes before `at` call for: the algorithm's value over
-/// body then header, or 0 with `none` (as the writer leaves it).
-fn expected_trailer(kind: ChecksumKind, datagram: &[u8], at: usize) -> u64 {
-    match kind {
-        ChecksumKind::None => 0,
-        kind => kind.compute(&[&datagram[HEADER_LEN..at], &datagram[..HEADER_LEN]]),
-    }
+fn u64_le(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
 }
 
 /// The trailer starting at `at`, as the algorithm's value.
@@ -315,6 +388,8 @@ pub struct PacketWriter<'a> {
     len: usize,
     sum: Checksummer,
     width: usize,
+    /// The packet number of an authenticated datagram.
+    pn: Option<u64>,
 }
 
 impl<'a> PacketWriter<'a> {
@@ -328,7 +403,36 @@ impl<'a> PacketWriter<'a> {
         }
         let buf = &mut buf[..cap];
         header.emit(buf);
-        Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width })
+        Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width, pn: None })
+    }
+
+    /// An authenticated datagram: packet number `pn` and a MAC under `key`
+    /// in the trailer, in place of the header's checksum (its kind byte
+    /// is written 0 and its `AUTHENTICATED` flag set).
+    pub fn new_authenticated(
+        buf: &'a mut [u8],
+        header: &Header,
+        key: &MacKey,
+        pn: u64,
+    ) -> Result<Self, WireError> {
+        let cap = buf.len().min(MAX_DATAGRAM);
+        if cap < AUTH_OVERHEAD {
+            return Err(WireError::BufferTooSmall);
+        }
+        let buf = &mut buf[..cap];
+        let header = Header {
+            checksum: ChecksumKind::None,
+            flags: HeaderFlags(header.flags.0 | HeaderFlags::AUTHENTICATED),
+            ..*header
+        };
+        header.emit(buf);
+        Ok(PacketWriter {
+            buf,
+            len: HEADER_LEN,
+            sum: Checksummer::keyed(key),
+            width: AUTH_TRAILER_LEN,
+            pn: Some(pn),
+        })
     }
 
     /// Bytes still free for frames.
@@ -381,15 +485,24 @@ impl<'a> PacketWriter<'a> {
         let body_len = (self.len - HEADER_LEN) as u16;
         self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
         self.sum.update(&self.buf[..HEADER_LEN]);
+        let at = self.len;
+        if let Some(pn) = self.pn {
+            self.buf[at..at + 8].copy_from_slice(&pn.to_le_bytes());
+            self.sum.update(&pn.to_le_bytes());
+            let tag = self.sum.tag().expect("an authenticated writer has a MAC");
+            self.buf[at + 8..at + AUTH_TRAILER_LEN].copy_from_slice(&tag);
+            return at + AUTH_TRAILER_LEN;
+        }
         let sum = self.sum.finish().to_le_bytes();
-        self.buf[self.len..self.len + self.width].copy_from_slice(&sum[..self.width]);
-        self.len + self.width
+        self.buf[at..at + self.width].copy_from_slice(&sum[..self.width]);
+        at + self.width
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::integrity::MacKey;
     use crate::SackRange;
 
     fn header() -> Header {
@@ -492,5 +605,44 @@ mod tests {
         assert!(w.is_empty());
         w.push_data(1, DataFlags::new(true, true), 0, &[0; 8]).unwrap();
         assert_eq!(w.remaining(), 0);
+    }
+
+    fn authenticated(key: &MacKey, pn: u64) -> Vec<u8> {
+        let mut buf = [0u8; 256];
+        let mut w = PacketWriter::new_authenticated(&mut buf, &header(), key, pn).unwrap();
+        w.push_data(5, DataFlags::new(true, true), 0, b"hello").unwrap();
+        let n = w.finish();
+        buf[..n].to_vec()
+    }
+
+    #[test]
+    fn an_authenticated_datagram_checks_only_under_its_key() {
+        let key = MacKey::derive(&[1; 32], "test", &[1, 2]);
+        let d = authenticated(&key, 77);
+        assert_eq!(d.len(), AUTH_OVERHEAD + 12 + 5);
+        let u = Unverified::parse(&d).unwrap();
+        assert!(u.header.flags.authenticated());
+        assert_eq!(u.header.checksum, ChecksumKind::None);
+        assert_eq!(u.packet_number(), Some(77));
+        let p = u.verify_with(Some(&key)).unwrap();
+        assert_eq!(p.packet_number(), Some(77));
+        assert_eq!(Packet::parse(&d).unwrap_err(), WireError::KeyRequired);
+        let other = MacKey::derive(&[1; 32], "test", &[1, 3]);
+        assert_eq!(
+            Unverified::parse(&d).unwrap().verify_with(Some(&other)).unwrap_err(),
+            WireError::ChecksumMismatch
+        );
+        // Every byte is covered: the header, the body, the packet number, the tag.
+        for i in 0..d.len() {
+            let mut bad = d.clone();
+            bad[i] ^= 0x10;
+            let ok = Unverified::parse(&bad).and_then(|u| u.verify_with(Some(&key)));
+            assert!(ok.is_err(), "byte {i} flipped and still accepted");
+        }
+        // A checksum kind beside the MAC is no format.
+        let mut both = d.clone();
+        both[field::CHECKSUM_KIND] = ChecksumKind::Crc32c as u8;
+        assert!(matches!(Unverified::parse(&both), Err(WireError::BadFlags(_))));
+        assert!(format!("{key:?}").contains(".."), "keys are never printed");
     }
 }

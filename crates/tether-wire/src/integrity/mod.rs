@@ -109,6 +109,68 @@ impl ChecksumKind {
     }
 }
 
+/// A key for authenticating datagrams: 32 bytes for keyed BLAKE3 (docs/
+/// PROTOCOL.md, "Authentication"). Never printed: `Debug` says nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MacKey([u8; 32]);
+
+impl core::fmt::Debug for MacKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("MacKey(..)")
+    }
+}
+
+impl MacKey {
+    /// A key from 32 bytes (already derived: see [`MacKey::derive`]).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        MacKey(bytes)
+    }
+
+    /// The key for one purpose, derived from `secret` and a list of
+    /// numbers (node ids, incarnations) under a context string: BLAKE3's
+    /// key derivation, so keys for different purposes are independent.
+    pub fn derive(secret: &[u8; 32], context: &str, words: &[u64]) -> Self {
+        let mut material = [0u8; 32 + 8 * 8];
+        material[..32].copy_from_slice(secret);
+        let n = words.len().min(8);
+        for (i, w) in words[..n].iter().enumerate() {
+            material[32 + 8 * i..40 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        MacKey(blake3::derive_key(context, &material[..32 + 8 * n]))
+    }
+}
+
+/// Bytes of the authentication tag (BLAKE3 output, truncated).
+pub const TAG_LEN: usize = 16;
+
+/// A keyed MAC in progress (BLAKE3 in keyed mode), fed in pieces like a
+/// [`Checksummer`], copying fused the same way.
+#[derive(Clone)]
+pub struct Mac(blake3::Hasher);
+
+impl Mac {
+    pub fn new(key: &MacKey) -> Self {
+        Mac(blake3::Hasher::new_keyed(&key.0))
+    }
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+    /// The tag over everything fed.
+    pub fn finish(&self) -> [u8; TAG_LEN] {
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&self.0.finalize().as_bytes()[..TAG_LEN]);
+        tag
+    }
+}
+
+/// Equal tags, compared in time independent of where they differ.
+pub fn tags_equal(a: &[u8; TAG_LEN], b: &[u8]) -> bool {
+    if b.len() != TAG_LEN {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// A set of checksum kinds (what a receiver accepts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ChecksumSet(u16);
@@ -150,9 +212,16 @@ pub enum Checksummer {
     Fnv1a(Fnv1a64),
     Murmur3(Murmur3),
     Xxh3(xxhash_rust::xxh3::Xxh3),
+    /// An authenticated datagram: a keyed MAC instead of a checksum.
+    Mac(Mac),
 }
 
 impl Checksummer {
+    /// A MAC under `key` in place of a checksum.
+    pub fn keyed(key: &MacKey) -> Self {
+        Checksummer::Mac(Mac::new(key))
+    }
+
     pub fn new(kind: ChecksumKind) -> Self {
         match kind {
             ChecksumKind::None => Checksummer::None,
@@ -178,6 +247,7 @@ impl Checksummer {
             Checksummer::Fnv1a(s) => s.update(data),
             Checksummer::Murmur3(s) => s.update(data),
             Checksummer::Xxh3(s) => s.update(data),
+            Checksummer::Mac(m) => m.update(data),
         }
     }
 
@@ -234,6 +304,16 @@ impl Checksummer {
             Checksummer::Fnv1a(s) => s.finish(),
             Checksummer::Murmur3(s) => u64::from(s.finish()),
             Checksummer::Xxh3(s) => s.digest(),
+            // Not a checksum: the tag is read with `tag`.
+            Checksummer::Mac(_) => 0,
+        }
+    }
+
+    /// The MAC's tag, for a keyed checksummer.
+    pub fn tag(&self) -> Option<[u8; TAG_LEN]> {
+        match self {
+            Checksummer::Mac(m) => Some(m.finish()),
+            _ => None,
         }
     }
 }
