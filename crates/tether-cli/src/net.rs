@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tether::faults::FaultPlan;
-use tether::{ChecksumKind, Config, Endpoint, NodeId, Options, Progress, RailPolicy, RetransmitMode};
+use tether::{
+    ChecksumKind, ClusterKey, Config, Endpoint, NodeId, Options, Progress, RailPolicy, RetransmitMode,
+};
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
 use crate::args;
@@ -60,6 +62,12 @@ pub struct NetOpts {
     /// fnv1a, murmur3, xxh3.
     #[arg(long, default_value = "crc32c", value_parser = checksum_kind)]
     pub checksum: ChecksumKind,
+    /// The cluster secret: a file of at least 16 bytes that every node
+    /// shares. With it every datagram is authenticated (a MAC under keys
+    /// derived from it) and any other is refused [default: none: integrity
+    /// by --checksum alone].
+    #[arg(long, value_name = "FILE", value_parser = key_file)]
+    pub key_file: Option<ClusterKey>,
     /// Repair of lost segments: selective (only what the receiver's SACK
     /// ranges show missing) or go-back-n (everything from the first gap).
     #[arg(long, value_enum, default_value_t = Mode::Selective)]
@@ -141,6 +149,12 @@ pub enum Policy {
     Stripe,
 }
 
+/// `--key-file FILE`: the file's bytes are the secret material.
+fn key_file(path: &str) -> Result<ClusterKey, String> {
+    let material = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    ClusterKey::from_material(&material).map_err(|e| format!("`{path}`: {}", e.why))
+}
+
 /// `--rail LOCAL=REMOTE`.
 fn rail_pair(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
     let (l, r) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected LOCAL=REMOTE"))?;
@@ -162,6 +176,7 @@ impl NetOpts {
             rto_initial: rto_min.max(Config::default().rto_initial),
             abandon_after: self.give_up_after,
             checksum: self.checksum,
+            key: self.key_file.clone(),
             retransmit: match self.mode {
                 Mode::Selective => RetransmitMode::Selective,
                 Mode::GoBackN => RetransmitMode::GoBackN,

@@ -41,9 +41,9 @@ pub use builder::Builder;
 pub use endpoint::{Endpoint, Options, Progress, SendHandle};
 pub use error::Error;
 pub use tether_proto::{
-    Config, ConfigError, Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId,
-    MessageState, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, RetransmitMode,
-    SendError, Stats, MAX_PEERS, MAX_RAILS,
+    ClusterKey, Config, ConfigError, Delivery, Event, FailReason, FailedMessages, Failover, Instant,
+    MessageId, MessageState, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy,
+    RetransmitMode, SendError, Stats, MAX_PEERS, MAX_RAILS,
 };
 pub use tether_wire::{ChecksumKind, ChecksumSet};
 
