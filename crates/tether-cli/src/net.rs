@@ -162,6 +162,33 @@ fn rail_pair(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
     Ok((parse(l)?, parse(r)?))
 }
 
+/// The counters that are reasons a datagram or frame was dropped.
+const DROP_REASONS: &[&str] = &[
+    "checksum_failures",
+    "checksum_refused",
+    "malformed",
+    "misdirected",
+    "stale_dropped",
+    "protocol_violations",
+    "out_of_window",
+    "duplicates_discarded",
+    "strangers_refused",
+    "sessionless_dropped",
+    "source_mismatch",
+    "unknown_source",
+    "handshakes_refused",
+    "handshake_replies_dropped",
+    "mtu_refused",
+    "mac_failures",
+    "unauthenticated_refused",
+    "replays",
+];
+
+/// An endpoint's non-zero drop counters, by reason, for JSON reports.
+pub fn drops(s: &tether::Stats) -> std::collections::BTreeMap<&'static str, u64> {
+    s.fields().into_iter().filter(|(name, n)| *n > 0 && DROP_REASONS.contains(name)).collect()
+}
+
 pub const SENDER: NodeId = 1;
 pub const RECEIVER: NodeId = 2;
 

@@ -1,6 +1,7 @@
 //! `tether stream`: one-way bandwidth, messages of one size sent as fast as
 //! the window allows; every delivered byte is verified.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,12 @@ pub struct StreamRun {
     /// The sender's rails: state changes, failovers, per-path counters.
     #[serde(skip_serializing_if = "Timeline::is_empty")]
     pub rails: Timeline,
+    /// Datagrams each side dropped, by reason (the non-zero ones): forged,
+    /// replayed, from strangers, corrupted, stale ... (`crate::net::drops`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sender_drops: BTreeMap<&'static str, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub receiver_drops: BTreeMap<&'static str, u64>,
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -76,6 +83,8 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
         retransmits,
         injected,
         rails: Timeline::default(),
+        sender_drops: BTreeMap::new(),
+        receiver_drops: BTreeMap::new(),
     }
 }
 
@@ -124,6 +133,8 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     injected.accumulate(&rx.fault_counters());
     let mut run = run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected);
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    run.sender_drops = crate::net::drops(&tx.stats());
+    run.receiver_drops = crate::net::drops(&rx.stats());
     Ok(run)
 }
 
@@ -243,7 +254,9 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         rx.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0, rx.fault_counters()))
+    let mut run = run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0, rx.fault_counters());
+    run.receiver_drops = crate::net::drops(&rx.stats());
+    Ok(run)
 }
 
 /// Two-process mode, sending side: done when everything is acknowledged.
@@ -282,5 +295,6 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
     let mut run = run_from(t, count, secs, s.retransmits, tx.fault_counters());
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    run.sender_drops = crate::net::drops(&s);
     Ok(run)
 }
