@@ -63,7 +63,7 @@ pub struct NetOpts {
     #[arg(long, default_value = "crc32c", value_parser = checksum_kind)]
     pub checksum: ChecksumKind,
     /// The cluster secret: a file of at least 16 bytes that every node
-    /// shares. With it every datagram is authenticated (a MAC under keys
+    /// shares. With it every datagram is authenticated and encrypted (AES-256-GCM under keys
     /// derived from it) and any other is refused [default: none: integrity
     /// by --checksum alone].
     #[arg(long, value_name = "FILE", value_parser = key_file)]

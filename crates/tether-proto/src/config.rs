@@ -20,7 +20,7 @@ pub enum RetransmitMode {
 }
 
 /// The cluster's shared secret: with one configured, every datagram is
-/// authenticated with a MAC under a key derived from it for its sender,
+/// authenticated and encrypted (AES-256-GCM) under a key derived from it for its sender,
 /// receiver and both incarnations (docs/PROTOCOL.md, "Authentication"), and
 /// datagrams without one are refused. Never printed.
 #[derive(Clone, PartialEq, Eq)]

@@ -136,6 +136,8 @@ pub struct Endpoint {
     recv_arena: BytesMut,
     /// Where payloads land while their datagram is verified (`landing`).
     landing: LandingArea,
+    /// Where authenticated datagrams are decrypted (grown once).
+    open_buf: Vec<u8>,
     /// The handshake's key and nonce source.
     secrets: Secrets,
     /// WELCOMEs owed, at most `MAX_REPLIES`: the only state a HELLO costs.
@@ -166,6 +168,7 @@ impl Endpoint {
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
             landing: LandingArea::default(),
+            open_buf: Vec::new(),
             secrets: Secrets::new(default_seed(node, incarnation)),
             replies: VecDeque::new(),
             checked: cfg!(debug_assertions),
@@ -471,14 +474,37 @@ impl Endpoint {
             return;
         }
         let key = if authenticated { self.rx_key(&unverified.header) } else { None };
+        // Authenticated datagrams are opened in a scratch buffer (they are
+        // decrypted in place); lent out of the endpoint for the call.
+        let mut scratch = std::mem::take(&mut self.open_buf);
+        self.take_verified(now, rail, unverified, key.as_ref(), &mut scratch);
+        self.open_buf = scratch;
+    }
+
+    /// The rest of `handle_datagram_from`, once the header is parsed.
+    fn take_verified(
+        &mut self,
+        now: Instant,
+        rail: RailId,
+        unverified: Unverified<'_>,
+        key: Option<&MacKey>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let src = unverified.header.src_node;
+        let len = unverified.len();
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
         let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
-        let mut lander = self.landing.lander(datagram.len(), stream, self.config.recv_window);
-        let packet = match unverified.verify_landing_with(&mut lander, key.as_ref()) {
+        let mut lander = self.landing.lander(len, stream, self.config.recv_window);
+        let verified = match key {
+            Some(key) => unverified.open(key, scratch).and_then(|o| o.land(&mut lander)),
+            None => unverified.verify_landing(&mut lander),
+        };
+        let authenticated = key.is_some();
+        let packet = match verified {
             Ok(p) => p,
             Err(e) => {
-                trace!(src, len = datagram.len(), error = %e, "dropped: failed verification");
+                trace!(src, len, error = %e, "dropped: failed verification");
                 if authenticated && e == WireError::ChecksumMismatch {
                     self.stats.mac_failures += 1;
                     return;
@@ -486,12 +512,6 @@ impl Endpoint {
                 return self.stats.count_wire_error(e);
             }
         };
-        if packet.packet_number() == Some(0) && !Self::handshake_only(&packet) {
-            // Number 0 is for handshake messages alone, which the
-            // replay window does not cover (their nonces and cookies do).
-            self.stats.replays += 1;
-            return;
-        }
         let h = packet.header;
         if !authenticated && !self.config.accepts(h.checksum) {
             // A sender (or a bit flip) must not be able to downgrade
@@ -539,11 +559,6 @@ impl Endpoint {
         Some(ck.datagram_key(src, header.src_inc, header.dst_node, header.dst_inc))
     }
 
-    /// A datagram holding one handshake frame and nothing else.
-    fn handshake_only(packet: &tether_wire::Packet<'_>) -> bool {
-        packet.body_len() == HANDSHAKE_LEN && matches!(packet.frames().next(), Some(Frame::Handshake(_)))
-    }
-
     /// A HELLO from a known peer: answer with a WELCOME carrying a cookie,
     /// and keep nothing else (see `handshake`).
     fn on_hello(&mut self, now: Instant, rail: RailId, h: &Header, f: &HandshakeFrame, alone: bool) {
@@ -585,7 +600,10 @@ impl Endpoint {
         let mut w = match &self.config.key {
             Some(ck) => {
                 let key = ck.datagram_key(self.node, self.incarnation, r.to, r.to_inc);
-                PacketWriter::new_authenticated(&mut buf[..cap], &header, &key, 0).ok()?
+                // The peer's own counter: a number is never used twice
+                // toward one node, whoever sends.
+                let pn = self.peers.get_mut(&r.to)?.next_pn();
+                PacketWriter::new_authenticated(&mut buf[..cap], &header, &key, pn).ok()?
             }
             None => PacketWriter::new(&mut buf[..cap], &header).ok()?,
         };

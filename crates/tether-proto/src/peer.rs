@@ -588,10 +588,9 @@ impl Peer {
         Some(Transmit { dst: self.id, len, rail })
     }
 
-    /// A writer for the next datagram to the peer: authenticated under the
+    /// A writer for the next datagram to the peer: sealed under the
     /// session's key when there is a cluster key (a HELLO, `in_session`
-    /// false, under the key for the header's incarnations, packet number
-    /// 0), else checksummed.
+    /// false, under the key for the header's incarnations), else checksummed.
     fn writer<'b>(
         &mut self,
         config: &Config,
@@ -600,14 +599,22 @@ impl Peer {
         in_session: bool,
     ) -> Option<PacketWriter<'b>> {
         let Some(ck) = &config.key else { return PacketWriter::new(buf, header).ok() };
+        // Every datagram under a key takes a fresh number: it is the
+        // AES-GCM nonce, which must never repeat.
+        let pn = self.next_pn();
         if !in_session {
             let key = ck.datagram_key(header.src_node, header.src_inc, header.dst_node, header.dst_inc);
-            return PacketWriter::new_authenticated(buf, header, &key, 0).ok();
+            return PacketWriter::new_authenticated(buf, header, &key, pn).ok();
         }
-        let pn = self.tx_pn;
-        self.tx_pn += 1;
         let keys = self.session_keys(config, header.src_node, header.src_inc)?;
         PacketWriter::new_authenticated(buf, header, &keys.tx, pn).ok()
+    }
+
+    /// The next packet number toward this peer (shared by every datagram
+    /// to it, the endpoint's WELCOMEs included, so none repeats).
+    pub fn next_pn(&mut self) -> u64 {
+        self.tx_pn += 1;
+        self.tx_pn - 1
     }
 
     /// The session's keys (derived once per pair of incarnations), given

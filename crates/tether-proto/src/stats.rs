@@ -118,7 +118,7 @@ counters! {
     source_mismatch,
     /// Datagrams from an address no peer has.
     unknown_source,
-    /// Authenticated datagrams whose MAC did not check: forged, or
+    /// Authenticated datagrams that did not open (their AES-GCM tag did not check): forged, or
     /// corrupted on the way (with a cluster key, corruption counts here).
     mac_failures,
     /// Datagrams refused for their authentication: none where a cluster

@@ -26,7 +26,7 @@ pub use frame::{
 };
 pub use integrity::{ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
 pub use packet::{
-    overhead, Frames, Header, HeaderFlags, Key, Landing, Packet, PacketWriter, Unverified, AUTH_OVERHEAD,
+    overhead, Frames, Header, HeaderFlags, Landing, Opened, Packet, PacketWriter, Unverified, AUTH_OVERHEAD,
     AUTH_TRAILER_LEN, HEADER_LEN, MAGIC, MAX_TRAILER_LEN, OVERHEAD, VERSION,
 };
 

@@ -25,7 +25,7 @@
 use core::mem::MaybeUninit;
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame};
-use crate::integrity::{tags_equal, Checksummer, MacKey, TAG_LEN};
+use crate::integrity::{Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
@@ -34,7 +34,7 @@ pub const VERSION: u8 = 2;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
 /// Bytes after the body of an authenticated datagram: the packet number
-/// (8) and the MAC's tag (16).
+/// (8) and the AES-GCM tag (16).
 pub const AUTH_TRAILER_LEN: usize = 8 + TAG_LEN;
 /// Bytes after the body at most: an authenticated datagram's trailer.
 pub const MAX_TRAILER_LEN: usize = AUTH_TRAILER_LEN;
@@ -73,7 +73,7 @@ impl HeaderFlags {
     /// the delayed-ACK interval (Tang and Bilas [TB] section 4.1.2).
     pub const ACK_REQUEST: u8 = 0x01;
     /// The datagram is authenticated: its trailer is a packet number and
-    /// a keyed MAC over everything before the tag, and the checksum kind
+    /// an AES-256-GCM tag, its body is encrypted, and the checksum kind
     /// byte is 0 (docs/PROTOCOL.md, "Authentication").
     pub const AUTHENTICATED: u8 = 0x02;
     const KNOWN: u8 = Self::ACK_REQUEST | Self::AUTHENTICATED;
@@ -144,7 +144,7 @@ impl<'a> Packet<'a> {
         self.body.len()
     }
 
-    /// The packet number, for an authenticated datagram (verified by its MAC).
+    /// The packet number, for an authenticated datagram (authenticated with it).
     pub fn packet_number(&self) -> Option<u64> {
         self.pn
     }
@@ -181,10 +181,41 @@ pub struct Unverified<'a> {
     at: usize,
 }
 
-/// What checking a datagram needs besides its bytes: the key of an
-/// authenticated one. `None` verifies checksummed datagrams only; an
-/// authenticated one then fails with [`WireError::KeyRequired`].
-pub type Key<'k> = Option<&'k MacKey>;
+/// An authenticated datagram opened: its header and plaintext body in the
+/// caller's scratch buffer, already authenticated. Only its frames remain
+/// to be walked ([`land`](Self::land)).
+#[derive(Debug)]
+pub struct Opened<'s> {
+    header: Header,
+    datagram: &'s [u8],
+    body_end: usize,
+    pn: u64,
+}
+
+impl<'s> Opened<'s> {
+    /// Walk the frames, copying each DATA payload to where `landing`
+    /// wants it. A malformed frame in an authenticated datagram is the
+    /// sender's own fault (nothing on the way could have made it).
+    pub fn land(self, landing: &mut impl Landing) -> Result<Packet<'s>, WireError> {
+        let mut rest = &self.datagram[HEADER_LEN..self.body_end];
+        while !rest.is_empty() {
+            let (frame, len) = parse_frame(rest)?;
+            if let Frame::Data(data) = frame {
+                if let Some(dst) = landing.landing(&data) {
+                    let src = data.payload;
+                    assert_eq!(dst.len(), src.len(), "a landing is as long as its payload");
+                    // SAFETY: equal lengths (checked above); no overlap: the
+                    // payload is in the caller's scratch buffer, `dst` elsewhere.
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len())
+                    };
+                }
+            }
+            rest = &rest[len..];
+        }
+        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.body_end], pn: Some(self.pn) })
+    }
+}
 
 /// Where the receiver wants a DATA frame's payload copied during
 /// verification. The copy is only a proposal until verification succeeds:
@@ -252,23 +283,32 @@ impl<'a> Unverified<'a> {
         Ok(Unverified { header, datagram, at })
     }
 
-    /// Check every frame, then the trailer in a pass of its own.
+    /// Check every frame, then the trailer in a pass of its own. An
+    /// authenticated datagram needs [`open`](Self::open) instead.
     pub fn verify(self) -> Result<Packet<'a>, WireError> {
-        self.verify_with(None)
-    }
-
-    /// [`verify`](Self::verify) with the key an authenticated datagram needs.
-    pub fn verify_with(self, key: Key<'_>) -> Result<Packet<'a>, WireError> {
+        if self.header.flags.authenticated() {
+            return Err(WireError::KeyRequired);
+        }
         let mut rest = &self.datagram[HEADER_LEN..self.at];
         while !rest.is_empty() {
             match parse_frame(rest) {
                 Ok((_, len)) => rest = &rest[len..],
-                Err(e) => return Err(self.frame_error(e, key)),
+                Err(e) => return Err(self.frame_error(e)),
             }
         }
-        let mut sum = self.summer(key)?;
+        let mut sum = Checksummer::new(self.header.checksum);
         sum.update(&self.datagram[HEADER_LEN..self.at]);
         self.check(sum)
+    }
+
+    /// The datagram's length in bytes.
+    pub fn len(&self) -> usize {
+        self.datagram.len()
+    }
+
+    /// Never true: a datagram has at least a header.
+    pub fn is_empty(&self) -> bool {
+        self.datagram.is_empty()
     }
 
     /// The packet number of an authenticated datagram (not yet verified).
@@ -280,26 +320,19 @@ impl<'a> Unverified<'a> {
     /// where `landing` wants it: one walk over the frames and one pass over
     /// the payload bytes do all three. On success every landing given holds
     /// its payload; on failure none may be used (a landing may have been
-    /// asked for before a later frame turned out bad).
+    /// asked for before a later frame turned out bad). An authenticated
+    /// datagram needs [`open`](Self::open) instead.
     pub fn verify_landing(self, landing: &mut impl Landing) -> Result<Packet<'a>, WireError> {
-        self.verify_landing_with(landing, None)
-    }
-
-    /// [`verify_landing`](Self::verify_landing) with the key an
-    /// authenticated datagram needs: the MAC is computed in the same pass
-    /// as the copies, as a checksum is.
-    pub fn verify_landing_with(
-        self,
-        landing: &mut impl Landing,
-        key: Key<'_>,
-    ) -> Result<Packet<'a>, WireError> {
+        if self.header.flags.authenticated() {
+            return Err(WireError::KeyRequired);
+        }
         let (d, at) = (self.datagram, self.at);
-        let mut sum = self.summer(key)?;
+        let mut sum = Checksummer::new(self.header.checksum);
         let mut rest = &d[HEADER_LEN..at];
         while !rest.is_empty() {
             let (frame, len) = match parse_frame(rest) {
                 Ok(f) => f,
-                Err(e) => return Err(self.frame_error(e, key)),
+                Err(e) => return Err(self.frame_error(e)),
             };
             let (bytes, after) = rest.split_at(len);
             rest = after;
@@ -318,42 +351,44 @@ impl<'a> Unverified<'a> {
         self.check(sum)
     }
 
-    /// What computes this datagram's trailer: its checksum, or the MAC
-    /// under `key` if it is authenticated.
-    fn summer(&self, key: Key<'_>) -> Result<Checksummer, WireError> {
-        if !self.header.flags.authenticated() {
-            return Ok(Checksummer::new(self.header.checksum));
+    /// Authenticate and decrypt an authenticated datagram under `key`: the
+    /// datagram is copied into `scratch` (cleared first; it allocates only
+    /// until it has grown to the largest datagram) and its body opened
+    /// there in place (AES-256-GCM: the header and packet number are
+    /// authenticated, the body authenticated and encrypted).
+    pub fn open<'s>(self, key: &MacKey, scratch: &'s mut Vec<u8>) -> Result<Opened<'s>, WireError> {
+        let Some(pn) = self.packet_number() else { return Err(WireError::KeyRequired) };
+        let (d, at) = (self.datagram, self.at);
+        scratch.clear();
+        scratch.extend_from_slice(d);
+        let mut aad = [0u8; HEADER_LEN + 8];
+        aad[..HEADER_LEN].copy_from_slice(&d[..HEADER_LEN]);
+        aad[HEADER_LEN..].copy_from_slice(&d[at..at + 8]);
+        let tag = &d[at + 8..at + 8 + TAG_LEN];
+        if !key.open(pn, &aad, tag, &mut scratch[HEADER_LEN..at]) {
+            return Err(WireError::ChecksumMismatch);
         }
-        key.map(Checksummer::keyed).ok_or(WireError::KeyRequired)
+        Ok(Opened { header: self.header, datagram: &scratch[..], body_end: at, pn })
     }
 
     /// What a malformed frame counts as: bad frames in a datagram whose
-    /// checksum (or MAC) fails are corruption, and are counted as such;
-    /// with a good one the sender itself is at fault.
-    fn frame_error(&self, e: WireError, key: Key<'_>) -> WireError {
-        let intact = match self.summer(key) {
-            Ok(mut sum) => {
-                sum.update(&self.datagram[HEADER_LEN..self.at]);
-                self.trailer_matches(&mut sum)
-            }
-            Err(e) => return e,
-        };
-        if intact {
+    /// checksum fails are corruption, and are counted as such; with a good
+    /// checksum the sender itself is at fault.
+    fn frame_error(&self, e: WireError) -> WireError {
+        let mut sum = Checksummer::new(self.header.checksum);
+        sum.update(&self.datagram[HEADER_LEN..self.at]);
+        if self.trailer_matches(&mut sum) {
             e
         } else {
             WireError::ChecksumMismatch
         }
     }
 
-    /// Feed the header (and an authenticated datagram's packet number)
-    /// into `sum`, which has taken the body; does the trailer match?
+    /// Feed the header into `sum`, which has taken the body; does the
+    /// trailer match?
     fn trailer_matches(&self, sum: &mut Checksummer) -> bool {
         let (d, at) = (self.datagram, self.at);
         sum.update(&d[..HEADER_LEN]);
-        if self.header.flags.authenticated() {
-            sum.update(&d[at..at + 8]);
-            return sum.tag().is_some_and(|tag| tags_equal(&tag, &d[at + 8..]));
-        }
         // With `none` the trailer must be zero, as the writer leaves it: else
         // a single flipped bit in the kind byte would turn verification off.
         let expected = if self.header.checksum == ChecksumKind::None { 0 } else { sum.finish() };
@@ -364,8 +399,7 @@ impl<'a> Unverified<'a> {
         if !self.trailer_matches(&mut sum) {
             return Err(WireError::ChecksumMismatch);
         }
-        let pn = self.packet_number();
-        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at], pn })
+        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at], pn: None })
     }
 }
 
@@ -388,8 +422,8 @@ pub struct PacketWriter<'a> {
     len: usize,
     sum: Checksummer,
     width: usize,
-    /// The packet number of an authenticated datagram.
-    pn: Option<u64>,
+    /// The key and packet number of an authenticated datagram.
+    seal: Option<(MacKey, u64)>,
 }
 
 impl<'a> PacketWriter<'a> {
@@ -403,12 +437,13 @@ impl<'a> PacketWriter<'a> {
         }
         let buf = &mut buf[..cap];
         header.emit(buf);
-        Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width, pn: None })
+        Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width, seal: None })
     }
 
-    /// An authenticated datagram: packet number `pn` and a MAC under `key`
-    /// in the trailer, in place of the header's checksum (its kind byte
-    /// is written 0 and its `AUTHENTICATED` flag set).
+    /// An authenticated datagram: its body sealed with AES-256-GCM under
+    /// `key` at `finish`, with packet number `pn` (the nonce: never twice
+    /// under one key) and the tag in the trailer, in place of the header's
+    /// checksum (its kind byte is written 0 and its `AUTHENTICATED` flag set).
     pub fn new_authenticated(
         buf: &'a mut [u8],
         header: &Header,
@@ -429,9 +464,9 @@ impl<'a> PacketWriter<'a> {
         Ok(PacketWriter {
             buf,
             len: HEADER_LEN,
-            sum: Checksummer::keyed(key),
+            sum: Checksummer::new(ChecksumKind::None),
             width: AUTH_TRAILER_LEN,
-            pn: Some(pn),
+            seal: Some((key.clone(), pn)),
         })
     }
 
@@ -484,15 +519,17 @@ impl<'a> PacketWriter<'a> {
     pub fn finish(mut self) -> usize {
         let body_len = (self.len - HEADER_LEN) as u16;
         self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
-        self.sum.update(&self.buf[..HEADER_LEN]);
         let at = self.len;
-        if let Some(pn) = self.pn {
+        if let Some((key, pn)) = &self.seal {
+            let mut aad = [0u8; HEADER_LEN + 8];
+            aad[..HEADER_LEN].copy_from_slice(&self.buf[..HEADER_LEN]);
+            aad[HEADER_LEN..].copy_from_slice(&pn.to_le_bytes());
+            let tag = key.seal(*pn, &aad, &mut self.buf[HEADER_LEN..at]);
             self.buf[at..at + 8].copy_from_slice(&pn.to_le_bytes());
-            self.sum.update(&pn.to_le_bytes());
-            let tag = self.sum.tag().expect("an authenticated writer has a MAC");
             self.buf[at + 8..at + AUTH_TRAILER_LEN].copy_from_slice(&tag);
             return at + AUTH_TRAILER_LEN;
         }
+        self.sum.update(&self.buf[..HEADER_LEN]);
         let sum = self.sum.finish().to_le_bytes();
         self.buf[at..at + self.width].copy_from_slice(&sum[..self.width]);
         at + self.width
@@ -620,23 +657,29 @@ mod tests {
         let key = MacKey::derive(&[1; 32], "test", &[1, 2]);
         let d = authenticated(&key, 77);
         assert_eq!(d.len(), AUTH_OVERHEAD + 12 + 5);
+        assert!(!d.windows(5).any(|w| w == b"hello"), "the body is encrypted");
         let u = Unverified::parse(&d).unwrap();
         assert!(u.header.flags.authenticated());
         assert_eq!(u.header.checksum, ChecksumKind::None);
         assert_eq!(u.packet_number(), Some(77));
-        let p = u.verify_with(Some(&key)).unwrap();
+        let mut scratch = Vec::new();
+        let p = u.open(&key, &mut scratch).unwrap().land(&mut NoLanding).unwrap();
         assert_eq!(p.packet_number(), Some(77));
+        match p.frames().next() {
+            Some(Frame::Data(f)) => assert_eq!(f.payload, b"hello"),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(Packet::parse(&d).unwrap_err(), WireError::KeyRequired);
         let other = MacKey::derive(&[1; 32], "test", &[1, 3]);
         assert_eq!(
-            Unverified::parse(&d).unwrap().verify_with(Some(&other)).unwrap_err(),
+            Unverified::parse(&d).unwrap().open(&other, &mut scratch).unwrap_err(),
             WireError::ChecksumMismatch
         );
         // Every byte is covered: the header, the body, the packet number, the tag.
         for i in 0..d.len() {
             let mut bad = d.clone();
             bad[i] ^= 0x10;
-            let ok = Unverified::parse(&bad).and_then(|u| u.verify_with(Some(&key)));
+            let ok = Unverified::parse(&bad).and_then(|u| u.open(&key, &mut scratch).map(|_| ()));
             assert!(ok.is_err(), "byte {i} flipped and still accepted");
         }
         // A checksum kind beside the MAC is no format.
@@ -644,5 +687,12 @@ mod tests {
         both[field::CHECKSUM_KIND] = ChecksumKind::Crc32c as u8;
         assert!(matches!(Unverified::parse(&both), Err(WireError::BadFlags(_))));
         assert!(format!("{key:?}").contains(".."), "keys are never printed");
+    }
+
+    struct NoLanding;
+    impl Landing for NoLanding {
+        fn landing(&mut self, _: &DataFrame<'_>) -> Option<&mut [MaybeUninit<u8>]> {
+            None
+        }
     }
 }

@@ -109,10 +109,12 @@ impl ChecksumKind {
     }
 }
 
-/// A key for authenticating datagrams: 32 bytes for keyed BLAKE3 (docs/
-/// PROTOCOL.md, "Authentication"). Never printed: `Debug` says nothing of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MacKey([u8; 32]);
+/// A key for authenticated datagrams: AES-256-GCM (docs/PROTOCOL.md,
+/// "Authentication"), its key schedule computed once and shared: a clone
+/// is a reference count, so a writer or a receive path may hold one per
+/// datagram for nothing. Never printed: `Debug` says nothing of it.
+#[derive(Clone)]
+pub struct MacKey(std::sync::Arc<ring::aead::LessSafeKey>);
 
 impl core::fmt::Debug for MacKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -123,7 +125,9 @@ impl core::fmt::Debug for MacKey {
 impl MacKey {
     /// A key from 32 bytes (already derived: see [`MacKey::derive`]).
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        MacKey(bytes)
+        let key = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &bytes)
+            .expect("32 bytes is an AES-256 key");
+        MacKey(std::sync::Arc::new(ring::aead::LessSafeKey::new(key)))
     }
 
     /// The key for one purpose, derived from `secret` and a list of
@@ -136,40 +140,38 @@ impl MacKey {
         for (i, w) in words[..n].iter().enumerate() {
             material[32 + 8 * i..40 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
-        MacKey(blake3::derive_key(context, &material[..32 + 8 * n]))
+        Self::from_bytes(blake3::derive_key(context, &material[..32 + 8 * n]))
+    }
+
+    /// Encrypt `body` in place and return the tag over it and `aad`, under
+    /// packet number `pn` (the nonce: never used twice under one key).
+    pub(crate) fn seal(&self, pn: u64, aad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
+        let tag = self
+            .0
+            .seal_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), body)
+            .expect("a datagram is far below AES-GCM's length limit");
+        let mut out = [0u8; TAG_LEN];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Check `tag` over `aad` and the ciphertext in `body` and decrypt it
+    /// in place; false (and `body` garbage) if they do not check.
+    pub(crate) fn open(&self, pn: u64, aad: &[u8], tag: &[u8], body: &mut [u8]) -> bool {
+        let Ok(tag) = ring::aead::Tag::try_from(tag) else { return false };
+        self.0.open_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), tag, body, 0..).is_ok()
     }
 }
 
-/// Bytes of the authentication tag (BLAKE3 output, truncated).
+/// The 96-bit nonce of packet number `pn`.
+fn nonce(pn: u64) -> ring::aead::Nonce {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&pn.to_le_bytes());
+    ring::aead::Nonce::assume_unique_for_key(n)
+}
+
+/// Bytes of the authentication tag (AES-GCM's).
 pub const TAG_LEN: usize = 16;
-
-/// A keyed MAC in progress (BLAKE3 in keyed mode), fed in pieces like a
-/// [`Checksummer`], copying fused the same way.
-#[derive(Clone)]
-pub struct Mac(blake3::Hasher);
-
-impl Mac {
-    pub fn new(key: &MacKey) -> Self {
-        Mac(blake3::Hasher::new_keyed(&key.0))
-    }
-    pub fn update(&mut self, data: &[u8]) {
-        self.0.update(data);
-    }
-    /// The tag over everything fed.
-    pub fn finish(&self) -> [u8; TAG_LEN] {
-        let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&self.0.finalize().as_bytes()[..TAG_LEN]);
-        tag
-    }
-}
-
-/// Equal tags, compared in time independent of where they differ.
-pub fn tags_equal(a: &[u8; TAG_LEN], b: &[u8]) -> bool {
-    if b.len() != TAG_LEN {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 /// A set of checksum kinds (what a receiver accepts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -212,16 +214,9 @@ pub enum Checksummer {
     Fnv1a(Fnv1a64),
     Murmur3(Murmur3),
     Xxh3(xxhash_rust::xxh3::Xxh3),
-    /// An authenticated datagram: a keyed MAC instead of a checksum.
-    Mac(Mac),
 }
 
 impl Checksummer {
-    /// A MAC under `key` in place of a checksum.
-    pub fn keyed(key: &MacKey) -> Self {
-        Checksummer::Mac(Mac::new(key))
-    }
-
     pub fn new(kind: ChecksumKind) -> Self {
         match kind {
             ChecksumKind::None => Checksummer::None,
@@ -247,7 +242,6 @@ impl Checksummer {
             Checksummer::Fnv1a(s) => s.update(data),
             Checksummer::Murmur3(s) => s.update(data),
             Checksummer::Xxh3(s) => s.update(data),
-            Checksummer::Mac(m) => m.update(data),
         }
     }
 
@@ -304,16 +298,6 @@ impl Checksummer {
             Checksummer::Fnv1a(s) => s.finish(),
             Checksummer::Murmur3(s) => u64::from(s.finish()),
             Checksummer::Xxh3(s) => s.digest(),
-            // Not a checksum: the tag is read with `tag`.
-            Checksummer::Mac(_) => 0,
-        }
-    }
-
-    /// The MAC's tag, for a keyed checksummer.
-    pub fn tag(&self) -> Option<[u8; TAG_LEN]> {
-        match self {
-            Checksummer::Mac(m) => Some(m.finish()),
-            _ => None,
         }
     }
 }
