@@ -16,7 +16,7 @@ use tether_wire::{
     HANDSHAKE_LEN,
 };
 use thiserror::Error;
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::context::Context;
 use crate::delivery::{copy_to_bytes, DeliveryQueue};
@@ -37,6 +37,19 @@ fn default_seed(node: NodeId, incarnation: u64) -> [u8; 32] {
     seed[8..16].copy_from_slice(&incarnation.to_le_bytes());
     seed
 }
+
+/// The counters of refused traffic that `report_refused` logs, in order.
+const REFUSED: [&str; 9] = [
+    "strangers_refused",
+    "unknown_source",
+    "source_mismatch",
+    "unauthenticated_refused",
+    "mac_failures",
+    "replays",
+    "handshakes_refused",
+    "handshake_replies_dropped",
+    "mtu_refused",
+];
 
 /// Most peers one endpoint keeps state for: a flood of forged source ids
 /// must not grow memory without bound.
@@ -138,6 +151,8 @@ pub struct Endpoint {
     landing: LandingArea,
     /// Where authenticated datagrams are decrypted (grown once).
     open_buf: Vec<u8>,
+    /// Refused traffic, logged at most once a second (`report_refused`).
+    refused_report: (Instant, [u64; REFUSED.len()]),
     /// The handshake's key and nonce source.
     secrets: Secrets,
     /// WELCOMEs owed, at most `MAX_REPLIES`: the only state a HELLO costs.
@@ -169,6 +184,7 @@ impl Endpoint {
             recv_arena: BytesMut::new(),
             landing: LandingArea::default(),
             open_buf: Vec::new(),
+            refused_report: (Instant::ZERO, [0; REFUSED.len()]),
             secrets: Secrets::new(default_seed(node, incarnation)),
             replies: VecDeque::new(),
             checked: cfg!(debug_assertions),
@@ -439,6 +455,9 @@ impl Endpoint {
 
     /// Take in one datagram that arrived over `rail` from `origin`.
     pub fn handle_datagram_from(&mut self, now: Instant, rail: RailId, origin: Origin, datagram: &[u8]) {
+        if now >= self.refused_report.0 {
+            self.report_refused(now);
+        }
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         if origin == Origin::Stranger {
@@ -540,6 +559,33 @@ impl Endpoint {
             }
         }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
+    }
+
+    /// Log what was refused since the last report, by reason, at most once
+    /// a second: a flood of forged traffic is visible in the log without
+    /// one line per datagram.
+    fn report_refused(&mut self, now: Instant) {
+        self.refused_report.0 = now + core::time::Duration::from_secs(1);
+        let fields = self.stats.fields();
+        let count = |name: &str| fields.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
+        let now_counts = REFUSED.map(count);
+        let last = std::mem::replace(&mut self.refused_report.1, now_counts);
+        if now_counts == last {
+            return;
+        }
+        let d = |i: usize| now_counts[i] - last[i];
+        warn!(
+            strangers = d(0),
+            unknown_source = d(1),
+            source_mismatch = d(2),
+            unauthenticated = d(3),
+            failed_authentication = d(4),
+            replays = d(5),
+            handshakes_refused = d(6),
+            handshake_flood = d(7),
+            mtu_refused = d(8),
+            "refused datagrams since the last report (at most one a second)"
+        );
     }
 
     /// The key `header`'s datagram was authenticated with, if the cluster
