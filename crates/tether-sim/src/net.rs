@@ -207,7 +207,15 @@ pub struct VirtualNet<L, U = NoEvent> {
     buf: Vec<u8>,
     /// Datagrams that arrived for a node not in the network.
     pub undeliverable: u64,
+    /// Steps taken since the clock last moved: a livelock guard.
+    stalled: (Instant, u64),
 }
+
+/// Steps at one instant of virtual time beyond which the run is a
+/// livelock (a timer that fires without being handled, say: found once as
+/// a hang, a restored peer's delayed-ACK timer with no session to send
+/// on). No legitimate burst comes near it.
+const LIVELOCK_STEPS: u64 = 1_000_000;
 
 impl<L: Link<U>, U> VirtualNet<L, U> {
     /// An empty network whose clock starts at `origin` (not zero: the core
@@ -219,6 +227,7 @@ impl<L: Link<U>, U> VirtualNet<L, U> {
             nodes: BTreeMap::new(),
             buf: vec![0; tether_wire::MAX_DATAGRAM],
             undeliverable: 0,
+            stalled: (origin, 0),
         }
     }
 
@@ -277,7 +286,19 @@ impl<L: Link<U>, U> VirtualNet<L, U> {
     /// timers of an endpoint whose wake-up this is. The clock moves to the
     /// event's time even when it turns out to do nothing.
     pub fn step(&mut self, limit: Instant) -> Option<Step<U>> {
-        let step = match self.timeline.pop(limit)? {
+        let popped = self.timeline.pop(limit)?;
+        let now = self.timeline.now;
+        if self.stalled.0 == now {
+            self.stalled.1 += 1;
+            // A failed run with its seed, not a hang.
+            assert!(
+                self.stalled.1 < LIVELOCK_STEPS,
+                "livelock: {LIVELOCK_STEPS} steps at {now:?} without time moving"
+            );
+        } else {
+            self.stalled = (now, 0);
+        }
+        let step = match popped {
             NetEvent::Arrive(datagram) => match self.nodes.get_mut(&datagram.dst) {
                 Some(slot) => {
                     let dst = datagram.dst;
