@@ -341,7 +341,7 @@ impl Endpoint {
                 return None;
             }
             self.peers.insert(id, Peer::new(id, &self.config));
-            self.with_peer(id, |p, cx, _| p.connect(cx, Instant::ZERO));
+            self.with_peer(id, |p, cx, _| p.want_session(cx, Instant::ZERO));
         }
         self.peers.get_mut(&id)
     }
@@ -359,7 +359,7 @@ impl Endpoint {
     /// wait for one (sending begins one anyway). Nothing if a session
     /// exists or a handshake is under way.
     pub fn connect(&mut self, now: Instant, peer: NodeId) -> Result<(), SendError> {
-        self.with_peer(peer, |p, cx, _| p.connect(cx, now)).ok_or(SendError::UnknownPeer(peer))
+        self.with_peer(peer, |p, cx, _| p.want_session(cx, now)).ok_or(SendError::UnknownPeer(peer))
     }
 
     /// Is `peer` known (added, given paths, or heard from)?

@@ -174,12 +174,6 @@ impl Peer {
         }
     }
 
-    /// Begin a handshake now if there is no session (the application
-    /// wants one ready before its first message).
-    pub fn connect(&mut self, cx: &mut Context<'_>, now: Instant) {
-        self.want_session(cx, now);
-    }
-
     /// Make sure a session exists or is being made: a HELLO goes unless
     /// one is in progress. Called when there is something to send, and
     /// when the peer sent what only a session could carry.

@@ -361,9 +361,7 @@ impl<'a> Unverified<'a> {
         let (d, at) = (self.datagram, self.at);
         scratch.clear();
         scratch.extend_from_slice(d);
-        let mut aad = [0u8; HEADER_LEN + 8];
-        aad[..HEADER_LEN].copy_from_slice(&d[..HEADER_LEN]);
-        aad[HEADER_LEN..].copy_from_slice(&d[at..at + 8]);
+        let aad = associated_data(&d[..HEADER_LEN], &d[at..at + 8]);
         let tag = &d[at + 8..at + 8 + TAG_LEN];
         if !key.open(pn, &aad, tag, &mut scratch[HEADER_LEN..at]) {
             return Err(WireError::ChecksumMismatch);
@@ -401,6 +399,15 @@ impl<'a> Unverified<'a> {
         }
         Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at], pn: None })
     }
+}
+
+/// What AES-GCM authenticates besides the body of an authenticated
+/// datagram: its header, then its packet number.
+fn associated_data(header: &[u8], pn: &[u8]) -> [u8; HEADER_LEN + 8] {
+    let mut aad = [0u8; HEADER_LEN + 8];
+    aad[..HEADER_LEN].copy_from_slice(header);
+    aad[HEADER_LEN..].copy_from_slice(pn);
+    aad
 }
 
 fn u64_le(b: &[u8]) -> u64 {
@@ -500,16 +507,21 @@ impl<'a> PacketWriter<'a> {
     }
 
     pub fn push_handshake(&mut self, h: &HandshakeFrame) -> Result<(), WireError> {
-        let end = self.buf.len() - self.width;
-        let n = frame::emit_handshake(&mut self.buf[self.len..end], h)?;
-        self.sum.update(&self.buf[self.len..self.len + n]);
-        self.len += n;
-        Ok(())
+        self.push_frame(|out| frame::emit_handshake(out, h))
     }
 
     pub fn push_ack(&mut self, ack: &AckRepr) -> Result<(), WireError> {
+        self.push_frame(|out| frame::emit_ack(out, ack))
+    }
+
+    /// Append a frame without a payload: `emit` writes it into the room
+    /// left, then it is checksummed as a whole.
+    fn push_frame(
+        &mut self,
+        emit: impl FnOnce(&mut [u8]) -> Result<usize, WireError>,
+    ) -> Result<(), WireError> {
         let end = self.buf.len() - self.width;
-        let n = frame::emit_ack(&mut self.buf[self.len..end], ack)?;
+        let n = emit(&mut self.buf[self.len..end])?;
         self.sum.update(&self.buf[self.len..self.len + n]);
         self.len += n;
         Ok(())
@@ -521,9 +533,7 @@ impl<'a> PacketWriter<'a> {
         self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
         let at = self.len;
         if let Some((key, pn)) = &self.seal {
-            let mut aad = [0u8; HEADER_LEN + 8];
-            aad[..HEADER_LEN].copy_from_slice(&self.buf[..HEADER_LEN]);
-            aad[HEADER_LEN..].copy_from_slice(&pn.to_le_bytes());
+            let aad = associated_data(&self.buf[..HEADER_LEN], &pn.to_le_bytes());
             let tag = key.seal(*pn, &aad, &mut self.buf[HEADER_LEN..at]);
             self.buf[at..at + 8].copy_from_slice(&pn.to_le_bytes());
             self.buf[at + 8..at + AUTH_TRAILER_LEN].copy_from_slice(&tag);
