@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod args;
+mod auth_bench;
 mod bandwidth;
 mod bench;
 mod campaign;
@@ -91,6 +92,10 @@ enum BenchWhat {
     /// with the copy against memcpy and memory reads, detection strength
     /// (--errors), and the T(L) overhead model against `tether stream` (--model).
     Checksum(bandwidth::ChecksumOpts),
+    /// What authentication costs: small-message round trips and a
+    /// large-message stream under each algorithm (--auth) against CRC32C
+    /// alone, measured in turns in the same invocation.
+    Auth(auth_bench::AuthOpts),
 }
 
 fn main() {
@@ -164,6 +169,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         Command::Pingpong(o) | Command::Stream(o) => check_net(o, m),
         Command::Bench(o) => match (&o.what, m.subcommand()) {
             (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
+            (Some(BenchWhat::Auth(_)), _) => Ok(()),
             _ => check_bench(&o.net, m),
         },
         Command::Demo(o) => demo::check(o),
@@ -408,8 +414,10 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
 }
 
 fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
-    if let Some(BenchWhat::Checksum(c)) = &o.what {
-        return run_bench_checksum(c);
+    match &o.what {
+        Some(BenchWhat::Checksum(c)) => return run_bench_checksum(c),
+        Some(BenchWhat::Auth(a)) => return run_bench_auth(a),
+        None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
     let bar = (!o.net.json).then(|| {
@@ -495,14 +503,33 @@ fn default_net() -> NetOpts {
     Defaults::parse_from(["tether"]).net
 }
 
-fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
-    let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
-    let say = |m: &str| {
-        if let Some(b) = &bar {
+/// What a long measurement says it is doing: on the spinner, if there is one.
+fn telling(bar: &Option<indicatif::ProgressBar>) -> impl Fn(&str) + '_ {
+    move |m: &str| {
+        if let Some(b) = bar {
             b.set_message(m.to_string());
             b.tick();
         }
-    };
+    }
+}
+
+fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {
+    let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
+    let say = telling(&bar);
+    let rows = auth_bench::run(o, &default_net(), &say)?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    if o.json {
+        return print_json(&rows);
+    }
+    table::auth(&rows, o);
+    Ok(())
+}
+
+fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
+    let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
+    let say = telling(&bar);
     if o.errors {
         let r = detection::measure(&o.kinds(), o.error_len, o.trials, o.seed, &say);
         if let Some(b) = &bar {

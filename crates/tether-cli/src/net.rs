@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tether::faults::FaultPlan;
 use tether::{
-    ChecksumKind, ClusterKey, Config, Endpoint, NodeId, Options, Progress, RailPolicy, RetransmitMode,
+    AuthKind, ChecksumKind, ClusterKey, Config, Endpoint, NodeId, Options, Progress, RailPolicy,
+    RetransmitMode,
 };
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
 
@@ -23,6 +24,14 @@ pub fn checksum_kind(name: &str) -> Result<ChecksumKind, String> {
     ChecksumKind::from_name(name).ok_or_else(|| {
         let names: Vec<_> = ChecksumKind::ALL.iter().map(|k| k.name()).collect();
         format!("unknown checksum `{name}` (one of {})", names.join(", "))
+    })
+}
+
+/// `--auth NAME`: any authentication algorithm the wire names.
+pub fn auth_kind(name: &str) -> Result<AuthKind, String> {
+    AuthKind::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = AuthKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown authentication `{name}` (one of {})", names.join(", "))
     })
 }
 
@@ -63,11 +72,17 @@ pub struct NetOpts {
     #[arg(long, default_value = "crc32c", value_parser = checksum_kind)]
     pub checksum: ChecksumKind,
     /// The cluster secret: a file of at least 16 bytes that every node
-    /// shares. With it every datagram is authenticated and encrypted (AES-256-GCM under keys
-    /// derived from it) and any other is refused [default: none: integrity
-    /// by --checksum alone].
+    /// shares. With it every datagram is authenticated (by --auth, under
+    /// keys derived from it) and any other is refused [default: none:
+    /// integrity by --checksum alone].
     #[arg(long, value_name = "FILE", value_parser = key_file)]
     pub key_file: Option<ClusterKey>,
+    /// With --key-file, how datagrams are protected; every node must use
+    /// the same: aes-256-gcm (encrypted and authenticated), chacha20-poly1305
+    /// (the same, for machines without AES instructions), aes-256-gmac
+    /// (authenticated, the payload in clear).
+    #[arg(long, default_value = "aes-256-gcm", value_parser = auth_kind, requires = "key_file")]
+    pub auth: AuthKind,
     /// Repair of lost segments: selective (only what the receiver's SACK
     /// ranges show missing) or go-back-n (everything from the first gap).
     #[arg(long, value_enum, default_value_t = Mode::Selective)]
@@ -203,7 +218,7 @@ impl NetOpts {
             rto_initial: rto_min.max(Config::default().rto_initial),
             abandon_after: self.give_up_after,
             checksum: self.checksum,
-            key: self.key_file.clone(),
+            key: self.key_file.clone().map(|k| k.with_auth(self.auth)),
             retransmit: match self.mode {
                 Mode::Selective => RetransmitMode::Selective,
                 Mode::GoBackN => RetransmitMode::GoBackN,

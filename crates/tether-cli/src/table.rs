@@ -4,6 +4,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use tether::faults::{FaultCounters, FaultKind};
 use tether::Event;
 
+use crate::auth_bench::{AuthOpts, AuthRow};
 use crate::bench::BenchRow;
 use crate::demo::{DemoOpts, DemoReport, NodeReport};
 use crate::net::NetOpts;
@@ -280,6 +281,28 @@ pub fn bench(rows: &[BenchRow], o: &NetOpts) {
     right(&mut t);
     println!("{t}");
     println!("ratio: tether / raw (RTT: lower is better, <1.15 is the bar; stream: higher is better, >0.85 is the bar)");
+}
+
+pub fn auth(rows: &[AuthRow], o: &AuthOpts) {
+    println!(
+        "tether bench auth on UDP loopback: {} B round trips and a {} B stream at mtu {} B, {} rounds; \
+         figures are median (min-max) over rounds, each ratio against CRC32C in its own round",
+        o.pingpong_size, o.stream_size, o.mtu, o.rounds
+    );
+    let mut t = table(&["protection", "encrypted", "RTT us", "RTT ratio", "stream MB/s", "stream ratio"]);
+    for r in rows {
+        t.add_row(vec![
+            r.protection.to_string(),
+            if r.encrypted { "yes" } else { "no" }.to_string(),
+            spread(&r.rtt_us, 2),
+            spread(&r.rtt_ratio, 3),
+            spread(&r.stream_mb_s, 0),
+            spread(&r.stream_ratio, 3),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!("bars for authentication: RTT ratio <= 1.05, stream ratio >= 0.9 (lower RTT and higher goodput are better)");
 }
 
 /// One line of `tether sim`: a fault mix summed over its seeds.

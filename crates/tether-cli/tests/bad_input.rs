@@ -167,6 +167,9 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("bench checksum --trials 5".into(), "--trials is for --errors"),
         ("bench checksum --model-runs 3".into(), "--model-runs is for --model"),
         ("bench checksum --algorithms crc99".into(), "unknown checksum `crc99`"),
+        ("bench auth --algorithms md5".into(), "unknown authentication `md5`"),
+        ("bench auth --rounds 0".into(), "must be between 1 and"),
+        ("stream --auth aes-256-gmac".into(), "--key-file <FILE>"),
         // sim, campaign, demo.
         ("sim --mix bogus".into(), "invalid value 'bogus' for '--mix"),
         ("sim --seeds 0".into(), "--seeds <SEEDS>': must be between 1 and"),
@@ -251,6 +254,7 @@ fn every_option_is_described() {
         &["stream"],
         &["bench"],
         &["bench", "checksum"],
+        &["bench", "auth"],
         &["sim"],
         &["campaign"],
     ];

@@ -2,7 +2,9 @@
 //! (TigerBeetle's rule), with defaults from the papers' parameter studies.
 
 use core::time::Duration;
-use tether_wire::{overhead, ChecksumKind, ChecksumSet, MacKey, AUTH_OVERHEAD, MAX_DATAGRAM, OVERHEAD};
+use tether_wire::{
+    overhead, AuthKind, ChecksumKind, ChecksumSet, MacKey, AUTH_OVERHEAD, MAX_DATAGRAM, OVERHEAD,
+};
 use thiserror::Error;
 
 use crate::paths::RailPolicy;
@@ -19,12 +21,17 @@ pub enum RetransmitMode {
     GoBackN,
 }
 
-/// The cluster's shared secret: with one configured, every datagram is
-/// authenticated and encrypted (AES-256-GCM) under a key derived from it for its sender,
-/// receiver and both incarnations (docs/PROTOCOL.md, "Authentication"), and
-/// datagrams without one are refused. Never printed.
+/// The cluster's shared secret and the algorithm this endpoint uses it
+/// with: with one configured, every datagram is authenticated (and, unless
+/// the algorithm is AES-256-GMAC, encrypted) under a key derived from it
+/// for its sender, receiver, both incarnations and the algorithm
+/// (docs/PROTOCOL.md, "Authentication"), and datagrams protected any other
+/// way are refused: peers must choose the same algorithm. Never printed.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ClusterKey([u8; 32]);
+pub struct ClusterKey {
+    secret: [u8; 32],
+    auth: AuthKind,
+}
 
 impl core::fmt::Debug for ClusterKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -39,13 +46,25 @@ impl ClusterKey {
         if material.len() < 16 {
             return Err(ConfigError { field: "key", why: "needs at least 16 bytes of secret material" });
         }
-        Ok(ClusterKey(blake3::derive_key("tether 2026-11 cluster key", material)))
+        let secret = blake3::derive_key("tether 2026-11 cluster key", material);
+        Ok(ClusterKey { secret, auth: AuthKind::default() })
+    }
+
+    /// The same secret used with `auth` (default AES-256-GCM).
+    pub fn with_auth(self, auth: AuthKind) -> Self {
+        ClusterKey { auth, ..self }
+    }
+
+    /// The algorithm datagrams are protected with.
+    pub fn auth(&self) -> AuthKind {
+        self.auth
     }
 
     /// The key that authenticates datagrams from `src` (incarnation
     /// `src_inc`) to `dst` (as the sender knows it, `dst_inc`).
     pub fn datagram_key(&self, src: u32, src_inc: u64, dst: u32, dst_inc: u64) -> MacKey {
-        MacKey::derive(&self.0, "tether 2026-11 datagram key", &[src as u64, src_inc, dst as u64, dst_inc])
+        let words = [src as u64, src_inc, dst as u64, dst_inc];
+        MacKey::derive(self.auth, &self.secret, "tether 2026-11 datagram key", &words)
     }
 }
 

@@ -485,11 +485,12 @@ impl Endpoint {
             }
         }
         let authenticated = unverified.header.flags.authenticated();
-        if authenticated != self.config.key.is_some() {
-            // With a cluster key nothing unauthenticated is taken; without
-            // one an authenticated datagram cannot be checked.
+        if unverified.auth() != self.config.key.as_ref().map(|k| k.auth()) {
+            // With a cluster key nothing unauthenticated is taken, nor
+            // anything protected by another algorithm (peers agree on one);
+            // without one an authenticated datagram cannot be checked.
             self.stats.unauthenticated_refused += 1;
-            debug!(src, authenticated, "dropped: authentication does not match this endpoint's");
+            debug!(src, auth = ?unverified.auth(), "dropped: authentication does not match this endpoint's");
             return;
         }
         let key = if authenticated { self.rx_key(&unverified.header) } else { None };

@@ -56,7 +56,7 @@ pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot};
 pub use stats::Stats;
-pub use tether_wire::{DataFlags, NodeId};
+pub use tether_wire::{AuthKind, DataFlags, NodeId};
 pub use time::Instant;
 pub use timer::Timer;
 

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use tether_proto::{
-    ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, RetransmitMode,
-    SendError,
+    AuthKind, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState,
+    RetransmitMode, SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{
@@ -556,20 +556,29 @@ fn a_receiver_restarting_with_its_acks_lost_never_gets_a_message_twice() {
 type Shared<T> = std::rc::Rc<std::cell::RefCell<T>>;
 
 fn keyed() -> Config {
-    Config {
-        key: Some(ClusterKey::from_material(b"a cluster secret of some length").unwrap()),
-        ..Config::default()
-    }
+    keyed_with(AuthKind::default())
+}
+
+fn keyed_with(auth: AuthKind) -> Config {
+    let key = ClusterKey::from_material(b"a cluster secret of some length").unwrap().with_auth(auth);
+    Config { key: Some(key), ..Config::default() }
 }
 
 /// With a cluster key, an attacker on the path sees every datagram and
 /// sends its own: it replays each one later, flips bits in copies, and
 /// forges DATA and ACKs with the right sequence numbers and incarnations
 /// under a key of its own. Nothing forged is delivered, nothing is falsely
-/// acknowledged, and every genuine message arrives once, in order.
+/// acknowledged, and every genuine message arrives once, in order: with
+/// every algorithm (with AES-256-GMAC the attacker reads the payloads too).
 #[test]
 fn an_on_path_attacker_without_the_key_changes_nothing() {
-    let mut p = Pair::connected(keyed());
+    for auth in AuthKind::ALL {
+        on_path_attacker(auth);
+    }
+}
+
+fn on_path_attacker(auth: AuthKind) {
+    let mut p = Pair::connected(keyed_with(auth));
     let seen: Shared<Vec<(u32, Vec<u8>)>> = Default::default();
     let log = seen.clone();
     p.net.link = Box::new(move |s: &mut Sent<'_>| {
@@ -577,7 +586,7 @@ fn an_on_path_attacker_without_the_key_changes_nothing() {
         Fate::Deliver(LATENCY)
     });
     let want: Vec<_> = (0..60).map(|i| msg(i, 100 + i * 37)).collect();
-    let wrong = ClusterKey::from_material(b"the attacker's own guess at it").unwrap();
+    let wrong = ClusterKey::from_material(b"the attacker's own guess at it").unwrap().with_auth(auth);
     for (i, m) in want.iter().enumerate() {
         p.send(m).unwrap();
         p.run(Duration::from_micros(300));
@@ -625,13 +634,16 @@ fn an_on_path_attacker_without_the_key_changes_nothing() {
     assert_eq!(b.protocol_violations + a.protocol_violations, 0, "no forged frame was ever acted on");
 }
 
-/// Both sides must hold the same key: a peer with another key (or none)
+/// Both sides must hold the same key and use it with the same algorithm:
+/// a peer with another key, the same key under another algorithm, or none
 /// never gets a session, and nothing of its reaches the application.
 #[test]
 fn a_peer_with_another_key_or_none_gets_no_session() {
     for other in [
         Config::default(),
         Config { key: Some(ClusterKey::from_material(&[9; 32]).unwrap()), ..Config::default() },
+        keyed_with(AuthKind::Aes256Gmac),
+        keyed_with(AuthKind::ChaCha20Poly1305),
     ] {
         let mut net = VirtualNet::new(
             Instant::from_nanos(1_000_000),

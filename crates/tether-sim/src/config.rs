@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tether_fault::FaultPlan;
-use tether_proto::{ClusterKey, Config, NodeId, RailId, RailPolicy, RetransmitMode};
+use tether_proto::{AuthKind, ClusterKey, Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
 /// A fault plan from rules in the compact command-line form: the presets
 /// read like what a user would type after `--fault`.
@@ -158,7 +158,7 @@ pub enum FaultMix {
     /// duplication, corruption), and rail 0 between nodes 0 and 1 cut.
     RailFaults,
     /// Every message fault of `every_fault` with a cluster key: each
-    /// datagram authenticated, corrupted and injected ones refused by
+    /// datagram authenticated (the three algorithms in turn by seed), corrupted and injected ones refused by
     /// their MAC, and a node restarting and others losing soft state
     /// (packet numbers and replay windows rebuilt from hard state).
     Authenticated,
@@ -340,7 +340,10 @@ impl FaultMix {
             FaultMix::Authenticated => {
                 rules(&mut c, EVERY_FAULT);
                 let material = [&seed.to_le_bytes()[..], b"sim cluster secret"].concat();
-                c.proto.key = Some(ClusterKey::from_material(&material).expect("26 bytes of material"));
+                // Each algorithm in turn: every third seed alike.
+                let auth = AuthKind::ALL[seed as usize % AuthKind::ALL.len()];
+                let key = ClusterKey::from_material(&material).expect("26 bytes of material");
+                c.proto.key = Some(key.with_auth(auth));
                 // After the first loss burst (the first 2 ms), mid-stream.
                 c.restarts.push((1, Duration::from_millis(6)));
                 c.soft_losses.push((0, Duration::from_micros(4_500)));

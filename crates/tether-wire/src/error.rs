@@ -15,7 +15,7 @@ pub enum WireError {
     BadFlags(u8),
     #[error("reserved header byte is not zero")]
     ReservedBits,
-    #[error("unknown checksum algorithm {0}")]
+    #[error("unknown checksum or authentication algorithm {0}")]
     UnknownChecksum(u8),
     #[error("body length field says {claimed} bytes, datagram carries {actual}")]
     LengthMismatch { claimed: usize, actual: usize },

@@ -24,7 +24,7 @@ pub use frame::{
     AckFrame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame, HandshakeKind, SackRange, HANDSHAKE_LEN,
     MAX_SACK_RANGES,
 };
-pub use integrity::{ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
+pub use integrity::{AuthKind, ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
 pub use packet::{
     overhead, Frames, Header, HeaderFlags, Landing, Opened, Packet, PacketWriter, Unverified, AUTH_OVERHEAD,
     AUTH_TRAILER_LEN, HEADER_LEN, MAGIC, MAX_TRAILER_LEN, OVERHEAD, VERSION,

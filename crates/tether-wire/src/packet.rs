@@ -25,7 +25,7 @@
 use core::mem::MaybeUninit;
 
 use crate::frame::{self, parse_frame, AckRepr, DataFlags, DataFrame, Frame, HandshakeFrame};
-use crate::integrity::{Checksummer, MacKey, TAG_LEN};
+use crate::integrity::{AuthKind, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
@@ -73,8 +73,9 @@ impl HeaderFlags {
     /// the delayed-ACK interval (Tang and Bilas [TB] section 4.1.2).
     pub const ACK_REQUEST: u8 = 0x01;
     /// The datagram is authenticated: its trailer is a packet number and
-    /// an AES-256-GCM tag, its body is encrypted, and the checksum kind
-    /// byte is 0 (docs/PROTOCOL.md, "Authentication").
+    /// a tag, header byte 4 names the [`AuthKind`] in place of a checksum,
+    /// and the body is encrypted unless that is AES-256-GMAC
+    /// (docs/PROTOCOL.md, "Authentication").
     pub const AUTHENTICATED: u8 = 0x02;
     const KNOWN: u8 = Self::ACK_REQUEST | Self::AUTHENTICATED;
 
@@ -179,10 +180,13 @@ pub struct Unverified<'a> {
     datagram: &'a [u8],
     /// Where the trailer starts: the body is `HEADER_LEN..at`.
     at: usize,
+    /// How an authenticated datagram is protected (header byte 4).
+    auth: Option<AuthKind>,
 }
 
-/// An authenticated datagram opened: its header and plaintext body in the
-/// caller's scratch buffer, already authenticated. Only its frames remain
+/// An authenticated datagram opened: its header and plaintext body (in the
+/// caller's scratch buffer if it was decrypted, else where it was
+/// received), already authenticated. Only its frames remain
 /// to be walked ([`land`](Self::land)).
 #[derive(Debug)]
 pub struct Opened<'s> {
@@ -205,7 +209,8 @@ impl<'s> Opened<'s> {
                     let src = data.payload;
                     assert_eq!(dst.len(), src.len(), "a landing is as long as its payload");
                     // SAFETY: equal lengths (checked above); no overlap: the
-                    // payload is in the caller's scratch buffer, `dst` elsewhere.
+                    // payload is in the received datagram or the caller's
+                    // scratch buffer, `dst` elsewhere.
                     unsafe {
                         core::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len())
                     };
@@ -253,12 +258,15 @@ impl<'a> Unverified<'a> {
             return Err(WireError::ReservedBits);
         }
         let kind_raw = datagram[field::CHECKSUM_KIND];
-        let checksum = ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
         let authenticated = flags & HeaderFlags::AUTHENTICATED != 0;
-        if authenticated && checksum != ChecksumKind::None {
-            // A MAC replaces the checksum; both at once is no format.
-            return Err(WireError::BadFlags(flags));
-        }
+        // Byte 4 names the checksum, or with a MAC in its place the
+        // authentication algorithm.
+        let (checksum, auth) = if authenticated {
+            let auth = AuthKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?;
+            (ChecksumKind::None, Some(auth))
+        } else {
+            (ChecksumKind::from_u8(kind_raw).ok_or(WireError::UnknownChecksum(kind_raw))?, None)
+        };
         let width = if authenticated { AUTH_TRAILER_LEN } else { checksum.width() };
         if datagram.len() < HEADER_LEN + width {
             return Err(WireError::Truncated { needed: HEADER_LEN + width, got: datagram.len() });
@@ -280,7 +288,7 @@ impl<'a> Unverified<'a> {
             dst_inc: le64(field::DST_INC),
             epoch: le32(field::EPOCH),
         };
-        Ok(Unverified { header, datagram, at })
+        Ok(Unverified { header, datagram, at, auth })
     }
 
     /// Check every frame, then the trailer in a pass of its own. An
@@ -309,6 +317,11 @@ impl<'a> Unverified<'a> {
     /// Never true: a datagram has at least a header.
     pub fn is_empty(&self) -> bool {
         self.datagram.is_empty()
+    }
+
+    /// How the datagram says it is authenticated (`None`: it is not).
+    pub fn auth(&self) -> Option<AuthKind> {
+        self.auth
     }
 
     /// The packet number of an authenticated datagram (not yet verified).
@@ -351,18 +364,34 @@ impl<'a> Unverified<'a> {
         self.check(sum)
     }
 
-    /// Authenticate and decrypt an authenticated datagram under `key`: the
-    /// datagram is copied into `scratch` (cleared first; it allocates only
-    /// until it has grown to the largest datagram) and its body opened
-    /// there in place (AES-256-GCM: the header and packet number are
-    /// authenticated, the body authenticated and encrypted).
-    pub fn open<'s>(self, key: &MacKey, scratch: &'s mut Vec<u8>) -> Result<Opened<'s>, WireError> {
+    /// Authenticate an authenticated datagram under `key`, and decrypt it
+    /// if it is encrypted. An encrypted datagram is copied into `scratch`
+    /// (cleared first; it allocates only until it has grown to the largest
+    /// datagram) and its body opened there in place: the header and packet
+    /// number are authenticated, the body authenticated and decrypted. A
+    /// datagram in clear (AES-256-GMAC) is checked where it lies, all of it
+    /// authenticated, and `scratch` is not touched.
+    pub fn open<'s>(self, key: &MacKey, scratch: &'s mut Vec<u8>) -> Result<Opened<'s>, WireError>
+    where
+        'a: 's,
+    {
         let Some(pn) = self.packet_number() else { return Err(WireError::KeyRequired) };
+        if self.auth != Some(key.kind()) {
+            return Err(WireError::ChecksumMismatch);
+        }
         let (d, at) = (self.datagram, self.at);
+        let tag = &d[at + 8..at + 8 + TAG_LEN];
+        if !key.kind().encrypts() {
+            // Header, body and packet number lie in one piece: all of it
+            // is the associated data, and there is nothing to decrypt.
+            if !key.open(pn, &d[..at + 8], tag, &mut []) {
+                return Err(WireError::ChecksumMismatch);
+            }
+            return Ok(Opened { header: self.header, datagram: d, body_end: at, pn });
+        }
         scratch.clear();
         scratch.extend_from_slice(d);
         let aad = associated_data(&d[..HEADER_LEN], &d[at..at + 8]);
-        let tag = &d[at + 8..at + 8 + TAG_LEN];
         if !key.open(pn, &aad, tag, &mut scratch[HEADER_LEN..at]) {
             return Err(WireError::ChecksumMismatch);
         }
@@ -401,8 +430,8 @@ impl<'a> Unverified<'a> {
     }
 }
 
-/// What AES-GCM authenticates besides the body of an authenticated
-/// datagram: its header, then its packet number.
+/// What an encrypting algorithm authenticates besides the body of an
+/// authenticated datagram: its header, then its packet number.
 fn associated_data(header: &[u8], pn: &[u8]) -> [u8; HEADER_LEN + 8] {
     let mut aad = [0u8; HEADER_LEN + 8];
     aad[..HEADER_LEN].copy_from_slice(header);
@@ -447,10 +476,11 @@ impl<'a> PacketWriter<'a> {
         Ok(PacketWriter { buf, len: HEADER_LEN, sum: Checksummer::new(header.checksum), width, seal: None })
     }
 
-    /// An authenticated datagram: its body sealed with AES-256-GCM under
-    /// `key` at `finish`, with packet number `pn` (the nonce: never twice
-    /// under one key) and the tag in the trailer, in place of the header's
-    /// checksum (its kind byte is written 0 and its `AUTHENTICATED` flag set).
+    /// An authenticated datagram: sealed under `key` at `finish` (with its
+    /// algorithm: the body encrypted unless it is AES-256-GMAC), with
+    /// packet number `pn` (the nonce: never twice under one key) and the
+    /// tag in the trailer in place of the header's checksum (its kind byte
+    /// names the algorithm and its `AUTHENTICATED` flag is set).
     pub fn new_authenticated(
         buf: &'a mut [u8],
         header: &Header,
@@ -468,6 +498,7 @@ impl<'a> PacketWriter<'a> {
             ..*header
         };
         header.emit(buf);
+        buf[field::CHECKSUM_KIND] = key.kind() as u8;
         Ok(PacketWriter {
             buf,
             len: HEADER_LEN,
@@ -533,9 +564,13 @@ impl<'a> PacketWriter<'a> {
         self.buf[field::BODY_LEN].copy_from_slice(&body_len.to_le_bytes());
         let at = self.len;
         if let Some((key, pn)) = &self.seal {
-            let aad = associated_data(&self.buf[..HEADER_LEN], &pn.to_le_bytes());
-            let tag = key.seal(*pn, &aad, &mut self.buf[HEADER_LEN..at]);
             self.buf[at..at + 8].copy_from_slice(&pn.to_le_bytes());
+            let tag = if key.kind().encrypts() {
+                let aad = associated_data(&self.buf[..HEADER_LEN], &pn.to_le_bytes());
+                key.seal(*pn, &aad, &mut self.buf[HEADER_LEN..at])
+            } else {
+                key.seal(*pn, &self.buf[..at + 8], &mut [])
+            };
             self.buf[at + 8..at + AUTH_TRAILER_LEN].copy_from_slice(&tag);
             return at + AUTH_TRAILER_LEN;
         }
@@ -664,39 +699,56 @@ mod tests {
 
     #[test]
     fn an_authenticated_datagram_checks_only_under_its_key() {
-        let key = MacKey::derive(&[1; 32], "test", &[1, 2]);
-        let d = authenticated(&key, 77);
-        assert_eq!(d.len(), AUTH_OVERHEAD + 12 + 5);
-        assert!(!d.windows(5).any(|w| w == b"hello"), "the body is encrypted");
-        let u = Unverified::parse(&d).unwrap();
-        assert!(u.header.flags.authenticated());
-        assert_eq!(u.header.checksum, ChecksumKind::None);
-        assert_eq!(u.packet_number(), Some(77));
-        let mut scratch = Vec::new();
-        let p = u.open(&key, &mut scratch).unwrap().land(&mut NoLanding).unwrap();
-        assert_eq!(p.packet_number(), Some(77));
-        match p.frames().next() {
-            Some(Frame::Data(f)) => assert_eq!(f.payload, b"hello"),
-            other => panic!("{other:?}"),
+        for kind in AuthKind::ALL {
+            let key = MacKey::derive(kind, &[1; 32], "test", &[1, 2]);
+            let d = authenticated(&key, 77);
+            assert_eq!(d.len(), AUTH_OVERHEAD + 12 + 5);
+            let clear = d.windows(5).any(|w| w == b"hello");
+            assert_eq!(clear, !kind.encrypts(), "{kind:?}: the body is encrypted unless GMAC");
+            let u = Unverified::parse(&d).unwrap();
+            assert!(u.header.flags.authenticated());
+            assert_eq!(u.header.checksum, ChecksumKind::None);
+            assert_eq!(u.auth(), Some(kind));
+            assert_eq!(u.packet_number(), Some(77));
+            let mut scratch = Vec::new();
+            let p = u.open(&key, &mut scratch).unwrap().land(&mut NoLanding).unwrap();
+            assert_eq!(p.packet_number(), Some(77));
+            match p.frames().next() {
+                Some(Frame::Data(f)) => assert_eq!(f.payload, b"hello"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(Packet::parse(&d).unwrap_err(), WireError::KeyRequired);
+            let other = MacKey::derive(kind, &[1; 32], "test", &[1, 3]);
+            assert_eq!(
+                Unverified::parse(&d).unwrap().open(&other, &mut scratch).unwrap_err(),
+                WireError::ChecksumMismatch
+            );
+            // The same secret under another algorithm is another key, and
+            // a datagram is only opened with its own algorithm.
+            for k2 in AuthKind::ALL.into_iter().filter(|&k2| k2 != kind) {
+                let same_secret = MacKey::derive(k2, &[1; 32], "test", &[1, 2]);
+                assert_eq!(
+                    Unverified::parse(&d).unwrap().open(&same_secret, &mut scratch).unwrap_err(),
+                    WireError::ChecksumMismatch
+                );
+                let mut relabelled = d.clone();
+                relabelled[field::CHECKSUM_KIND] = k2 as u8;
+                let u = Unverified::parse(&relabelled).unwrap();
+                assert!(u.open(&same_secret, &mut scratch).is_err(), "{kind:?} relabelled {k2:?}");
+            }
+            // Every byte is covered: the header, the body, the packet number, the tag.
+            for i in 0..d.len() {
+                let mut bad = d.clone();
+                bad[i] ^= 0x10;
+                let ok = Unverified::parse(&bad).and_then(|u| u.open(&key, &mut scratch).map(|_| ()));
+                assert!(ok.is_err(), "{kind:?}: byte {i} flipped and still accepted");
+            }
+            // A kind byte naming no algorithm is no format.
+            let mut unknown = d.clone();
+            unknown[field::CHECKSUM_KIND] = 0;
+            assert_eq!(Unverified::parse(&unknown).unwrap_err(), WireError::UnknownChecksum(0));
+            assert!(format!("{key:?}").ends_with("..)"), "keys are never printed");
         }
-        assert_eq!(Packet::parse(&d).unwrap_err(), WireError::KeyRequired);
-        let other = MacKey::derive(&[1; 32], "test", &[1, 3]);
-        assert_eq!(
-            Unverified::parse(&d).unwrap().open(&other, &mut scratch).unwrap_err(),
-            WireError::ChecksumMismatch
-        );
-        // Every byte is covered: the header, the body, the packet number, the tag.
-        for i in 0..d.len() {
-            let mut bad = d.clone();
-            bad[i] ^= 0x10;
-            let ok = Unverified::parse(&bad).and_then(|u| u.open(&key, &mut scratch).map(|_| ()));
-            assert!(ok.is_err(), "byte {i} flipped and still accepted");
-        }
-        // A checksum kind beside the MAC is no format.
-        let mut both = d.clone();
-        both[field::CHECKSUM_KIND] = ChecksumKind::Crc32c as u8;
-        assert!(matches!(Unverified::parse(&both), Err(WireError::BadFlags(_))));
-        assert!(format!("{key:?}").contains(".."), "keys are never printed");
     }
 
     struct NoLanding;

@@ -45,7 +45,7 @@ pub use tether_proto::{
     MessageId, MessageState, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy,
     RetransmitMode, SendError, Stats, MAX_PEERS, MAX_RAILS,
 };
-pub use tether_wire::{ChecksumKind, ChecksumSet};
+pub use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 
 /// Fault injection (the functional fault model of Li et al. \[CI\], see
 /// docs/FAULTS.md): plans of rules that drop, delay, modify, reorder,

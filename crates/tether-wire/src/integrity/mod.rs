@@ -14,8 +14,11 @@
 
 use core::mem::MaybeUninit;
 
+mod auth;
 mod crc;
 mod words;
+
+pub use auth::{AuthKind, MacKey, TAG_LEN};
 
 pub use crc::{
     crc32c_copy, crc32c_copy_blocked, crc32c_copy_uninit, crc32c_copy_with, has_fused_crc32c, CrcCopyKernel,
@@ -108,70 +111,6 @@ impl ChecksumKind {
         c.finish()
     }
 }
-
-/// A key for authenticated datagrams: AES-256-GCM (docs/PROTOCOL.md,
-/// "Authentication"), its key schedule computed once and shared: a clone
-/// is a reference count, so a writer or a receive path may hold one per
-/// datagram for nothing. Never printed: `Debug` says nothing of it.
-#[derive(Clone)]
-pub struct MacKey(std::sync::Arc<ring::aead::LessSafeKey>);
-
-impl core::fmt::Debug for MacKey {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("MacKey(..)")
-    }
-}
-
-impl MacKey {
-    /// A key from 32 bytes (already derived: see [`MacKey::derive`]).
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        let key = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &bytes)
-            .expect("32 bytes is an AES-256 key");
-        MacKey(std::sync::Arc::new(ring::aead::LessSafeKey::new(key)))
-    }
-
-    /// The key for one purpose, derived from `secret` and a list of
-    /// numbers (node ids, incarnations) under a context string: BLAKE3's
-    /// key derivation, so keys for different purposes are independent.
-    pub fn derive(secret: &[u8; 32], context: &str, words: &[u64]) -> Self {
-        let mut material = [0u8; 32 + 8 * 8];
-        material[..32].copy_from_slice(secret);
-        let n = words.len().min(8);
-        for (i, w) in words[..n].iter().enumerate() {
-            material[32 + 8 * i..40 + 8 * i].copy_from_slice(&w.to_le_bytes());
-        }
-        Self::from_bytes(blake3::derive_key(context, &material[..32 + 8 * n]))
-    }
-
-    /// Encrypt `body` in place and return the tag over it and `aad`, under
-    /// packet number `pn` (the nonce: never used twice under one key).
-    pub(crate) fn seal(&self, pn: u64, aad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
-        let tag = self
-            .0
-            .seal_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), body)
-            .expect("a datagram is far below AES-GCM's length limit");
-        let mut out = [0u8; TAG_LEN];
-        out.copy_from_slice(tag.as_ref());
-        out
-    }
-
-    /// Check `tag` over `aad` and the ciphertext in `body` and decrypt it
-    /// in place; false (and `body` garbage) if they do not check.
-    pub(crate) fn open(&self, pn: u64, aad: &[u8], tag: &[u8], body: &mut [u8]) -> bool {
-        let Ok(tag) = ring::aead::Tag::try_from(tag) else { return false };
-        self.0.open_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), tag, body, 0..).is_ok()
-    }
-}
-
-/// The 96-bit nonce of packet number `pn`.
-fn nonce(pn: u64) -> ring::aead::Nonce {
-    let mut n = [0u8; 12];
-    n[4..].copy_from_slice(&pn.to_le_bytes());
-    ring::aead::Nonce::assume_unique_for_key(n)
-}
-
-/// Bytes of the authentication tag (AES-GCM's).
-pub const TAG_LEN: usize = 16;
 
 /// A set of checksum kinds (what a receiver accepts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -1,6 +1,7 @@
-//! `tether bench checksum` end to end: the JSON documents of the bandwidth
-//! table (with the model) and of the detection table carry every record
-//! the issue names, with figures that could only come from a measurement.
+//! `tether bench checksum` and `tether bench auth` end to end: the JSON
+//! documents of the bandwidth table (with the model), of the detection
+//! table and of the authentication costs carry every record the issues
+//! name, with figures that could only come from a measurement.
 //! Small sizes keep it quick; no figure is compared with a bound here
 //! (timed assertions do not belong in tests).
 
@@ -73,4 +74,23 @@ fn detection_document_shows_what_sum_and_xor_miss() {
     assert_eq!(undetected("sum", "word_swap"), 4000);
     assert_eq!(undetected("xor", "word_swap"), 4000);
     assert!(undetected("xor", "two_bits") > 0);
+}
+
+#[test]
+fn auth_document_has_the_baseline_and_every_algorithm() {
+    let doc = tether_json(&["bench", "auth", "--rounds", "1", "--stream-size", "4096", "--json"]);
+    let rows = doc.as_array().expect("a row per protection");
+    let names: Vec<_> = rows.iter().map(|r| r["protection"].as_str().expect("name")).collect();
+    assert_eq!(names, ["crc32c", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]);
+    let encrypted: Vec<_> = rows.iter().map(|r| r["encrypted"].as_bool().expect("encrypted")).collect();
+    assert_eq!(encrypted, [false, true, true, false]);
+    for r in rows {
+        positive(&r["rtt_us"], "rtt");
+        positive(&r["stream_mb_s"], "stream");
+        positive(&r["rtt_ratio"], "rtt ratio");
+        positive(&r["stream_ratio"], "stream ratio");
+    }
+    // The baseline against itself, in every round.
+    assert_eq!(rows[0]["rtt_ratio"]["median"], 1.0);
+    assert_eq!(rows[0]["stream_ratio"]["median"], 1.0);
 }
