@@ -67,6 +67,13 @@ pub trait Transport {
 
     fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError>;
 
+    /// Send to an address no node is known at: the answer to a handshake
+    /// from a peer that moved there, before it has proven itself. A
+    /// transport without addresses refuses.
+    fn send_to_addr(&mut self, _addr: SocketAddr, _datagram: &[u8]) -> Result<(), TransportError> {
+        Err(TransportError::InvalidArgs)
+    }
+
     /// Send a prefix of `batch`; returns its length. An error on the first
     /// datagram is returned; an error later ends the prefix early.
     fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
@@ -110,6 +117,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
         (**self).send_to(dst, datagram)
+    }
+    fn send_to_addr(&mut self, addr: SocketAddr, datagram: &[u8]) -> Result<(), TransportError> {
+        (**self).send_to_addr(addr, datagram)
     }
     fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
         (**self).send_batch(batch)

@@ -156,6 +156,24 @@ impl Transport for UdpTransport {
         self.send_batch(&[(dst, datagram)]).map(|_| ())
     }
 
+    fn send_to_addr(&mut self, addr: SocketAddr, datagram: &[u8]) -> Result<(), TransportError> {
+        self.counters.syscalls += 1;
+        match self.socket.send_to(datagram, &addr.into()) {
+            Ok(_) => {
+                self.counters.datagrams_sent += 1;
+                self.counters.bytes_sent += datagram.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let e = TransportError::from(e);
+                if e != TransportError::WouldBlock {
+                    self.counters.send_errors += 1;
+                }
+                Err(e)
+            }
+        }
+    }
+
     fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
         let n = batch.len().min(MMSG_BATCH);
         if n == 0 {

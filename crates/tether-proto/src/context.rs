@@ -5,12 +5,13 @@
 //! `handle_*` and `poll_*` take one argument where they took ten.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 use bytes::BytesMut;
 
 use crate::delivery::DeliveryQueue;
 use crate::handshake::Secrets;
-use crate::{Config, Event, NodeId, Stats};
+use crate::{Config, Event, NodeId, PeerMoved, Stats};
 
 /// The endpoint as one of its peers sees it.
 pub(crate) struct Context<'a> {
@@ -26,4 +27,9 @@ pub(crate) struct Context<'a> {
     pub recv_arena: &'a mut BytesMut,
     /// The handshake's key and nonce source.
     pub secrets: &'a mut Secrets,
+    /// The source of the datagram being taken in, when it is an address
+    /// no peer has: only a handshake that proves it may come from there.
+    pub from: Option<SocketAddr>,
+    /// Peers proven at a new address, for the driver to route to.
+    pub moves: &'a mut VecDeque<PeerMoved>,
 }

@@ -9,6 +9,7 @@
 //! its own (`peer`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 
 use bytes::BytesMut;
 use tether_wire::{
@@ -89,8 +90,12 @@ pub enum Origin {
     /// The transport mapped the source address to this node (the address
     /// it has for it on the rail the datagram came in on).
     Node(NodeId),
-    /// An address no peer has: dropped, counted as `unknown_source`.
-    Stranger,
+    /// An address no peer has. With a cluster key, a peer that moved there
+    /// may prove itself by a handshake from it (an authenticated HELLO,
+    /// answered there, and a CONFIRM whose cookie is bound to the address;
+    /// then [`Endpoint::poll_moved`] says so); anything else from it is
+    /// dropped, counted as `unknown_source`.
+    Stranger(SocketAddr),
     /// The transport cannot tell (an in-memory network, the simulator):
     /// the header's node id routes it, and the handshake still guards.
     Untold,
@@ -105,7 +110,26 @@ pub struct Transmit {
     pub len: usize,
     /// The rail to send it on.
     pub rail: RailId,
+    /// Send it to this address rather than the one `dst` is known at: a
+    /// WELCOME answering a HELLO from an address no peer has.
+    pub to_addr: Option<SocketAddr>,
 }
+
+/// A peer proved itself at a new address on a rail (`Origin::Stranger`):
+/// from now on its datagrams on that rail come from, and go to, `addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerMoved {
+    /// The peer.
+    pub node: NodeId,
+    /// The rail it moved on.
+    pub rail: RailId,
+    /// Where it is now.
+    pub addr: SocketAddr,
+}
+
+/// Moves proven and not yet taken by the driver, at most: beyond it the
+/// oldest is forgotten (the peer proves itself again on its next CONFIRM).
+pub const MAX_MOVES: usize = 64;
 
 /// Why a peer's paths were not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -157,6 +181,10 @@ pub struct Endpoint {
     secrets: Secrets,
     /// WELCOMEs owed, at most `MAX_REPLIES`: the only state a HELLO costs.
     replies: VecDeque<Reply>,
+    /// The source of the datagram being taken in, if no peer has it.
+    from: Option<SocketAddr>,
+    /// Peers proven at new addresses, at most `MAX_MOVES`.
+    moves: VecDeque<PeerMoved>,
     /// Assert every invariant after every operation (tests; debug builds).
     checked: bool,
 }
@@ -187,6 +215,8 @@ impl Endpoint {
             refused_report: (Instant::ZERO, [0; REFUSED.len()]),
             secrets: Secrets::new(default_seed(node, incarnation)),
             replies: VecDeque::new(),
+            from: None,
+            moves: VecDeque::new(),
             checked: cfg!(debug_assertions),
         })
     }
@@ -281,6 +311,8 @@ impl Endpoint {
             landing,
             secrets,
             checked,
+            from,
+            moves,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
@@ -294,6 +326,8 @@ impl Endpoint {
             deliveries,
             recv_arena,
             secrets,
+            from: *from,
+            moves,
         };
         let out = f(peer, &mut cx, landing);
         let after = peer.update_timers(config);
@@ -460,11 +494,17 @@ impl Endpoint {
         }
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
-        if origin == Origin::Stranger {
-            self.stats.unknown_source += 1;
-            trace!(len = datagram.len(), rail, "dropped: from an address no peer has");
-            return;
-        }
+        let from = match origin {
+            // Only a holder of the cluster key can prove itself at an
+            // address no peer has; without one, nothing from there is taken.
+            Origin::Stranger(addr) if self.config.key.is_some() => Some(addr),
+            Origin::Stranger(_) => {
+                self.stats.unknown_source += 1;
+                trace!(len = datagram.len(), rail, "dropped: from an address no peer has");
+                return;
+            }
+            Origin::Node(_) | Origin::Untold => None,
+        };
         let unverified = match Unverified::parse(datagram) {
             Ok(u) => u,
             Err(e) => {
@@ -497,7 +537,9 @@ impl Endpoint {
         // Authenticated datagrams are opened in a scratch buffer (they are
         // decrypted in place); lent out of the endpoint for the call.
         let mut scratch = std::mem::take(&mut self.open_buf);
+        self.from = from;
         self.take_verified(now, rail, unverified, key.as_ref(), &mut scratch);
+        self.from = None;
         self.open_buf = scratch;
     }
 
@@ -552,7 +594,17 @@ impl Endpoint {
             debug!(src, "dropped: a node id this endpoint was not given");
             return;
         }
-        if let Some(Frame::Handshake(f)) = packet.frames().next() {
+        let first = packet.frames().next();
+        if self.from.is_some()
+            && !matches!(&first, Some(Frame::Handshake(f)) if f.kind != HandshakeKind::Welcome)
+        {
+            // From an address no peer has, only a HELLO or a CONFIRM (which
+            // proves the address before anything behind it is taken).
+            self.stats.unknown_source += 1;
+            trace!(src, rail, "dropped: from an address no peer has, and no handshake");
+            return;
+        }
+        if let Some(Frame::Handshake(f)) = first {
             if f.kind == HandshakeKind::Hello {
                 // Alone in its datagram, or it could be an amplifier's trick.
                 let alone = packet.body_len() == HANDSHAKE_LEN;
@@ -620,15 +672,23 @@ impl Endpoint {
             return;
         }
         let slot = cookie_slot(now);
-        let cookie = self.secrets.cookie(h.src_node, h.src_inc, f.nonce, self.node, self.incarnation, slot);
+        let ours = (self.node, self.incarnation);
+        let cookie = self.secrets.cookie(h.src_node, h.src_inc, f.nonce, ours, slot, self.from);
         let frame = HandshakeFrame {
             kind: HandshakeKind::Welcome,
             max_datagram: self.config.max_datagram as u32,
             nonce: f.nonce,
             cookie,
         };
-        self.replies.push_back(Reply { to: h.src_node, rail, to_inc: h.src_inc, frame });
+        self.replies.push_back(Reply { to: h.src_node, rail, to_inc: h.src_inc, to_addr: self.from, frame });
         self.stats.hellos_answered += 1;
+    }
+
+    /// The next peer proven at a new address (oldest first): the driver
+    /// sends to it there from now on, and takes its datagrams from there
+    /// as its own (docs/PROTOCOL.md, "Handshake").
+    pub fn poll_moved(&mut self) -> Option<PeerMoved> {
+        self.moves.pop_front()
     }
 
     /// Build the oldest owed WELCOME into `buf`.
@@ -658,7 +718,7 @@ impl Endpoint {
         let len = w.finish();
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
-        Some(Transmit { dst: r.to, len, rail: r.rail })
+        Some(Transmit { dst: r.to, len, rail: r.rail, to_addr: r.to_addr })
     }
 
     /// Run the timers that have expired by `now`.

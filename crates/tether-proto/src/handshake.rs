@@ -37,6 +37,7 @@
 //! addressed to its own.
 
 use core::time::Duration;
+use std::net::SocketAddr;
 
 use tether_wire::{HandshakeFrame, HandshakeKind};
 
@@ -77,31 +78,34 @@ impl Secrets {
         self.prf(b"nonce", &[self.counter]).max(1)
     }
 
-    /// The cookie for a HELLO, for `slot` (see [`cookie_slot`]).
+    /// The cookie for a HELLO, for `slot` (see [`cookie_slot`]); `from`
+    /// is the HELLO's source address when it came from one no peer has
+    /// (a peer that moved), so the cookie proves that address and no other.
     pub fn cookie(
         &self,
         peer: NodeId,
         peer_inc: u64,
         nonce: u64,
-        our_node: NodeId,
-        our_inc: u64,
+        (our_node, our_inc): (NodeId, u64),
         slot: u64,
+        from: Option<SocketAddr>,
     ) -> u64 {
-        self.prf(b"cookie", &[peer as u64, peer_inc, nonce, our_node as u64, our_inc, slot])
+        let [a0, a1, a2] = address_words(from);
+        self.prf(b"cookie", &[peer as u64, peer_inc, nonce, our_node as u64, our_inc, slot, a0, a1, a2])
     }
 
-    /// Does `cookie` answer a HELLO with these fields, made now or one slot ago?
+    /// Does `cookie` answer a HELLO with these fields (from `from`), made
+    /// now or one slot ago?
     pub fn cookie_valid(
         &self,
         cookie: u64,
-        peer: NodeId,
-        peer_inc: u64,
-        nonce: u64,
-        (our_node, our_inc): (NodeId, u64),
+        (peer, peer_inc, nonce): (NodeId, u64, u64),
+        ours: (NodeId, u64),
         now: Instant,
+        from: Option<SocketAddr>,
     ) -> bool {
         let slot = cookie_slot(now);
-        let made_in = |s| self.cookie(peer, peer_inc, nonce, our_node, our_inc, s);
+        let made_in = |s| self.cookie(peer, peer_inc, nonce, ours, s, from);
         // Both compared without an early exit: timing says nothing of which.
         let now_ok = constant_time_eq(made_in(slot), cookie);
         let before_ok = constant_time_eq(made_in(slot.saturating_sub(1)), cookie);
@@ -116,6 +120,18 @@ impl Secrets {
         }
         let out = h.finalize();
         u64::from_le_bytes(out.as_bytes()[..8].try_into().expect("8 of 32 bytes"))
+    }
+}
+
+/// An address as three words, one-to-one (zeros: none given).
+fn address_words(addr: Option<SocketAddr>) -> [u64; 3] {
+    match addr {
+        None => [0; 3],
+        Some(SocketAddr::V4(a)) => [1 << 48 | u64::from(a.port()) << 32 | u64::from(a.ip().to_bits()), 0, 0],
+        Some(SocketAddr::V6(a)) => {
+            let ip = a.ip().to_bits();
+            [2 << 48 | u64::from(a.port()), (ip >> 64) as u64, ip as u64]
+        }
     }
 }
 
@@ -135,6 +151,9 @@ fn constant_time_eq(a: u64, b: u64) -> bool {
 pub(crate) struct Reply {
     pub to: NodeId,
     pub rail: crate::RailId,
+    /// Where to send it when not to `to`'s known address: the source of a
+    /// HELLO from an address no peer has (a peer that moved).
+    pub to_addr: Option<SocketAddr>,
     /// The initiator's incarnation (the WELCOME's `dst_inc`).
     pub to_inc: u64,
     pub frame: HandshakeFrame,
@@ -356,18 +375,31 @@ mod tests {
     fn a_cookie_checks_for_its_own_fields_and_two_slots_only() {
         let s = Secrets::new([7; 32]);
         let now = Instant::from_nanos(5 * COOKIE_SLOT_NANOS + 3);
-        let c = s.cookie(2, 10, 99, 1, 20, cookie_slot(now));
-        assert!(s.cookie_valid(c, 2, 10, 99, (1, 20), now));
+        let c = s.cookie(2, 10, 99, (1, 20), cookie_slot(now), None);
+        assert!(s.cookie_valid(c, (2, 10, 99), (1, 20), now, None));
         let next_slot = now + Duration::from_nanos(COOKIE_SLOT_NANOS);
-        assert!(s.cookie_valid(c, 2, 10, 99, (1, 20), next_slot), "good one slot later");
+        assert!(s.cookie_valid(c, (2, 10, 99), (1, 20), next_slot, None), "good one slot later");
         let two_later = now + Duration::from_nanos(2 * COOKIE_SLOT_NANOS);
-        assert!(!s.cookie_valid(c, 2, 10, 99, (1, 20), two_later), "stale two slots later");
-        for (peer, inc, nonce, ours) in
-            [(3, 10, 99, (1, 20)), (2, 11, 99, (1, 20)), (2, 10, 98, (1, 20)), (2, 10, 99, (1, 21))]
+        assert!(!s.cookie_valid(c, (2, 10, 99), (1, 20), two_later, None), "stale two slots later");
+        for (hello, ours) in
+            [((3, 10, 99), (1, 20)), ((2, 11, 99), (1, 20)), ((2, 10, 98), (1, 20)), ((2, 10, 99), (1, 21))]
         {
-            assert!(!s.cookie_valid(c, peer, inc, nonce, ours, now), "bound to every field");
+            assert!(!s.cookie_valid(c, hello, ours, now, None), "bound to every field");
         }
-        assert!(!Secrets::new([8; 32]).cookie_valid(c, 2, 10, 99, (1, 20), now), "bound to the secret");
+        assert!(
+            !Secrets::new([8; 32]).cookie_valid(c, (2, 10, 99), (1, 20), now, None),
+            "bound to the secret"
+        );
+        // A HELLO from an address no peer has: the cookie is good from
+        // that address only.
+        let [x, y]: [SocketAddr; 2] = ["10.0.0.1:7000".parse().unwrap(), "10.0.0.1:7001".parse().unwrap()];
+        let moved = s.cookie(2, 10, 99, (1, 20), cookie_slot(now), Some(x));
+        assert!(s.cookie_valid(moved, (2, 10, 99), (1, 20), now, Some(x)));
+        assert!(!s.cookie_valid(moved, (2, 10, 99), (1, 20), now, Some(y)), "bound to the port");
+        assert!(!s.cookie_valid(moved, (2, 10, 99), (1, 20), now, None), "bound to the address");
+        assert!(!s.cookie_valid(c, (2, 10, 99), (1, 20), now, Some(x)));
+        let v6: SocketAddr = "[fe80::1]:7000".parse().unwrap();
+        assert_ne!(address_words(Some(v6)), address_words(Some(x)));
     }
 
     #[test]

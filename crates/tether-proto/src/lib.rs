@@ -47,7 +47,7 @@ pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;
-pub use endpoint::{Endpoint, Origin, PathError, SendError, Transmit, MAX_PEERS};
+pub use endpoint::{Endpoint, Origin, PathError, PeerMoved, SendError, Transmit, MAX_MOVES, MAX_PEERS};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use handshake::MAX_REPLIES;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};

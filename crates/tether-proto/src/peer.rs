@@ -26,7 +26,7 @@ use crate::replay::ReplayWindow;
 use crate::send_stream::SendStream;
 use crate::snapshot::PeerSnapshot;
 use crate::timer::{Timer, TimerTable};
-use crate::{Config, Instant, NodeId, Transmit};
+use crate::{Config, Instant, NodeId, PeerMoved, Transmit, MAX_MOVES};
 
 /// The keys of one session: both directions, for one pair of incarnations.
 #[derive(Debug, Clone)]
@@ -216,7 +216,7 @@ impl Peer {
                     self.on_welcome(cx, now, &h, &f);
                     false
                 }
-                HandshakeKind::Confirm => self.on_confirm(cx, now, &h, &f),
+                HandshakeKind::Confirm => self.on_confirm(cx, now, rail, &h, &f),
             };
             if !go_on {
                 return;
@@ -325,11 +325,18 @@ impl Peer {
     /// A CONFIRM: the initiator's proof that it heard our WELCOME (the
     /// cookie) and knows our incarnation. True when the rest of the
     /// datagram may be taken in.
-    fn on_confirm(&mut self, cx: &mut Context<'_>, now: Instant, h: &Header, f: &HandshakeFrame) -> bool {
+    fn on_confirm(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        rail: RailId,
+        h: &Header,
+        f: &HandshakeFrame,
+    ) -> bool {
         let ours = (cx.node, cx.incarnation);
         if h.dst_inc != cx.incarnation
             || h.src_inc == 0
-            || !cx.secrets.cookie_valid(f.cookie, self.id, h.src_inc, f.nonce, ours, now)
+            || !cx.secrets.cookie_valid(f.cookie, (self.id, h.src_inc, f.nonce), ours, now, cx.from)
         {
             cx.stats.handshakes_refused += 1;
             debug!(peer = self.id, "handshake: dropped a CONFIRM whose cookie does not check");
@@ -337,6 +344,7 @@ impl Peer {
         }
         if h.src_inc == self.incarnation && self.hs.max_datagram() != 0 {
             // A CONFIRM repeated in front of data: the session stands.
+            self.moved(cx, rail);
             return true;
         }
         let Some(agreed) = self.agree(cx, f.max_datagram) else { return false };
@@ -350,7 +358,21 @@ impl Peer {
         }
         self.hs.on_confirmed(Some(agreed));
         self.on_session(cx, now, agreed);
+        self.moved(cx, rail);
         true
+    }
+
+    /// A CONFIRM from an address no peer had checked: its cookie was made
+    /// for that address, so the peer is there now (it got our WELCOME
+    /// there, and only a holder of the cluster key could ask for it).
+    fn moved(&mut self, cx: &mut Context<'_>, rail: RailId) {
+        let Some(addr) = cx.from else { return };
+        if cx.moves.len() >= MAX_MOVES {
+            cx.moves.pop_front();
+        }
+        cx.moves.push_back(PeerMoved { node: self.id, rail, addr });
+        cx.stats.peers_moved += 1;
+        info!(peer = self.id, rail, %addr, "peer proved itself at a new address");
     }
 
     /// The datagram size both sides accept: the smaller one, if it is one
@@ -529,7 +551,7 @@ impl Peer {
             cx.stats.hellos_sent += 1;
             cx.stats.datagrams_sent += 1;
             cx.stats.bytes_sent += len as u64;
-            return Some(Transmit { dst: self.id, len, rail });
+            return Some(Transmit { dst: self.id, len, rail, to_addr: None });
         }
         if !self.session() {
             return None;
@@ -544,7 +566,7 @@ impl Peer {
             stats.probes_sent += (control == Control::Probe) as u64;
             stats.datagrams_sent += 1;
             stats.bytes_sent += len as u64;
-            return Some(Transmit { dst: self.id, len, rail });
+            return Some(Transmit { dst: self.id, len, rail, to_addr: None });
         }
         // Data goes where the rail policy says; an ACK alone answers on
         // the rail the peer was last heard on.
@@ -579,7 +601,7 @@ impl Peer {
         self.paths.on_sent(now, rail, frames as u64, retransmits, frames > 0);
         stats.datagrams_sent += 1;
         stats.bytes_sent += len as u64;
-        Some(Transmit { dst: self.id, len, rail })
+        Some(Transmit { dst: self.id, len, rail, to_addr: None })
     }
 
     /// A writer for the next datagram to the peer: sealed under the

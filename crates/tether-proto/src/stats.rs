@@ -116,13 +116,18 @@ counters! {
     /// Datagrams whose header names another node than the one the
     /// transport knows their source address as.
     source_mismatch,
-    /// Datagrams from an address no peer has.
+    /// Datagrams from an address no peer has: all of them without a
+    /// cluster key; with one, all but an authenticated HELLO or CONFIRM.
     unknown_source,
-    /// Authenticated datagrams that did not open (their AES-GCM tag did not check): forged, or
+    /// Peers that proved themselves at a new address (a CONFIRM from an
+    /// address no peer had, its cookie made for that address).
+    peers_moved,
+    /// Authenticated datagrams that did not open (their tag did not check): forged, or
     /// corrupted on the way (with a cluster key, corruption counts here).
     mac_failures,
     /// Datagrams refused for their authentication: none where a cluster
-    /// key requires one, or one this endpoint has no key to check.
+    /// key requires one, one this endpoint has no key to check, or one
+    /// protected with another algorithm than this endpoint's.
     unauthenticated_refused,
     /// Authenticated datagrams whose packet number was already taken (or
     /// fell below the replay window): replays, dropped.
@@ -150,6 +155,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 39);
+        assert_eq!(names.len(), 40);
     }
 }

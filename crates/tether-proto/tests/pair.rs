@@ -4,10 +4,11 @@
 //! test's keep rule to every datagram; the simulator drives the same net
 //! at scale with random faults.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tether_proto::{
-    AuthKind, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState,
+    AuthKind, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, Origin,
     RetransmitMode, SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
@@ -659,4 +660,133 @@ fn a_peer_with_another_key_or_none_gets_no_session() {
         let refused = net.ep(A).stats().unauthenticated_refused + net.ep(A).stats().mac_failures;
         assert!(refused > 0, "A refused B's datagrams");
     }
+}
+
+/// Two endpoints wired by hand with addresses: what each knows the other
+/// at (its "transport's address book") decides whether a datagram reaches
+/// its peer and which `Origin` it arrives with, as the runtime's driver
+/// does.
+struct Addressed {
+    a: Endpoint,
+    b: Endpoint,
+    /// Where B really is, and where A believes it is.
+    b_at: SocketAddr,
+    a_knows_b_at: SocketAddr,
+    now: Instant,
+    /// Every datagram B sent, for an attacker to replay.
+    from_b: Vec<Vec<u8>>,
+}
+
+impl Addressed {
+    fn exchange(&mut self, turns: usize) {
+        let mut buf = vec![0u8; 2048];
+        for _ in 0..turns {
+            self.a.handle_timeout(self.now);
+            while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
+                // To the address it names, else to where A believes B is.
+                if t.to_addr.unwrap_or(self.a_knows_b_at) == self.b_at {
+                    self.b.handle_datagram_from(self.now, 0, Origin::Node(A), &buf[..t.len]);
+                }
+            }
+            while let Some(m) = self.a.poll_moved() {
+                assert_eq!((m.node, m.rail), (B, 0));
+                self.a_knows_b_at = m.addr;
+            }
+            self.b.handle_timeout(self.now);
+            while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
+                self.from_b.push(buf[..t.len].to_vec());
+                let origin = if self.b_at == self.a_knows_b_at {
+                    Origin::Node(B)
+                } else {
+                    Origin::Stranger(self.b_at)
+                };
+                self.a.handle_datagram_from(self.now, 0, origin, &buf[..t.len]);
+            }
+            self.now = self.now + Duration::from_micros(200);
+        }
+    }
+
+    fn drain(e: &mut Endpoint) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| e.recv().map(|d| d.message.to_vec())).collect()
+    }
+}
+
+fn addressed(config: &Config) -> Addressed {
+    let old: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+    let mut p = Addressed {
+        a: endpoint(config.clone(), A, 1, B),
+        b: endpoint(config.clone(), B, 1, A),
+        b_at: old,
+        a_knows_b_at: old,
+        now: Instant::from_nanos(1_000_000),
+        from_b: Vec::new(),
+    };
+    p.a.send(p.now, B, b"before the move").unwrap();
+    p.exchange(50);
+    assert_eq!(Addressed::drain(&mut p.b), [b"before the move".to_vec()]);
+    // B restarts, a new incarnation at another port.
+    p.b = endpoint(config.clone(), B, 2, A);
+    p.b_at = "10.0.0.2:7001".parse().unwrap();
+    p.from_b.clear();
+    p
+}
+
+/// A peer that restarts at another address proves itself there by the
+/// handshake, with a cluster key: its HELLO from the new address is
+/// answered there, its CONFIRM carries a cookie made for that address,
+/// and only then is it followed (`poll_moved`); both directions work
+/// again. An attacker replaying everything it sent, from an address of
+/// its own, moves nothing.
+#[test]
+fn a_peer_that_moved_proves_its_new_address_by_the_handshake() {
+    for auth in AuthKind::ALL {
+        let mut p = addressed(&keyed_with(auth));
+        let now = p.now;
+        p.b.send(now, A, b"from the new address").unwrap();
+        p.exchange(50);
+        assert_eq!(p.a_knows_b_at, p.b_at, "{auth:?}: A follows B to its new address");
+        assert_eq!(p.a.stats().peers_moved, 1);
+        assert_eq!(Addressed::drain(&mut p.a), [b"from the new address".to_vec()]);
+        let now = p.now;
+        p.a.send(now, B, b"to the new address").unwrap();
+        p.exchange(50);
+        assert_eq!(Addressed::drain(&mut p.b), [b"to the new address".to_vec()]);
+        // An attacker replays every datagram B sent from its own address.
+        let attacker: SocketAddr = "10.6.6.6:7001".parse().unwrap();
+        let unknown = p.a.stats().unknown_source;
+        for d in std::mem::take(&mut p.from_b) {
+            p.a.handle_datagram_from(p.now, 0, Origin::Stranger(attacker), &d);
+        }
+        let mut buf = vec![0u8; 2048];
+        while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
+            assert_ne!(t.to_addr, None, "only WELCOMEs to the replayed HELLOs' source");
+        }
+        assert_eq!(p.a.poll_moved(), None, "{auth:?}: a replayed CONFIRM proves nothing from elsewhere");
+        assert_eq!(p.a.stats().peers_moved, 1);
+        assert!(p.a.stats().unknown_source > unknown, "replayed data from a stranger address refused");
+        let now = p.now;
+        p.a.send(now, B, b"still to B").unwrap();
+        p.exchange(50);
+        assert_eq!(Addressed::drain(&mut p.b), [b"still to B".to_vec()]);
+    }
+}
+
+/// Without a cluster key nothing proves who sends from an address no peer
+/// has, so nothing from there is taken: the moved peer is refused (counted
+/// as `unknown_source`) and followed nowhere.
+#[test]
+fn without_a_key_a_peer_that_moved_is_refused() {
+    let mut p = addressed(&Config::default());
+    let now = p.now;
+    p.b.send(now, A, b"from the new address").unwrap();
+    p.exchange(50);
+    assert_eq!(p.a_knows_b_at, "10.0.0.2:7000".parse().unwrap());
+    assert!(Addressed::drain(&mut p.a).is_empty());
+    assert!(p.a.stats().unknown_source > 0);
+    assert_eq!(
+        (p.a.stats().peers_moved, p.a.stats().hellos_answered),
+        (0, 1),
+        "only the first HELLO, before the move"
+    );
+    assert!(!p.b.has_session(A));
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
-use tether_proto::{Endpoint as Core, Instant, Origin, RailId};
+use tether_proto::{Endpoint as Core, Instant, Origin, RailId, Transmit};
 
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
@@ -172,7 +172,7 @@ impl Driver {
                             }
                             Origin::Node(node)
                         }
-                        (None, Some(_)) => Origin::Stranger,
+                        (None, Some(addr)) => Origin::Stranger(addr),
                         (None, None) => Origin::Untold,
                     };
                     self.core.handle_datagram_from(now, rail as RailId, origin, datagram);
@@ -183,6 +183,7 @@ impl Driver {
                 }
             }
         }
+        self.follow_moves();
         total
     }
 
@@ -203,6 +204,12 @@ impl Driver {
             while self.tx_len < BATCH {
                 let at = self.tx_len * self.slot;
                 match self.core.poll_transmit(now, &mut self.tx[at..at + self.slot]) {
+                    Some(t) if t.to_addr.is_some() => {
+                        // A WELCOME to a peer proving a new address: rare,
+                        // so sent on its own, outside the batch.
+                        self.send_to_addr(t, at);
+                        sent += 1;
+                    }
                     Some(t) => {
                         self.tx_meta[self.tx_len] = (t.dst, t.len, t.rail);
                         self.tx_len += 1;
@@ -212,6 +219,27 @@ impl Driver {
             }
             if self.tx_len == 0 {
                 return sent;
+            }
+        }
+    }
+
+    /// Send `t` (in the slot at `at`) to its own address, not its node's.
+    fn send_to_addr(&mut self, t: Transmit, at: usize) {
+        let (Some(addr), Some(transport)) = (t.to_addr, self.rails.get_mut(t.rail as usize)) else { return };
+        if let Err(e) = transport.send_to_addr(addr, &self.tx[at..at + t.len]) {
+            // Lost like any datagram: the peer's HELLO is retried.
+            tracing::debug!(rail = t.rail, %addr, error = %e, "dropped on send: handshake answer to a new address");
+        }
+    }
+
+    /// Record peers proven at new addresses in their rail's transport.
+    fn follow_moves(&mut self) {
+        while let Some(m) = self.core.poll_moved() {
+            match self.rails.get_mut(m.rail as usize).map(|t| t.add_peer(m.node, m.addr)) {
+                Some(Ok(())) => tracing::info!(peer = m.node, rail = m.rail, addr = %m.addr, "peer moved"),
+                other => {
+                    tracing::warn!(peer = m.node, rail = m.rail, addr = %m.addr, result = ?other, "peer moved; the transport cannot follow")
+                }
             }
         }
     }

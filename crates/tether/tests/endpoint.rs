@@ -8,7 +8,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tether::{Config, Endpoint, Error, Event, FailReason, MessageState, Options, Progress, SendError};
+use tether::{
+    ClusterKey, Config, Endpoint, Error, Event, FailReason, MessageState, Options, Progress, SendError,
+};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
@@ -223,4 +225,44 @@ fn close_does_not_wait_for_a_peer_that_keeps_sending() {
     assert!(start.elapsed() < Duration::from_secs(1), "close waited {:?}", start.elapsed());
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     sender.join().unwrap();
+}
+
+/// A peer that restarts at another port proves itself there with the
+/// cluster key and is followed: the driver answers its HELLO at the new
+/// address and, once its CONFIRM checks, moves it in the address book.
+/// Without a key it is refused (nothing says who sends from there).
+#[test]
+fn a_peer_that_moves_is_followed_only_with_the_cluster_key() {
+    for keyed in [true, false] {
+        let key = ClusterKey::from_material(b"a cluster secret for moving").unwrap();
+        let config = Config {
+            key: keyed.then_some(key),
+            abandon_after: Duration::from_millis(500),
+            ..Config::default()
+        };
+        let opts = || Options { config: config.clone(), ..Options::default() };
+        let (a, b) = pair(opts(), opts());
+        a.send(2, b"before").unwrap();
+        assert_eq!(b.recv(WAIT).unwrap().message.to_vec(), b"before");
+        a.flush(WAIT).unwrap();
+        let old = b.local_addr().unwrap();
+        drop(b);
+        // B again, a new incarnation at another port; A still has the old one.
+        let b = Endpoint::udp(2, any(), &[(1, a.local_addr().unwrap())], opts()).unwrap();
+        assert_ne!(b.local_addr().unwrap(), old);
+        let h = b.send(1, b"from the new port").unwrap();
+        if keyed {
+            let d = a.recv(WAIT).unwrap();
+            assert_eq!((d.from, d.message.to_vec()), (2, b"from the new port".to_vec()));
+            assert_eq!(h.wait(WAIT).unwrap(), MessageState::Delivered);
+            a.send(2, b"to the new port").unwrap();
+            assert_eq!(b.recv(WAIT).unwrap().message.to_vec(), b"to the new port");
+            assert_eq!(a.stats().peers_moved, 1);
+        } else {
+            assert_eq!(h.wait(WAIT).unwrap(), MessageState::Failed(FailReason::PeerUnreachable));
+            assert!(a.recv(Some(Duration::from_millis(10))).is_err(), "nothing from the new port taken");
+            assert!(a.stats().unknown_source > 0);
+            assert_eq!(a.stats().peers_moved, 0);
+        }
+    }
 }
