@@ -96,6 +96,8 @@ pub struct NodeReport {
     pub duplicates_discarded: u64,
     pub injected: FaultCounters,
     pub bytes_delivered: u64,
+    /// What the node's endpoint dropped, by reason.
+    pub drops: crate::net::Drops,
 }
 
 #[derive(Debug, Serialize)]
@@ -275,6 +277,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         r.retransmits = stats.retransmits;
         r.checksum_failures = stats.checksum_failures;
         r.duplicates_discarded = stats.duplicates_discarded;
+        r.drops = crate::net::drops(&stats);
         r.injected = endpoints[node].fault_counters();
         accumulate(&mut total, r);
         latencies.append(&mut check.latencies);
@@ -368,4 +371,5 @@ fn accumulate(total: &mut NodeReport, r: &NodeReport) {
     total.duplicates_discarded += r.duplicates_discarded;
     total.bytes_delivered += r.bytes_delivered;
     total.injected.accumulate(&r.injected);
+    total.drops = crate::net::sum_drops([&total.drops, &r.drops]);
 }

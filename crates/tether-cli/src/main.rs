@@ -319,14 +319,20 @@ fn two_process(o: &NetOpts) -> anyhow::Result<Option<(std::net::SocketAddr, std:
 fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
     let count = o.count.unwrap_or(pingpong::default_count(o.size));
     let mode = if o.raw { "raw" } else { "tether" };
-    let runs =
-        match two_process(o)? {
-            Some((addr, peer, true)) => {
-                pingpong::listen(o, addr, peer, count)?;
-                return Ok(());
+    let runs = match two_process(o)? {
+        Some((addr, peer, true)) => {
+            if let Some(drops) = pingpong::listen(o, addr, peer, count)? {
+                if o.json {
+                    print_json(&serde_json::json!({ "mode": mode, "size": o.size, "echo_drops": drops }))?;
+                } else {
+                    println!("{}", table::drops("the echo side", &drops));
+                }
             }
-            Some((addr, bind, false)) => vec![pingpong::connect(o, addr, bind, count)?],
-            None => (0..o.runs.max(1))
+            return Ok(());
+        }
+        Some((addr, bind, false)) => vec![pingpong::connect(o, addr, bind, count)?],
+        None => {
+            (0..o.runs.max(1))
                 .map(|_| {
                     if o.raw {
                         pingpong::raw_loopback(o, count)
@@ -334,8 +340,9 @@ fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
                         pingpong::reliable_loopback(o, count)
                     }
                 })
-                .collect::<anyhow::Result<_>>()?,
-        };
+                .collect::<anyhow::Result<_>>()?
+        }
+    };
     let m = Measured { mode, size: o.size, count, runs };
     if o.json {
         print_json(&m)

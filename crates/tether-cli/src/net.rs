@@ -199,9 +199,23 @@ const DROP_REASONS: &[&str] = &[
     "replays",
 ];
 
-/// An endpoint's non-zero drop counters, by reason, for JSON reports.
-pub fn drops(s: &tether::Stats) -> std::collections::BTreeMap<&'static str, u64> {
+/// Drop counters by reason: only the non-zero ones.
+pub type Drops = std::collections::BTreeMap<&'static str, u64>;
+
+/// An endpoint's non-zero drop counters, by reason, for the reports.
+pub fn drops(s: &tether::Stats) -> Drops {
     s.fields().into_iter().filter(|(name, n)| *n > 0 && DROP_REASONS.contains(name)).collect()
+}
+
+/// The sum of several endpoints' (or runs') drops.
+pub fn sum_drops<'a>(all: impl IntoIterator<Item = &'a Drops>) -> Drops {
+    let mut total = Drops::new();
+    for d in all {
+        for (&reason, &n) in d {
+            *total.entry(reason).or_default() += n;
+        }
+    }
+    total
 }
 
 pub const SENDER: NodeId = 1;

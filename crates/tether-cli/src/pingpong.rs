@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::net::{listening, loopback, nothing_arrived, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
+use crate::net::{drops, listening, loopback, nothing_arrived, Drops, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
 use crate::pattern;
 use crate::raw::RawPeer;
 use crate::summary::Summary;
@@ -19,6 +19,11 @@ pub struct PingpongRun {
     pub rtt_us: Summary,
     pub corrupted: u64,
     pub retransmits: u64,
+    /// What this side's endpoint dropped, by reason (empty for raw).
+    pub drops: Drops,
+    /// What the echo side dropped, when this process ran it (loopback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub echo_drops: Option<Drops>,
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -30,13 +35,14 @@ pub fn default_count(size: usize) -> u64 {
 }
 
 /// Echo `rounds` messages back to their sender.
-fn reliable_echo(ep: &tether::Endpoint, rounds: u64) -> anyhow::Result<()> {
+/// Echo `rounds` messages; what the echo side dropped, by reason.
+fn reliable_echo(ep: &tether::Endpoint, rounds: u64) -> anyhow::Result<Drops> {
     for _ in 0..rounds {
         let d = ep.recv(Some(TIMEOUT))?;
         ep.send(d.from, &d.message)?;
     }
     ep.flush(Some(TIMEOUT))?;
-    Ok(())
+    Ok(drops(&ep.stats()))
 }
 
 /// Who the client talks to, for its errors: the listener's address and
@@ -71,7 +77,14 @@ fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> 
     }
     ep.flush(Some(TIMEOUT))?;
     let rtt_us = Summary::of(&samples).expect("count > 0");
-    Ok(PingpongRun { rtt_us, corrupted, retransmits: ep.stats().retransmits })
+    let stats = ep.stats();
+    Ok(PingpongRun {
+        rtt_us,
+        corrupted,
+        retransmits: stats.retransmits,
+        drops: drops(&stats),
+        echo_drops: None,
+    })
 }
 
 /// No echo came back within `waited`.
@@ -94,8 +107,8 @@ fn silent(far: Far, done: u64, total: u64, waited: Duration) -> anyhow::Error {
 pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
     let (server, client) = o.loopback_pair()?;
     let echo = std::thread::spawn(move || reliable_echo(&server, count + WARMUP));
-    let run = reliable_client(&client, o, count, None)?;
-    echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    let mut run = reliable_client(&client, o, count, None)?;
+    run.echo_drops = Some(echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??);
     Ok(run)
 }
 
@@ -181,20 +194,25 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
         }
     }
     echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
-    Ok(PingpongRun { rtt_us: Summary::of(&samples).expect("count > 0"), corrupted: 0, retransmits: 0 })
+    Ok(PingpongRun {
+        rtt_us: Summary::of(&samples).expect("count > 0"),
+        corrupted: 0,
+        retransmits: 0,
+        drops: Drops::new(),
+        echo_drops: None,
+    })
 }
 
-/// Two-process mode: the echo side.
-pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<()> {
+/// Two-process mode: the echo side. What it dropped, by reason (`None`: raw).
+pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<Option<Drops>> {
     let what = format!("{} round trips of {} B ({count} and {WARMUP} to warm up)", count + WARMUP, o.size);
     if o.raw {
         let t = o.transport(addr, &[(SENDER, peer)], o.seed)?;
         let local = t.local_addr().unwrap_or(addr);
         listening("pingpong", local, peer, &format!("{what}, raw"));
         let peer_t = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
-        return raw_echo(peer_t, (count, o.size, o.mtu), FIRST_WAIT, || {
-            nothing_arrived("pingpong", local, peer)
-        });
+        raw_echo(peer_t, (count, o.size, o.mtu), FIRST_WAIT, || nothing_arrived("pingpong", local, peer))?;
+        return Ok(None);
     }
     let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
     let local = ep.local_addr().unwrap_or(addr);
@@ -204,7 +222,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         Err(e) => Err(e.into()),
         Ok(d) => {
             ep.send(d.from, &d.message)?;
-            reliable_echo(&ep, count + WARMUP - 1)
+            reliable_echo(&ep, count + WARMUP - 1).map(Some)
         }
     }
 }
@@ -236,6 +254,8 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
             rtt_us: Summary::of(&samples).expect("count > 0"),
             corrupted: 0,
             retransmits: 0,
+            drops: Drops::new(),
+            echo_drops: None,
         });
     }
     let ep = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;

@@ -1,7 +1,6 @@
 //! `tether stream`: one-way bandwidth, messages of one size sent as fast as
 //! the window allows; every delivered byte is verified.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +8,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tether::faults::FaultCounters;
 
-use crate::net::{listening, loopback, no_answer, nothing_arrived, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
+use crate::net::{
+    drops, listening, loopback, no_answer, nothing_arrived, Drops, NetOpts, FIRST_WAIT, RECEIVER, SENDER,
+};
 use crate::pattern;
 use crate::raw::RawPeer;
 use crate::timeline::Timeline;
@@ -34,10 +35,11 @@ pub struct StreamRun {
     pub rails: Timeline,
     /// Datagrams each side dropped, by reason (the non-zero ones): forged,
     /// replayed, from strangers, corrupted, stale ... (`crate::net::drops`).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub sender_drops: BTreeMap<&'static str, u64>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub receiver_drops: BTreeMap<&'static str, u64>,
+    /// `None`: this process did not run that side (the other prints it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_drops: Option<Drops>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_drops: Option<Drops>,
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -83,8 +85,8 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
         retransmits,
         injected,
         rails: Timeline::default(),
-        sender_drops: BTreeMap::new(),
-        receiver_drops: BTreeMap::new(),
+        sender_drops: None,
+        receiver_drops: None,
     }
 }
 
@@ -133,8 +135,8 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     injected.accumulate(&rx.fault_counters());
     let mut run = run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected);
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
-    run.sender_drops = crate::net::drops(&tx.stats());
-    run.receiver_drops = crate::net::drops(&rx.stats());
+    run.sender_drops = Some(drops(&tx.stats()));
+    run.receiver_drops = Some(drops(&rx.stats()));
     Ok(run)
 }
 
@@ -255,7 +257,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut run = run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0, rx.fault_counters());
-    run.receiver_drops = crate::net::drops(&rx.stats());
+    run.receiver_drops = Some(drops(&rx.stats()));
     Ok(run)
 }
 
@@ -295,6 +297,6 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
     let mut run = run_from(t, count, secs, s.retransmits, tx.fault_counters());
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
-    run.sender_drops = crate::net::drops(&s);
+    run.sender_drops = Some(drops(&s));
     Ok(run)
 }

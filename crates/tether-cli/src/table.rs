@@ -7,7 +7,7 @@ use tether::Event;
 use crate::auth_bench::{AuthOpts, AuthRow};
 use crate::bench::BenchRow;
 use crate::demo::{DemoOpts, DemoReport, NodeReport};
-use crate::net::NetOpts;
+use crate::net::{Drops, NetOpts};
 use crate::pingpong::PingpongRun;
 use crate::stream::StreamRun;
 use crate::summary::Summary;
@@ -25,6 +25,16 @@ fn right(t: &mut Table) {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
+}
+
+/// One line of drops by reason, e.g. `receiver dropped: replays 3,
+/// mac_failures 12`, or that nothing was.
+pub fn drops(who: &str, d: &crate::net::Drops) -> String {
+    if d.is_empty() {
+        return format!("{who} dropped nothing");
+    }
+    let reasons: Vec<_> = d.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+    format!("{who} dropped, by reason: {}", reasons.join(", "))
 }
 
 fn spread(s: &Summary, digits: usize) -> String {
@@ -84,6 +94,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
     if api + other > 0 {
         println!("faults injected: {}", faults(&r.total.injected));
     }
+    println!("{}", drops("the nodes", &r.total.drops));
     if let Some(l) = &r.latency_us {
         println!(
             "send-to-delivery time (us), queueing behind earlier messages included: median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
@@ -128,6 +139,13 @@ pub fn pingpong(runs: &[PingpongRun], mode: &str, size: usize) {
     if let Some(m) = Summary::of(&runs.iter().map(|r| r.rtt_us.median).collect::<Vec<_>>()) {
         println!("median of run medians: {:.2} us (min {:.2}, max {:.2})", m.median, m.min, m.max);
     }
+    if mode != "raw" {
+        println!("{}", drops("this side", &crate::net::sum_drops(runs.iter().map(|r| &r.drops))));
+        if runs.iter().any(|r| r.echo_drops.is_some()) {
+            let echo = crate::net::sum_drops(runs.iter().filter_map(|r| r.echo_drops.as_ref()));
+            println!("{}", drops("the echo side", &echo));
+        }
+    }
 }
 
 pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
@@ -169,6 +187,18 @@ pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
     }
     if injected.total() > 0 {
         println!("faults injected, all runs: {}", faults(&injected));
+    }
+    if mode != "raw" {
+        // A side this process did not run has no counters here (the
+        // other process prints its own).
+        type Side = fn(&StreamRun) -> Option<&Drops>;
+        let sides: [(&str, Side); 2] =
+            [("the sender", |r| r.sender_drops.as_ref()), ("the receiver", |r| r.receiver_drops.as_ref())];
+        for (who, of) in sides {
+            if runs.iter().any(|r| of(r).is_some()) {
+                println!("{}", drops(who, &crate::net::sum_drops(runs.iter().filter_map(of))));
+            }
+        }
     }
     if let Some(last) = runs.last().filter(|r| !r.rails.is_empty()) {
         rails(&last.rails);

@@ -1,0 +1,45 @@
+//! Drops by reason reach the reports of both sides: the JSON documents and
+//! the tables of `pingpong` and `stream`, with faults that make them drop
+//! (corruption: checksum failures without a key, MAC failures with one).
+
+use std::process::Command;
+
+fn tether(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tether")).args(args).output().expect("the tether binary runs");
+    assert!(out.status.success(), "tether {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn count(drops: &serde_json::Value, reason: &str) -> u64 {
+    drops[reason].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn pingpong_reports_what_each_side_dropped() {
+    let json = tether(&["pingpong", "--count", "300", "--runs", "1", "--fault", "modify:p=0.05", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
+    let run = &doc["runs"][0];
+    assert!(count(&run["drops"], "checksum_failures") > 0, "this side: {}", run["drops"]);
+    assert!(count(&run["echo_drops"], "checksum_failures") > 0, "echo side: {}", run["echo_drops"]);
+    let text = tether(&["pingpong", "--count", "300", "--runs", "1", "--fault", "modify:p=0.05"]);
+    assert!(text.contains("this side dropped, by reason: checksum_failures"), "{text}");
+    assert!(text.contains("the echo side dropped, by reason: checksum_failures"), "{text}");
+}
+
+#[test]
+fn stream_reports_what_each_side_dropped_with_a_key() {
+    let key = std::env::temp_dir().join(format!("tether-reports-{}.key", std::process::id()));
+    std::fs::write(&key, b"a cluster secret for the reports test").unwrap();
+    let key = key.to_str().unwrap();
+    let common = ["stream", "--size", "1024", "--count", "5000", "--runs", "1", "--fault", "modify:p=0.02"];
+    let json = tether(&[&common[..], &["--key-file", key, "--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
+    let run = &doc["runs"][0];
+    assert!(count(&run["receiver_drops"], "mac_failures") > 0, "receiver: {}", run["receiver_drops"]);
+    assert_eq!(count(&run["receiver_drops"], "checksum_failures"), 0, "with a key corruption fails the MAC");
+    assert!(run["sender_drops"].is_object(), "the sender's drops are reported too");
+    let text = tether(&[&common[..], &["--key-file", key, "--auth", "aes-256-gmac"]].concat());
+    assert!(text.contains("the receiver dropped, by reason:") && text.contains("mac_failures"), "{text}");
+    assert!(text.contains("the sender dropped"), "{text}");
+    std::fs::remove_file(key).unwrap();
+}
