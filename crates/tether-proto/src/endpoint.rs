@@ -183,6 +183,8 @@ pub struct Endpoint {
     replies: VecDeque<Reply>,
     /// The source of the datagram being taken in, if no peer has it.
     from: Option<SocketAddr>,
+    /// The node the transport knows the datagram's source address as.
+    source: Option<NodeId>,
     /// Peers proven at new addresses, at most `MAX_MOVES`.
     moves: VecDeque<PeerMoved>,
     /// Assert every invariant after every operation (tests; debug builds).
@@ -216,6 +218,7 @@ impl Endpoint {
             secrets: Secrets::new(default_seed(node, incarnation)),
             replies: VecDeque::new(),
             from: None,
+            source: None,
             moves: VecDeque::new(),
             checked: cfg!(debug_assertions),
         })
@@ -513,17 +516,6 @@ impl Endpoint {
             }
         };
         let src = unverified.header.src_node;
-        if let Origin::Node(n) = origin {
-            if n != src {
-                self.stats.source_mismatch += 1;
-                debug!(
-                    claimed = src,
-                    source = n,
-                    "dropped: header names another node than its source address"
-                );
-                return;
-            }
-        }
         let authenticated = unverified.header.flags.authenticated();
         if unverified.auth() != self.config.key.as_ref().map(|k| k.auth()) {
             // With a cluster key nothing unauthenticated is taken, nor
@@ -538,6 +530,10 @@ impl Endpoint {
         // decrypted in place); lent out of the endpoint for the call.
         let mut scratch = std::mem::take(&mut self.open_buf);
         self.from = from;
+        self.source = match origin {
+            Origin::Node(n) => Some(n),
+            _ => None,
+        };
         self.take_verified(now, rail, unverified, key.as_ref(), &mut scratch);
         self.from = None;
         self.open_buf = scratch;
@@ -585,6 +581,17 @@ impl Endpoint {
         if h.dst_node != self.node || h.src_node == self.node {
             self.stats.misdirected += 1;
             trace!(src, dst = h.dst_node, "dropped: misdirected");
+            return;
+        }
+        if self.source.is_some_and(|n| n != src) {
+            // After verification, so a corrupted node id counts as
+            // corruption, not as an attack.
+            self.stats.source_mismatch += 1;
+            debug!(
+                claimed = src,
+                source = self.source,
+                "dropped: header names another node than its source address"
+            );
             return;
         }
         if !self.peers.contains_key(&src) {

@@ -790,3 +790,40 @@ fn without_a_key_a_peer_that_moved_is_refused() {
     );
     assert!(!p.b.has_session(A));
 }
+
+/// A datagram whose header names another node than the one its source
+/// address belongs to is dropped (`source_mismatch`) and nothing of it is
+/// delivered; one whose node id was corrupted on the way counts as
+/// corruption, not as an attack (the check comes after verification).
+#[test]
+fn a_datagram_from_another_peers_address_is_refused() {
+    let at: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+    let mut p = Addressed {
+        a: endpoint(Config::default(), A, 1, B),
+        b: endpoint(Config::default(), B, 1, A),
+        b_at: at,
+        a_knows_b_at: at,
+        now: Instant::from_nanos(1_000_000),
+        from_b: Vec::new(),
+    };
+    p.exchange(20);
+    p.from_b.clear();
+    let now = p.now;
+    p.b.send(now, A, b"genuine").unwrap();
+    let mut buf = vec![0u8; 2048];
+    p.b.handle_timeout(now + Duration::from_millis(1));
+    let t = p.b.poll_transmit(now + Duration::from_millis(1), &mut buf).expect("B sends its message");
+    let genuine = buf[..t.len].to_vec();
+    // From the address of node 3 (the transport says so): refused.
+    p.a.handle_datagram_from(now, 0, Origin::Node(3), &genuine);
+    assert_eq!(p.a.stats().source_mismatch, 1);
+    assert!(p.a.recv().is_none());
+    // The same with its source node id corrupted, from B's own address.
+    let mut corrupted = genuine.clone();
+    corrupted[8] ^= 0x01;
+    p.a.handle_datagram_from(now, 0, Origin::Node(B), &corrupted);
+    assert_eq!((p.a.stats().source_mismatch, p.a.stats().checksum_failures), (1, 1));
+    // And from B's address as it is: delivered.
+    p.a.handle_datagram_from(now, 0, Origin::Node(B), &genuine);
+    assert_eq!(p.a.recv().map(|d| d.message.to_vec()), Some(b"genuine".to_vec()));
+}
