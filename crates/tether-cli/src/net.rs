@@ -78,10 +78,10 @@ pub struct NetOpts {
     #[arg(long, value_name = "FILE", value_parser = key_file)]
     pub key_file: Option<ClusterKey>,
     /// With --key-file, how datagrams are protected; every node must use
-    /// the same: aes-256-gcm (encrypted and authenticated), chacha20-poly1305
-    /// (the same, for machines without AES instructions), aes-256-gmac
-    /// (authenticated, the payload in clear).
-    #[arg(long, default_value = "aes-256-gcm", value_parser = auth_kind, requires = "key_file")]
+    /// the same: aes-256-gmac (authenticated, the payload in clear),
+    /// aes-256-gcm (authenticated and encrypted), chacha20-poly1305 (the
+    /// same, for machines without AES instructions).
+    #[arg(long, default_value = "aes-256-gmac", value_parser = auth_kind, requires = "key_file")]
     pub auth: AuthKind,
     /// Repair of lost segments: selective (only what the receiver's SACK
     /// ranges show missing) or go-back-n (everything from the first gap).

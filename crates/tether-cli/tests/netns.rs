@@ -159,7 +159,7 @@ fn stream_survives_rail_cuts_between_two_hosts() {
     let (va0, _) = veth(id, "f", 0, 2);
     // Enough messages to outlast the cuts on this machine; the cutter stops
     // when the sender is done.
-    let count = "700000";
+    let count = "1000000";
     let common = ["stream", "--size", "4096", "--count", count, "--json", "--runs", "1"];
     let listener = tether_in(&b, &common)
         .args(["--listen", "10.201.0.2:7410", "--peer", "10.201.0.1:7411"])
@@ -200,10 +200,10 @@ fn stream_survives_rail_cuts_between_two_hosts() {
     let listener = listener.wait_with_output().expect("listener exits");
     let (sent, got) = (json(&sender), json(&listener));
     let (s, r) = (&sent["runs"][0], &got["runs"][0]);
-    assert_eq!(r["delivered"].as_u64(), Some(700000), "every message delivered");
+    assert_eq!(r["delivered"].as_u64(), Some(1000000), "every message delivered");
     assert_eq!(r["corrupted"].as_u64(), Some(0));
     assert_eq!(r["out_of_order"].as_u64(), Some(0), "none twice, none out of order");
-    assert_eq!(s["delivered"].as_u64(), Some(700000), "every message acknowledged");
+    assert_eq!(s["delivered"].as_u64(), Some(1000000), "every message acknowledged");
     let mut gaps: Vec<f64> = s["rails"]["failovers"]
         .as_array()
         .expect("failovers")

@@ -50,7 +50,8 @@ impl ClusterKey {
         Ok(ClusterKey { secret, auth: AuthKind::default() })
     }
 
-    /// The same secret used with `auth` (default AES-256-GCM).
+    /// The same secret used with `auth` (default AES-256-GMAC: authenticated,
+    /// not encrypted).
     pub fn with_auth(self, auth: AuthKind) -> Self {
         ClusterKey { auth, ..self }
     }

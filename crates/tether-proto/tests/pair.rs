@@ -643,9 +643,10 @@ fn a_peer_with_another_key_or_none_gets_no_session() {
     for other in [
         Config::default(),
         Config { key: Some(ClusterKey::from_material(&[9; 32]).unwrap()), ..Config::default() },
-        keyed_with(AuthKind::Aes256Gmac),
+        keyed_with(AuthKind::Aes256Gcm),
         keyed_with(AuthKind::ChaCha20Poly1305),
     ] {
+        assert_ne!(other.key, keyed().key);
         let mut net = VirtualNet::new(
             Instant::from_nanos(1_000_000),
             Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,

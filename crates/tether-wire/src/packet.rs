@@ -191,8 +191,7 @@ pub struct Unverified<'a> {
 #[derive(Debug)]
 pub struct Opened<'s> {
     header: Header,
-    datagram: &'s [u8],
-    body_end: usize,
+    body: &'s [u8],
     pn: u64,
 }
 
@@ -201,7 +200,7 @@ impl<'s> Opened<'s> {
     /// wants it. A malformed frame in an authenticated datagram is the
     /// sender's own fault (nothing on the way could have made it).
     pub fn land(self, landing: &mut impl Landing) -> Result<Packet<'s>, WireError> {
-        let mut rest = &self.datagram[HEADER_LEN..self.body_end];
+        let mut rest = self.body;
         while !rest.is_empty() {
             let (frame, len) = parse_frame(rest)?;
             if let Frame::Data(data) = frame {
@@ -218,7 +217,7 @@ impl<'s> Opened<'s> {
             }
             rest = &rest[len..];
         }
-        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.body_end], pn: Some(self.pn) })
+        Ok(Packet { header: self.header, body: self.body, pn: Some(self.pn) })
     }
 }
 
@@ -365,12 +364,11 @@ impl<'a> Unverified<'a> {
     }
 
     /// Authenticate an authenticated datagram under `key`, and decrypt it
-    /// if it is encrypted. An encrypted datagram is copied into `scratch`
-    /// (cleared first; it allocates only until it has grown to the largest
-    /// datagram) and its body opened there in place: the header and packet
-    /// number are authenticated, the body authenticated and decrypted. A
-    /// datagram in clear (AES-256-GMAC) is checked where it lies, all of it
-    /// authenticated, and `scratch` is not touched.
+    /// if it is encrypted: the body is decrypted into `scratch` in the
+    /// same pass that authenticates it (`scratch` grows only until it is
+    /// as long as the largest body), the header and packet number
+    /// authenticated with it. A datagram in clear (AES-256-GMAC) is checked
+    /// where it lies, all of it authenticated, and `scratch` is not touched.
     pub fn open<'s>(self, key: &MacKey, scratch: &'s mut Vec<u8>) -> Result<Opened<'s>, WireError>
     where
         'a: 's,
@@ -381,21 +379,24 @@ impl<'a> Unverified<'a> {
         }
         let (d, at) = (self.datagram, self.at);
         let tag = &d[at + 8..at + 8 + TAG_LEN];
+        let body = &d[HEADER_LEN..at];
         if !key.kind().encrypts() {
             // Header, body and packet number lie in one piece: all of it
             // is the associated data, and there is nothing to decrypt.
-            if !key.open(pn, &d[..at + 8], tag, &mut []) {
+            if !key.open(pn, &d[..at + 8], tag, &[], &mut []) {
                 return Err(WireError::ChecksumMismatch);
             }
-            return Ok(Opened { header: self.header, datagram: d, body_end: at, pn });
+            return Ok(Opened { header: self.header, body, pn });
         }
-        scratch.clear();
-        scratch.extend_from_slice(d);
+        if scratch.len() < body.len() {
+            scratch.resize(body.len(), 0);
+        }
+        let out = &mut scratch[..body.len()];
         let aad = associated_data(&d[..HEADER_LEN], &d[at..at + 8]);
-        if !key.open(pn, &aad, tag, &mut scratch[HEADER_LEN..at]) {
+        if !key.open(pn, &aad, tag, body, out) {
             return Err(WireError::ChecksumMismatch);
         }
-        Ok(Opened { header: self.header, datagram: &scratch[..], body_end: at, pn })
+        Ok(Opened { header: self.header, body: out, pn })
     }
 
     /// What a malformed frame counts as: bad frames in a datagram whose

@@ -3,16 +3,19 @@
 //!
 //! The management layer of Li et al. [CI] section 3 required authenticated
 //! messages; the construction is QUIC's and WireGuard's: an AEAD from a
-//! well-kept crate (`ring`), a fresh packet number as its nonce, the
+//! well-kept crate (`aws-lc-rs`), a fresh packet number as its nonce, the
 //! header and packet number authenticated, the body authenticated and,
 //! unless the endpoint chose authentication alone, encrypted.
 //!
-//! Why three algorithms: AES-256-GCM is the fastest way to authenticate
-//! on hardware with AES and carry-less multiply instructions (ring's
-//! stitched kernel encrypts and hashes in one pass, faster than its GMAC
-//! hashes alone), ChaCha20-Poly1305 is the fast one without them, and
-//! AES-256-GMAC leaves the body readable (a capture shows the traffic)
-//! at the price of a second pass over it.
+//! Why three algorithms: AES-256-GMAC authenticates without encrypting
+//! (the body stays readable, a capture shows the traffic) and is the
+//! fastest, as GHASH with carry-less multiplies runs at several bytes a
+//! cycle; AES-256-GCM adds encryption; ChaCha20-Poly1305 is the fast
+//! encrypting one on machines without AES instructions. Why aws-lc-rs and
+//! not ring: on this machine (VAES, VPCLMULQDQ, AVX-512) its GHASH over
+//! associated data runs at 7.55 GB/s for 1400 bytes and 32.47 GB/s for
+//! 65000, ring's at 1.96 and 1.98; its AES-GCM seals at 5.85 and 9.90,
+//! ring's at 4.85 and 6.90 (CRC32C: 12.96 and 19.87).
 
 /// How an authenticated datagram is protected, as named on the wire
 /// (header byte 4 when the `AUTHENTICATED` flag is set).
@@ -20,13 +23,14 @@
 #[repr(u8)]
 pub enum AuthKind {
     /// AES-256-GCM: the body encrypted, everything authenticated.
-    #[default]
     Aes256Gcm = 1,
     /// ChaCha20-Poly1305 (RFC 8439): the same, for machines without AES
     /// instructions.
     ChaCha20Poly1305 = 2,
     /// AES-256-GMAC: AES-GCM with nothing to encrypt, the whole datagram
-    /// authenticated and its body left in clear.
+    /// authenticated and its body left in clear. The default: a MAC on
+    /// every datagram, encryption when the endpoint asks for it.
+    #[default]
     Aes256Gmac = 3,
 }
 
@@ -54,10 +58,10 @@ impl AuthKind {
         self != AuthKind::Aes256Gmac
     }
 
-    fn algorithm(self) -> &'static ring::aead::Algorithm {
+    fn algorithm(self) -> &'static aws_lc_rs::aead::Algorithm {
         match self {
-            AuthKind::Aes256Gcm | AuthKind::Aes256Gmac => &ring::aead::AES_256_GCM,
-            AuthKind::ChaCha20Poly1305 => &ring::aead::CHACHA20_POLY1305,
+            AuthKind::Aes256Gcm | AuthKind::Aes256Gmac => &aws_lc_rs::aead::AES_256_GCM,
+            AuthKind::ChaCha20Poly1305 => &aws_lc_rs::aead::CHACHA20_POLY1305,
         }
     }
 }
@@ -72,7 +76,7 @@ pub const TAG_LEN: usize = 16;
 #[derive(Clone)]
 pub struct MacKey {
     kind: AuthKind,
-    key: std::sync::Arc<ring::aead::LessSafeKey>,
+    key: std::sync::Arc<aws_lc_rs::aead::LessSafeKey>,
 }
 
 impl core::fmt::Debug for MacKey {
@@ -84,8 +88,9 @@ impl core::fmt::Debug for MacKey {
 impl MacKey {
     /// A key from 32 bytes (already derived: see [`MacKey::derive`]).
     pub fn from_bytes(kind: AuthKind, bytes: [u8; 32]) -> Self {
-        let key = ring::aead::UnboundKey::new(kind.algorithm(), &bytes).expect("32 bytes is a 256-bit key");
-        MacKey { kind, key: std::sync::Arc::new(ring::aead::LessSafeKey::new(key)) }
+        let key =
+            aws_lc_rs::aead::UnboundKey::new(kind.algorithm(), &bytes).expect("32 bytes is a 256-bit key");
+        MacKey { kind, key: std::sync::Arc::new(aws_lc_rs::aead::LessSafeKey::new(key)) }
     }
 
     /// The key for one purpose, derived from `secret` and a list of
@@ -116,25 +121,26 @@ impl MacKey {
     pub(crate) fn seal(&self, pn: u64, aad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
         let tag = self
             .key
-            .seal_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), body)
+            .seal_in_place_separate_tag(nonce(pn), aws_lc_rs::aead::Aad::from(aad), body)
             .expect("a datagram is far below the algorithm's length limit");
         let mut out = [0u8; TAG_LEN];
         out.copy_from_slice(tag.as_ref());
         out
     }
 
-    /// Check `tag` over `aad` and `body` and decrypt `body` in place;
-    /// false (and `body` garbage) if they do not check. The tag is
-    /// compared in constant time (ring's own comparison).
-    pub(crate) fn open(&self, pn: u64, aad: &[u8], tag: &[u8], body: &mut [u8]) -> bool {
-        let Ok(tag) = ring::aead::Tag::try_from(tag) else { return false };
-        self.key.open_in_place_separate_tag(nonce(pn), ring::aead::Aad::from(aad), tag, body, 0..).is_ok()
+    /// Check `tag` over `aad` and the ciphertext `body`, decrypting it
+    /// into `out` (as long) in the same pass; false (and `out` garbage) if
+    /// they do not check. The tag is compared in constant time (the
+    /// library's own comparison).
+    pub(crate) fn open(&self, pn: u64, aad: &[u8], tag: &[u8], body: &[u8], out: &mut [u8]) -> bool {
+        let aad = aws_lc_rs::aead::Aad::from(aad);
+        self.key.open_separate_gather(nonce(pn), aad, body, tag, out).is_ok()
     }
 }
 
 /// The 96-bit nonce of packet number `pn`.
-fn nonce(pn: u64) -> ring::aead::Nonce {
+fn nonce(pn: u64) -> aws_lc_rs::aead::Nonce {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&pn.to_le_bytes());
-    ring::aead::Nonce::assume_unique_for_key(n)
+    aws_lc_rs::aead::Nonce::assume_unique_for_key(n)
 }
