@@ -225,6 +225,19 @@ mod tests {
         assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 
+    /// A stream's receiver is a node, whatever its incarnation: a message
+    /// its old life took and its new life takes again is a duplicate (the
+    /// `restart_ack_loss` mix relies on it).
+    #[test]
+    fn a_message_taken_by_two_lives_of_a_receiver_is_a_duplicate() {
+        let mut c = sent_three();
+        c.on_deliver(1, 2, &msg(0, 7, 0));
+        // Node 2 restarts; the same message reaches its new incarnation.
+        c.on_unread_at_crash(1, 2, &msg(1, 7, 1));
+        c.on_deliver(1, 2, &msg(1, 7, 1));
+        assert_eq!(c.violations, [Violation::Duplicate { stream: (1, 7, 2), seq: 1 }]);
+    }
+
     #[test]
     fn catches_duplicate_corruption_reordering_and_loss() {
         let mut c = sent_three();

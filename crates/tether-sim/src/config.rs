@@ -16,8 +16,9 @@ pub fn plan(seed: u64, rules: &[&str]) -> FaultPlan {
     FaultPlan::parse_rules(seed, rules).expect("preset fault rules are valid")
 }
 
-/// A link that dies: both directions between two nodes, from `at` until
-/// `until` (`None`: for good), on one rail or (`rail: None`) on all.
+/// A link that dies: both directions between two nodes (or, `one_way`,
+/// only from `a` to `b`), from `at` until `until` (`None`: for good), on
+/// one rail or (`rail: None`) on all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkCut {
     pub a: NodeId,
@@ -25,6 +26,7 @@ pub struct LinkCut {
     pub at: Duration,
     pub until: Option<Duration>,
     pub rail: Option<RailId>,
+    pub one_way: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +159,12 @@ pub enum FaultMix {
     /// Two rails, each with message faults of its own (loss, reordering,
     /// duplication, corruption), and rail 0 between nodes 0 and 1 cut.
     RailFaults,
+    /// A receiver restarts while everything it sends is lost: node 1's
+    /// ACKs (and handshake answers) vanish from 1 ms to 4 ms, and it
+    /// restarts at 2.5 ms, so its old incarnation took data whose ACKs
+    /// never arrived. The senders must neither deliver those messages to
+    /// the new incarnation too nor report them as certainly lost.
+    RestartAckLoss,
     /// Every message fault of `every_fault` with a cluster key: each
     /// datagram authenticated (the three algorithms in turn by seed), corrupted and injected ones refused by
     /// their MAC, and a node restarting and others losing soft state
@@ -169,7 +177,7 @@ pub enum FaultMix {
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 21] = [
+    pub const ALL: [FaultMix; 22] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -189,6 +197,7 @@ impl FaultMix {
         FaultMix::RailRestart,
         FaultMix::SoftStateLoss,
         FaultMix::RailFaults,
+        FaultMix::RestartAckLoss,
         FaultMix::Authenticated,
         FaultMix::Swarm,
     ];
@@ -214,6 +223,7 @@ impl FaultMix {
             FaultMix::RailRestart => "rail_restart",
             FaultMix::SoftStateLoss => "soft_state_loss",
             FaultMix::RailFaults => "rail_faults",
+            FaultMix::RestartAckLoss => "restart_ack_loss",
             FaultMix::Authenticated => "authenticated",
             FaultMix::Swarm => "swarm",
         }
@@ -231,6 +241,7 @@ impl FaultMix {
                 | FaultMix::Restart
                 | FaultMix::RailsBothCut
                 | FaultMix::RailRestart
+                | FaultMix::RestartAckLoss
                 | FaultMix::Authenticated
                 | FaultMix::Swarm
         )
@@ -254,7 +265,14 @@ impl FaultMix {
                 rules(&mut c, &[&flip, &cut]);
             }
             FaultMix::DeadLink => {
-                c.cuts.push(LinkCut { a: 0, b: 1, at: Duration::from_micros(800), until: None, rail: None });
+                c.cuts.push(LinkCut {
+                    a: 0,
+                    b: 1,
+                    at: Duration::from_micros(800),
+                    until: None,
+                    rail: None,
+                    one_way: false,
+                });
             }
             FaultMix::Flaky => {
                 let [flip, cut] = corrupt(0.03);
@@ -268,6 +286,7 @@ impl FaultMix {
                     at: Duration::from_micros(500),
                     until: Some(Duration::from_millis(20)),
                     rail: None,
+                    one_way: false,
                 });
             }
             FaultMix::GoBackN => {
@@ -337,6 +356,14 @@ impl FaultMix {
                 );
                 c.cuts.push(cut_rail(0, 1, 0, Duration::from_micros(800), None));
             }
+            FaultMix::RestartAckLoss => {
+                rules(&mut c, &["drop:p=0.02"]);
+                let (from, until) = (Duration::from_millis(1), Some(Duration::from_millis(4)));
+                for other in [0, 2] {
+                    c.cuts.push(LinkCut { a: 1, b: other, at: from, until, rail: None, one_way: true });
+                }
+                c.restarts.push((1, Duration::from_micros(2_500)));
+            }
             FaultMix::Authenticated => {
                 rules(&mut c, EVERY_FAULT);
                 let material = [&seed.to_le_bytes()[..], b"sim cluster secret"].concat();
@@ -371,7 +398,7 @@ const EVERY_FAULT: &[&str] = &[
 ];
 
 fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {
-    LinkCut { a, b, at, until, rail: Some(rail) }
+    LinkCut { a, b, at, until, rail: Some(rail), one_way: false }
 }
 
 /// Every limit at its smallest (the `tight` mix): tiny windows, 256-byte
@@ -434,7 +461,7 @@ fn swarm(c: &mut SimConfig, seed: u64) {
             let at = Duration::from_micros(rng.gen_range(300..3_000));
             let until = rng.gen_bool(0.5).then(|| at + Duration::from_micros(rng.gen_range(500..5_000)));
             let rail = (c.rails > 1 && rng.gen_bool(0.7)).then(|| rng.gen_range(0..c.rails));
-            c.cuts.push(LinkCut { a, b, at, until, rail });
+            c.cuts.push(LinkCut { a, b, at, until, rail, one_way: false });
         }
     }
     if rng.gen_bool(0.15) {

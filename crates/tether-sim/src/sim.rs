@@ -374,7 +374,7 @@ fn read(checker: &mut Checker, id: NodeId, ep: &mut Endpoint, max: usize) {
 impl Links<'_> {
     fn cut(&self, elapsed: Duration, a: NodeId, b: NodeId, rail: RailId) -> bool {
         self.cfg.cuts.iter().any(|c| {
-            ((c.a, c.b) == (a, b) || (c.a, c.b) == (b, a))
+            ((c.a, c.b) == (a, b) || !c.one_way && (c.a, c.b) == (b, a))
                 && c.rail.is_none_or(|r| r == rail)
                 && elapsed >= c.at
                 && c.until.is_none_or(|u| elapsed < u)
