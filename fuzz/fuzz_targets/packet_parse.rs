@@ -15,8 +15,8 @@ use libfuzzer_sys::fuzz_target;
 use std::mem::MaybeUninit;
 
 use tether_wire::{
-    overhead, AckRepr, HANDSHAKE_LEN, ChecksumKind, DataFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
-    HEADER_LEN, MAX_DATAGRAM,
+    overhead, AckRepr, ChecksumKind, DataFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
+    HANDSHAKE_LEN, HEADER_LEN, MAX_DATAGRAM,
 };
 
 /// Lands every DATA payload in one buffer, back to back.
