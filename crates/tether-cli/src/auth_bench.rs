@@ -8,10 +8,22 @@
 //! each round (in an order that rotates from round to round) and every
 //! ratio is taken within its round, against the baseline measured
 //! minutes, not hours, apart; the table gives median (min-max) over rounds.
+//!
+//! A second table isolates the datagram itself: payload bytes per second
+//! through `PacketWriter` (copy in, then checksum or seal) and through the
+//! receive path (verify or open, then land each payload in its buffer),
+//! one core, no sockets: what each protection costs per datagram, small
+//! and large.
+
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
 use tether::{AuthKind, ChecksumKind, ClusterKey};
+use tether_wire::{
+    DataFlags, DataFrame, Header, HeaderFlags, Landing, PacketWriter, Unverified, AUTH_OVERHEAD,
+};
 
 use crate::net::NetOpts;
 use crate::summary::Summary;
@@ -56,6 +68,133 @@ pub struct AuthRow {
     pub stream_ratio: Summary,
 }
 
+/// One protection's cost per datagram, for one payload size.
+#[derive(Debug, Serialize)]
+pub struct DatagramRow {
+    pub protection: &'static str,
+    /// Payload bytes in the datagram (one DATA frame).
+    pub payload: usize,
+    /// Payload through `PacketWriter`: copied in, checksummed or sealed, GB/s.
+    pub send_gb_s: Summary,
+    /// Payload through verification or opening and landing, GB/s.
+    pub receive_gb_s: Summary,
+}
+
+/// Payload sizes of the datagram table: a small message, a full 1472-byte
+/// datagram's frame, a full 65000-byte one's.
+pub const DATAGRAM_PAYLOADS: [usize; 3] = [8, 1472 - AUTH_OVERHEAD - 16, 65_000 - AUTH_OVERHEAD - 16];
+
+/// Lands every payload in one buffer, as the receiver lands a segment.
+struct LandIn<'a>(&'a mut [u8]);
+
+impl Landing for LandIn<'_> {
+    fn landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut [MaybeUninit<u8>]> {
+        let dst = &mut self.0[..frame.payload.len()];
+        // SAFETY: initialised bytes are valid `MaybeUninit<u8>`s, and the
+        // landing only writes bytes into them.
+        Some(unsafe { &mut *(dst as *mut [u8] as *mut [MaybeUninit<u8>]) })
+    }
+}
+
+/// Payload GB/s of `f` (which handles `bytes` per call) over `span`.
+fn rate(span: Duration, bytes: usize, mut f: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while !calls.is_multiple_of(64) || start.elapsed() < span {
+        f();
+        calls += 1;
+    }
+    (calls * bytes as u64) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// The datagram table: every protection, every payload size, `rounds`
+/// measurements of 20 ms each way.
+pub fn datagrams(
+    o: &AuthOpts,
+    key: &ClusterKey,
+    algorithms: &[AuthKind],
+) -> anyhow::Result<Vec<DatagramRow>> {
+    let header = Header {
+        flags: HeaderFlags::default(),
+        checksum: ChecksumKind::Crc32c,
+        src_node: 1,
+        dst_node: 2,
+        src_inc: 1,
+        dst_inc: 1,
+        epoch: 0,
+    };
+    let span = Duration::from_millis(20);
+    let mut rows = Vec::new();
+    for auth in std::iter::once(None).chain(algorithms.iter().copied().map(Some)) {
+        let mac = auth.map(|a| key.clone().with_auth(a).datagram_key(1, 1, 2, 1));
+        for &payload in &DATAGRAM_PAYLOADS {
+            let message: Vec<u8> = (0..payload).map(|i| i as u8).collect();
+            let mut datagram = vec![0u8; 65_507];
+            let mut landed = vec![0u8; payload];
+            let mut pn = 0u64;
+            let mut write = |out: &mut [u8]| -> anyhow::Result<usize> {
+                pn += 1;
+                let mut w = match &mac {
+                    Some(k) => PacketWriter::new_authenticated(out, &header, k, pn)?,
+                    None => PacketWriter::new(out, &header)?,
+                };
+                w.push_data(0, DataFlags::new(true, true), 0, &message)?;
+                Ok(w.finish())
+            };
+            let len = write(&mut datagram)?;
+            let mut scratch = Vec::new();
+            let mut read = |d: &[u8], landed: &mut [u8]| -> anyhow::Result<()> {
+                let u = Unverified::parse(d)?;
+                match &mac {
+                    Some(k) => u.open(k, &mut scratch)?.land(&mut LandIn(landed))?,
+                    None => u.verify_landing(&mut LandIn(landed))?,
+                };
+                Ok(())
+            };
+            read(&datagram[..len], &mut landed)?;
+            anyhow::ensure!(landed == message, "the payload did not land intact");
+            let (mut send, mut receive) = (Vec::new(), Vec::new());
+            for _ in 0..o.rounds {
+                let mut failed = None;
+                send.push(rate(span, payload, || {
+                    if let Err(e) = write(&mut datagram) {
+                        failed = Some(e);
+                    }
+                }));
+                // A datagram sealed once opens once only in the protocol (the
+                // replay window), but opening has no state: the same bytes
+                // cost the same each time.
+                let len = write(&mut datagram)?;
+                receive.push(rate(span, payload, || {
+                    if let Err(e) = read(&datagram[..len], &mut landed) {
+                        failed = Some(e);
+                    }
+                }));
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+            let summary = |v: &[f64]| Summary::of(v).expect("at least one round");
+            rows.push(DatagramRow {
+                protection: auth.map_or("crc32c", AuthKind::name),
+                payload,
+                send_gb_s: summary(&send),
+                receive_gb_s: summary(&receive),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The algorithms asked for (all of them by default).
+fn algorithms(o: &AuthOpts) -> Vec<AuthKind> {
+    if o.algorithms.is_empty() {
+        AuthKind::ALL.to_vec()
+    } else {
+        o.algorithms.clone()
+    }
+}
+
 /// A fresh cluster secret for the run: the bench only needs both ends to
 /// share one, and a key file would only be read into the same thing.
 fn fresh_key() -> anyhow::Result<ClusterKey> {
@@ -64,12 +203,30 @@ fn fresh_key() -> anyhow::Result<ClusterKey> {
     Ok(ClusterKey::from_material(&material)?)
 }
 
-pub fn run(o: &AuthOpts, base: &NetOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Vec<AuthRow>> {
+/// Both tables of `tether bench auth`.
+#[derive(Debug, Serialize)]
+pub struct AuthReport {
+    pub end_to_end: Vec<AuthRow>,
+    pub datagrams: Vec<DatagramRow>,
+}
+
+pub fn run(o: &AuthOpts, base: &NetOpts, progress: &dyn Fn(&str)) -> anyhow::Result<AuthReport> {
     let key = fresh_key()?;
-    let algorithms = if o.algorithms.is_empty() { AuthKind::ALL.to_vec() } else { o.algorithms.clone() };
+    progress("datagrams: seal and open on one core");
+    let datagrams = datagrams(o, &key, &algorithms(o))?;
+    let end_to_end = end_to_end(o, base, &key, progress)?;
+    Ok(AuthReport { end_to_end, datagrams })
+}
+
+fn end_to_end(
+    o: &AuthOpts,
+    base: &NetOpts,
+    key: &ClusterKey,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Vec<AuthRow>> {
     // None is the baseline: CRC32C and no key.
     let protections: Vec<Option<AuthKind>> =
-        std::iter::once(None).chain(algorithms.into_iter().map(Some)).collect();
+        std::iter::once(None).chain(algorithms(o).into_iter().map(Some)).collect();
     let opts = |auth: Option<AuthKind>, size: usize| NetOpts {
         size,
         mtu: o.mtu,

@@ -523,14 +523,14 @@ fn telling(bar: &Option<indicatif::ProgressBar>) -> impl Fn(&str) + '_ {
 fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {
     let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
     let say = telling(&bar);
-    let rows = auth_bench::run(o, &default_net(), &say)?;
+    let report = auth_bench::run(o, &default_net(), &say)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     if o.json {
-        return print_json(&rows);
+        return print_json(&report);
     }
-    table::auth(&rows, o);
+    table::auth(&report, o);
     Ok(())
 }
 

@@ -79,7 +79,13 @@ fn detection_document_shows_what_sum_and_xor_miss() {
 #[test]
 fn auth_document_has_the_baseline_and_every_algorithm() {
     let doc = tether_json(&["bench", "auth", "--rounds", "1", "--stream-size", "4096", "--json"]);
-    let rows = doc.as_array().expect("a row per protection");
+    let datagrams = doc["datagrams"].as_array().expect("the datagram table");
+    assert_eq!(datagrams.len(), 4 * 3, "every protection at three payload sizes");
+    for d in datagrams {
+        positive(&d["send_gb_s"], "send");
+        positive(&d["receive_gb_s"], "receive");
+    }
+    let rows = doc["end_to_end"].as_array().expect("a row per protection");
     let names: Vec<_> = rows.iter().map(|r| r["protection"].as_str().expect("name")).collect();
     assert_eq!(names, ["crc32c", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]);
     let encrypted: Vec<_> = rows.iter().map(|r| r["encrypted"].as_bool().expect("encrypted")).collect();
