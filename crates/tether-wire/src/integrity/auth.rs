@@ -9,13 +9,13 @@
 //!
 //! Why three algorithms: AES-256-GMAC authenticates without encrypting
 //! (the body stays readable, a capture shows the traffic) and is the
-//! fastest, as GHASH with carry-less multiplies runs at several bytes a
-//! cycle; AES-256-GCM adds encryption; ChaCha20-Poly1305 is the fast
-//! encrypting one on machines without AES instructions. Why aws-lc-rs and
-//! not ring: on this machine (VAES, VPCLMULQDQ, AVX-512) its GHASH over
-//! associated data runs at 7.55 GB/s for 1400 bytes and 32.47 GB/s for
-//! 65000, ring's at 1.96 and 1.98; its AES-GCM seals at 5.85 and 9.90,
-//! ring's at 4.85 and 6.90 (CRC32C: 12.96 and 19.87).
+//! cheapest, GHASH with carry-less multiplies running at several bytes a
+//! cycle; AES-256-GCM adds encryption; ChaCha20-Poly1305 is the encrypting
+//! one for machines without AES instructions. Why aws-lc-rs and not ring:
+//! ring hashes associated data at under 2 GB/s whatever its length, so
+//! its GMAC was slower than its AES-GCM; aws-lc-rs's runs at 6 to 20 GB/s
+//! here (docs/PROTOCOL.md, "Authentication", has the figures and the
+//! command that prints them).
 
 /// How an authenticated datagram is protected, as named on the wire
 /// (header byte 4 when the `AUTHENTICATED` flag is set).
