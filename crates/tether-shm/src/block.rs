@@ -1,0 +1,196 @@
+//! A control block in shared memory: one cache line holding a version, a
+//! fixed-size body and a CRC32C (docs/ENGINE.md, "Host-side backup").
+//!
+//! The writer (one at a time: the engine serving the block's owner) makes
+//! the version odd, writes the body and the checksum, and makes the version
+//! even again: a sequence lock. A reader that sees an odd version, or a
+//! version that changed while it copied, has a torn block; one whose
+//! checksum (over the version and the body) does not match has a damaged
+//! one. Either way it gets a typed error and trusts nothing: a recovering
+//! engine restores only state whose integrity it can check. A
+//! writer that died mid-write leaves the version odd for good, which every
+//! later reader sees as torn.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::region::{Region, ALIGN};
+use crate::ShmError;
+
+/// Bytes of a block's body.
+pub const BLOCK_BODY: usize = 48;
+const BODY_AT: usize = 8;
+const CRC_AT: usize = BODY_AT + BLOCK_BODY;
+
+/// What a block holds: a fixed-size encoding, and a decoding that checks
+/// every field it can (the checksum has passed by then, but a writer with
+/// a bug could still have written nonsense).
+pub trait BlockBody: Sized {
+    fn encode(&self) -> [u8; BLOCK_BODY];
+    fn decode(bytes: &[u8; BLOCK_BODY]) -> Result<Self, ShmError>;
+}
+
+/// One stream's host-side backup (Zhou et al. [FTGM] section 4.2: what the
+/// host keeps so a restarted card resumes without loss or duplicates):
+/// enough for a new engine to restore the stream, not reset it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamBackup {
+    pub peer: u32,
+    /// The stream's epoch (it changes when messages are abandoned).
+    pub epoch: u32,
+    /// This node's incarnation, and the peer's as last agreed.
+    pub incarnation: u64,
+    pub peer_incarnation: u64,
+    /// The next sequence number to assign: written before a datagram
+    /// carrying a new one leaves (record before send), never reused.
+    pub next_seq: u64,
+    /// Cumulative acknowledgement received: everything below is settled.
+    pub acked_upto: u64,
+    /// Sequence below which everything was published to the application
+    /// (the commit point): a retransmission of one of them is a duplicate.
+    pub delivered_upto: u64,
+}
+
+impl BlockBody for StreamBackup {
+    fn encode(&self) -> [u8; BLOCK_BODY] {
+        let mut b = [0u8; BLOCK_BODY];
+        b[0..4].copy_from_slice(&self.peer.to_le_bytes());
+        b[4..8].copy_from_slice(&self.epoch.to_le_bytes());
+        for (i, w) in
+            [self.incarnation, self.peer_incarnation, self.next_seq, self.acked_upto, self.delivered_upto]
+                .into_iter()
+                .enumerate()
+        {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8; BLOCK_BODY]) -> Result<Self, ShmError> {
+        let word = |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().expect("8 bytes"));
+        let s = StreamBackup {
+            peer: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+            epoch: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
+            incarnation: word(0),
+            peer_incarnation: word(1),
+            next_seq: word(2),
+            acked_upto: word(3),
+            delivered_upto: word(4),
+        };
+        if s.incarnation == 0 {
+            return Err(ShmError::BadField("incarnation 0"));
+        }
+        if s.acked_upto > s.next_seq {
+            return Err(ShmError::BadField("acknowledged beyond the next sequence"));
+        }
+        Ok(s)
+    }
+}
+
+/// A control block at a cache-line-aligned place in a region.
+pub struct Block<B> {
+    region: Arc<Region>,
+    base: *mut u8,
+    _body: core::marker::PhantomData<B>,
+}
+
+// SAFETY: `base` points into `region`, kept alive; concurrent access goes
+// through the version's atomics and volatile copies that are validated.
+unsafe impl<B> Send for Block<B> {}
+
+impl<B> core::fmt::Debug for Block<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Block").field("region", &self.region.path()).finish()
+    }
+}
+
+impl<B: BlockBody> Block<B> {
+    /// Bytes a block takes in a region: one cache line.
+    pub const FOOTPRINT: usize = ALIGN;
+
+    /// The block at byte `at` of `region` (a new region's zeroes are a
+    /// block never written).
+    pub fn at(region: Arc<Region>, at: usize) -> Result<Self, ShmError> {
+        let base = region.span(at, Self::FOOTPRINT)?;
+        Ok(Block { region, base, _body: core::marker::PhantomData })
+    }
+
+    fn version(&self) -> &AtomicU64 {
+        // SAFETY: the block's first 8 bytes, aligned, inside the region.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+
+    /// Write `body` (one writer at a time).
+    pub fn write(&mut self, body: &B) {
+        let v = self.version().load(Ordering::Relaxed);
+        // From an odd version (a writer died mid-write) start a fresh even one.
+        let odd = (v | 1).wrapping_add(if v % 2 == 1 { 2 } else { 0 });
+        let done = odd.wrapping_add(1);
+        self.version().store(odd, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let bytes = body.encode();
+        let crc = checksum(done, &bytes);
+        // SAFETY: body and checksum lie inside the block's cache line.
+        unsafe {
+            for (i, b) in bytes.iter().enumerate() {
+                self.base.add(BODY_AT + i).write_volatile(*b);
+            }
+            (self.base.add(CRC_AT) as *mut u32).write_volatile(crc.to_le());
+        }
+        self.version().store(done, Ordering::Release);
+    }
+
+    /// The body, if one was ever written whole; `Torn` if a write is under
+    /// way or its writer died in it, `BadChecksum` if the bytes were damaged.
+    pub fn read(&self) -> Result<Option<B>, ShmError> {
+        let v1 = self.version().load(Ordering::Acquire);
+        let mut raw = [0u8; 64];
+        // SAFETY: the whole cache line of the block, inside the region.
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = unsafe { self.base.add(i).read_volatile() };
+        }
+        fence(Ordering::Acquire);
+        let v2 = self.version().load(Ordering::Relaxed);
+        if v1 != v2 {
+            return Err(ShmError::Torn);
+        }
+        raw[..8].copy_from_slice(&v1.to_le_bytes());
+        Self::parse(&raw)
+    }
+
+    /// A block's 64 bytes as read from memory: version, body, checksum.
+    /// What `read` does once it has a stable copy; public so it can be fuzzed.
+    pub fn parse(raw: &[u8; 64]) -> Result<Option<B>, ShmError> {
+        let version = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+        if version == 0 {
+            return Ok(None);
+        }
+        if version % 2 == 1 {
+            return Err(ShmError::Torn);
+        }
+        let body: &[u8; BLOCK_BODY] = raw[BODY_AT..CRC_AT].try_into().expect("the body");
+        let crc = u32::from_le_bytes(raw[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes"));
+        if checksum(version, body) != crc {
+            return Err(ShmError::BadChecksum);
+        }
+        B::decode(body).map(Some)
+    }
+
+    /// Overwrite a byte of the block (test and fault-injection hook).
+    #[doc(hidden)]
+    pub fn scribble(&mut self, at: usize, byte: u8) {
+        // SAFETY: `at % 64` lies in the block's cache line.
+        unsafe { self.base.add(at % 64).write_volatile(byte) };
+    }
+
+    /// Make the version odd, as a writer that died mid-write leaves it
+    /// (test and fault-injection hook).
+    #[doc(hidden)]
+    pub fn tear(&mut self) {
+        self.version().fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn checksum(version: u64, body: &[u8; BLOCK_BODY]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&version.to_le_bytes()), body)
+}

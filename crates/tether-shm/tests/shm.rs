@@ -1,0 +1,263 @@
+//! Rings and control blocks in shared memory: exact delivery between two
+//! mappings and between two processes, wrap-around, back-pressure, and
+//! damage detected rather than trusted (torn blocks, stray writes, a writer
+//! that died mid-record).
+
+// Threads and processes on real shared memory: this is an I/O crate's test.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tether_shm::{Block, Region, Ring, ShmError, StreamBackup};
+
+/// A fresh region file, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir =
+            if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+        Scratch(dir.join(format!("tether-shm-test-{}-{name}", std::process::id())))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn record(i: u64) -> Vec<u8> {
+    let len = [0usize, 1, 7, 8, 9, 100, 1000, 3000][(i % 8) as usize];
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+fn ring(path: &Scratch, capacity: usize) -> Ring {
+    let region = Arc::new(Region::create(&path.0, Ring::footprint(capacity)).unwrap());
+    Ring::create(region, 0, capacity).unwrap()
+}
+
+#[test]
+fn records_come_out_as_they_went_in_across_the_wrap() {
+    let s = Scratch::new("wrap");
+    let mut r = ring(&s, 4096);
+    let mut out = Vec::new();
+    // Far more bytes than the ring holds, so it wraps many times, with
+    // padding wherever a record would not fit before the end.
+    for i in 0..10_000u64 {
+        let m = record(i % 7);
+        r.push(&m).unwrap();
+        assert!(r.pop(&mut out).unwrap());
+        assert_eq!(out, m, "record {i}");
+    }
+    assert!(!r.pop(&mut out).unwrap(), "empty");
+}
+
+#[test]
+fn a_full_ring_refuses_and_an_oversized_record_is_an_error() {
+    let s = Scratch::new("full");
+    let mut r = ring(&s, 1024);
+    assert!(matches!(r.push(&[0; 1024]), Err(ShmError::RecordTooLarge(1024))));
+    let mut n = 0;
+    while r.push(&[7; 100]).is_ok() {
+        n += 1;
+    }
+    assert_eq!(n, 1024 / 112, "108-byte records (8 + 100 padded) fill a 1 KiB ring");
+    assert!(matches!(r.push(&[7; 100]), Err(ShmError::Full { .. })));
+    let mut out = Vec::new();
+    assert!(r.pop(&mut out).unwrap());
+    r.push(&[8; 100]).unwrap();
+}
+
+#[test]
+fn two_mappings_of_one_region_pass_a_million_records_exactly() {
+    let s = Scratch::new("threads");
+    let mut producer = ring(&s, 1 << 16);
+    let mut consumer = Ring::attach(Arc::new(Region::open(&s.0).unwrap()), 0).unwrap();
+    const N: u64 = 1_000_000;
+    let t = std::thread::spawn(move || {
+        for i in 0..N {
+            let m = record(i);
+            while producer.push(&m).is_err() {
+                // Two cores and several tests at once: give the other side the CPU.
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < N {
+        if consumer.pop(&mut out).unwrap() {
+            assert_eq!(out, record(i), "record {i}");
+            i += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    t.join().unwrap();
+    assert!(!consumer.pop(&mut out).unwrap());
+}
+
+/// The producer half of `two_processes_pass_records_exactly`, run in a
+/// child process (the test binary again) when the variable names a region.
+#[test]
+fn child_producer() {
+    let Ok(path) = std::env::var("TETHER_SHM_CHILD_RING") else { return };
+    let mut r = Ring::attach(Arc::new(Region::open(path.as_ref()).unwrap()), 0).unwrap();
+    for i in 0..100_000 {
+        let m = record(i);
+        while r.push(&m).is_err() {
+            // Two cores and several tests at once: give the other side the CPU.
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn two_processes_pass_records_exactly() {
+    let s = Scratch::new("processes");
+    let mut consumer = ring(&s, 1 << 14);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_producer", "--test-threads", "1", "--quiet"])
+        .env("TETHER_SHM_CHILD_RING", &s.0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while i < 100_000 {
+        assert!(std::time::Instant::now() < deadline, "the child stopped after {i} records");
+        if consumer.pop(&mut out).unwrap() {
+            assert_eq!(out, record(i), "record {i}");
+            i += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn damage_is_detected_and_the_ring_left_as_it_was() {
+    let s = Scratch::new("damage");
+    let mut r = ring(&s, 1024);
+    let mut out = Vec::new();
+    r.push(b"first record").unwrap();
+    r.push(b"second").unwrap();
+    // A stray write into the first record's payload.
+    r.scribble(8 + 3, b"X");
+    for _ in 0..2 {
+        assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { at: 0, why: "record checksum mismatch" })));
+    }
+    assert!(out.is_empty(), "nothing of a damaged record is handed out");
+    // A length that runs past what was written.
+    r.scribble(0, &200u32.to_le_bytes());
+    assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { why: "record length out of bounds", .. })));
+    assert_eq!(r.len(), 24 + 16, "nothing consumed");
+}
+
+#[test]
+fn a_record_its_writer_never_published_is_invisible() {
+    let s = Scratch::new("unpublished");
+    let mut r = ring(&s, 1024);
+    r.push(b"published").unwrap();
+    // A producer that died while writing the next record: bytes in the
+    // ring, its position never advanced.
+    r.scribble(24, &[5, 0, 0, 0, 1, 2, 3, 4, b'h', b'a', b'l', b'f']);
+    let mut out = Vec::new();
+    assert!(r.pop(&mut out).unwrap());
+    assert_eq!(out, b"published");
+    assert!(!r.pop(&mut out).unwrap(), "the half-written record is not there");
+}
+
+#[test]
+fn attaching_checks_the_ring() {
+    let s = Scratch::new("attach");
+    let region = Arc::new(Region::create(&s.0, 8192).unwrap());
+    assert!(matches!(Ring::attach(region.clone(), 0), Err(ShmError::NotARing)), "zeroes are no ring");
+    assert!(matches!(Ring::create(region.clone(), 0, 1000), Err(ShmError::BadField(_))));
+    assert!(matches!(Ring::create(region.clone(), 0, 16384), Err(ShmError::TooSmall { .. })));
+    assert!(matches!(Ring::create(region.clone(), 10, 1024), Err(ShmError::BadField(_))), "unaligned");
+    Ring::create(region.clone(), 64, 4096).unwrap();
+    assert_eq!(Ring::attach(region, 64).unwrap().capacity(), 4096);
+}
+
+fn backup(next_seq: u64) -> StreamBackup {
+    StreamBackup {
+        peer: 2,
+        epoch: 1,
+        incarnation: 77,
+        peer_incarnation: 88,
+        next_seq,
+        acked_upto: next_seq / 2,
+        delivered_upto: 5,
+    }
+}
+
+#[test]
+fn a_block_reads_back_whole_or_says_why_not() {
+    let s = Scratch::new("block");
+    let region = Arc::new(Region::create(&s.0, 4096).unwrap());
+    let mut b = Block::<StreamBackup>::at(region.clone(), 128).unwrap();
+    assert_eq!(b.read().unwrap(), None, "never written");
+    b.write(&backup(10));
+    // Another mapping of the same region reads it.
+    let other = Block::<StreamBackup>::at(Arc::new(Region::open(&s.0).unwrap()), 128).unwrap();
+    assert_eq!(other.read().unwrap(), Some(backup(10)));
+    // A writer that dies mid-write: torn until the next whole write.
+    b.tear();
+    assert!(matches!(other.read(), Err(ShmError::Torn)));
+    b.write(&backup(11));
+    assert_eq!(other.read().unwrap(), Some(backup(11)));
+    // Any damaged byte of the version, body or checksum is caught.
+    for at in 0..60 {
+        let mut fresh = Block::<StreamBackup>::at(region.clone(), 0).unwrap();
+        fresh.write(&backup(12));
+        fresh.scribble(at, 0xA5 ^ at as u8);
+        let got = fresh.read();
+        assert!(got.is_err() || got.as_ref().unwrap() == &Some(backup(12)), "byte {at}: {got:?}");
+        assert!(!matches!(got, Ok(Some(b)) if b != backup(12)), "byte {at} damaged and trusted");
+    }
+    // Fields that cannot be: refused even under a good checksum.
+    b.write(&StreamBackup { acked_upto: 20, next_seq: 10, ..backup(10) });
+    assert!(matches!(b.read(), Err(ShmError::BadField(_))));
+}
+
+proptest! {
+    /// Any interleaving of pushes and pops behaves as a queue of records
+    /// bounded in bytes.
+    #[test]
+    fn a_ring_is_a_bounded_queue(ops in proptest::collection::vec((any::<bool>(), 0usize..300), 1..400)) {
+        let s = Scratch::new(&format!("prop-{}", rand_suffix(&ops)));
+        let mut r = ring(&s, 2048);
+        let mut model = VecDeque::new();
+        let mut out = Vec::new();
+        for (i, (push, len)) in ops.into_iter().enumerate() {
+            if push {
+                let m: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
+                match r.push(&m) {
+                    Ok(()) => model.push_back(m),
+                    Err(ShmError::Full { .. }) => prop_assert!(!model.is_empty(), "full while empty"),
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+            } else {
+                let got = r.pop(&mut out).unwrap();
+                match model.pop_front() {
+                    Some(m) => prop_assert!(got && out == m),
+                    None => prop_assert!(!got),
+                }
+            }
+        }
+    }
+}
+
+fn rand_suffix<T: core::fmt::Debug>(t: &T) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{t:?}").hash(&mut h);
+    h.finish()
+}
