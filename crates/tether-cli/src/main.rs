@@ -16,6 +16,7 @@ mod pattern;
 mod pingpong;
 mod plot;
 mod raw;
+mod shm_bench;
 mod stream;
 mod summary;
 mod table;
@@ -96,6 +97,10 @@ enum BenchWhat {
     /// large-message stream under each algorithm (--auth) against CRC32C
     /// alone, measured in turns in the same invocation.
     Auth(auth_bench::AuthOpts),
+    /// The shared-memory ring between applications and an engine process:
+    /// one-way latency and 8 B throughput against a cache line bounced
+    /// between two cores and bare words through a ring.
+    Shm(shm_bench::ShmOpts),
 }
 
 fn main() {
@@ -169,7 +174,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         Command::Pingpong(o) | Command::Stream(o) => check_net(o, m),
         Command::Bench(o) => match (&o.what, m.subcommand()) {
             (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
-            (Some(BenchWhat::Auth(_)), _) => Ok(()),
+            (Some(BenchWhat::Auth(_) | BenchWhat::Shm(_)), _) => Ok(()),
             _ => check_bench(&o.net, m),
         },
         Command::Demo(o) => demo::check(o),
@@ -424,6 +429,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
     match &o.what {
         Some(BenchWhat::Checksum(c)) => return run_bench_checksum(c),
         Some(BenchWhat::Auth(a)) => return run_bench_auth(a),
+        Some(BenchWhat::Shm(s)) => return run_bench_shm(s),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
@@ -520,18 +526,31 @@ fn telling(bar: &Option<indicatif::ProgressBar>) -> impl Fn(&str) + '_ {
     }
 }
 
-fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {
-    let bar = (!o.json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
-    let say = telling(&bar);
-    let report = auth_bench::run(o, &default_net(), &say)?;
+/// A measurement with a spinner while it runs, then its report as JSON or
+/// as the table `show` prints.
+fn measured<R: serde::Serialize>(
+    json: bool,
+    run: impl FnOnce(&dyn Fn(&str)) -> anyhow::Result<R>,
+    show: impl FnOnce(&R),
+) -> anyhow::Result<()> {
+    let bar = (!json).then(|| progress_bar(0, "{spinner} {elapsed} {msg}"));
+    let report = run(&telling(&bar))?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    if o.json {
+    if json {
         return print_json(&report);
     }
-    table::auth(&report, o);
+    show(&report);
     Ok(())
+}
+
+fn run_bench_shm(o: &shm_bench::ShmOpts) -> anyhow::Result<()> {
+    measured(o.json, |say| shm_bench::run(o, say), |r| table::shm(r, o))
+}
+
+fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {
+    measured(o.json, |say| auth_bench::run(o, &default_net(), say), |r| table::auth(r, o))
 }
 
 fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {

@@ -313,6 +313,29 @@ pub fn bench(rows: &[BenchRow], o: &NetOpts) {
     println!("ratio: tether / raw (RTT: lower is better, <1.15 is the bar; stream: higher is better, >0.85 is the bar)");
 }
 
+pub fn shm(r: &crate::shm_bench::ShmReport, o: &crate::shm_bench::ShmOpts) {
+    println!(
+        "tether bench shm: two threads over a shared-memory region, {} round trips and {} records of 8 B per run, {} runs; median (min-max)",
+        o.round_trips, o.records, o.runs
+    );
+    let mut t = table(&["", "baseline", "ring", "ratio"]);
+    t.add_row(vec![
+        "one-way ns (lower is better)".into(),
+        spread(&r.baseline_one_way_ns, 1),
+        spread(&r.ring_one_way_ns, 1),
+        format!("{:.2}", r.ring_one_way_ns.median / r.baseline_one_way_ns.median),
+    ]);
+    t.add_row(vec![
+        "M msgs/s (higher is better)".into(),
+        spread(&r.baseline_m_msgs_s, 1),
+        spread(&r.ring_m_msgs_s, 1),
+        format!("{:.2}", r.ring_m_msgs_s.median / r.baseline_m_msgs_s.median),
+    ]);
+    right(&mut t);
+    println!("{t}");
+    println!("baselines: one-way, a counter bounced in one cache line; throughput, bare 8 B words through a ring of slots");
+}
+
 pub fn auth(r: &AuthReport, o: &AuthOpts) {
     println!(
         "one datagram on one core (no sockets): payload GB/s through PacketWriter (copy in, checksum or seal) \

@@ -169,6 +169,7 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("bench checksum --algorithms crc99".into(), "unknown checksum `crc99`"),
         ("bench auth --algorithms md5".into(), "unknown authentication `md5`"),
         ("bench auth --rounds 0".into(), "must be between 1 and"),
+        ("bench shm --records 0".into(), "must be between 1 and"),
         ("stream --auth aes-256-gmac".into(), "--key-file <FILE>"),
         // sim, campaign, demo.
         ("sim --mix bogus".into(), "invalid value 'bogus' for '--mix"),
@@ -255,6 +256,7 @@ fn every_option_is_described() {
         &["bench"],
         &["bench", "checksum"],
         &["bench", "auth"],
+        &["bench", "shm"],
         &["sim"],
         &["campaign"],
     ];

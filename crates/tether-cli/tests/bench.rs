@@ -1,4 +1,4 @@
-//! `tether bench checksum` and `tether bench auth` end to end: the JSON
+//! `tether bench checksum`, `tether bench auth` and `tether bench shm` end to end: the JSON
 //! documents of the bandwidth table (with the model), of the detection
 //! table and of the authentication costs carry every record the issues
 //! name, with figures that could only come from a measurement.
@@ -99,4 +99,22 @@ fn auth_document_has_the_baseline_and_every_algorithm() {
     // The baseline against itself, in every round.
     assert_eq!(rows[0]["rtt_ratio"]["median"], 1.0);
     assert_eq!(rows[0]["stream_ratio"]["median"], 1.0);
+}
+
+#[test]
+fn shm_document_has_both_figures_and_their_baselines() {
+    let doc = tether_json(&[
+        "bench",
+        "shm",
+        "--runs",
+        "1",
+        "--round-trips",
+        "2000",
+        "--records",
+        "200000",
+        "--json",
+    ]);
+    for field in ["baseline_one_way_ns", "ring_one_way_ns", "baseline_m_msgs_s", "ring_m_msgs_s"] {
+        positive(&doc[field], field);
+    }
 }

@@ -65,6 +65,12 @@ impl Region {
         self.map.as_ptr() as *mut u8
     }
 
+    /// The base of the mapping, for structures of the caller's own (a
+    /// benchmark's baseline); valid for `len()` bytes while `self` lives.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base()
+    }
+
     /// Bytes `at..at + len` of the region, checked to lie within it and be
     /// aligned to [`ALIGN`].
     pub(crate) fn span(&self, at: usize, len: usize) -> Result<*mut u8, ShmError> {

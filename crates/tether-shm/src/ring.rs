@@ -1,18 +1,24 @@
 //! A single-producer single-consumer ring of variable-length records in a
 //! shared region: an application's submissions to its engine and the
-//! engine's completions back (docs/ENGINE.md). The same design as Aeron's
-//! and io_uring's rings: two monotonically increasing byte positions, each
-//! written by one side only and on a cache line of its own; a record is
-//! published by the release-store of the producer's position, so a writer
-//! that dies mid-record leaves nothing visible.
+//! engine's completions back (docs/ENGINE.md). Two monotonically increasing
+//! byte positions, each written by one side only and on a cache line of its
+//! own, bound the producer; a record is published by the release-store of
+//! its header, written last, so a writer that dies mid-record leaves
+//! nothing visible.
 //!
-//! Each record is an 8-byte header (payload length, CRC32C of length and
-//! payload) and the payload, padded to 8 bytes. A record never wraps: one
-//! that would is preceded by a padding marker to the end of the ring. The
-//! consumer checks every header against the ring's geometry and every
-//! payload against its CRC before anything leaves the ring, so memory a
-//! stray write damaged is a typed error ([`ShmError::Corrupt`]), not a
-//! crash or a wrong message.
+//! Each record is a 16-byte header (a tag made from the record's position,
+//! its length, and a CRC32C of position, length and payload) and the
+//! payload, padded to 16 bytes. The producer writes the payload, then the
+//! header, its tag last with release: that store publishes the record.
+//! The consumer finds records by polling the tag at its position (Aeron's
+//! ring buffers poll a header too), so a small record costs it one cache
+//! line, not also the producer's position's; a header left from an earlier
+//! lap carries another position, so nothing needs zeroing. A record never
+//! wraps: one that would is preceded by a padding marker to the end of the
+//! ring. The consumer checks every header against the ring's geometry and
+//! every payload against its CRC before anything leaves the ring, so memory
+//! a stray write damaged is a typed error
+//! ([`ShmError::Corrupt`]), not a crash or a wrong message.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,9 +33,11 @@ pub const RING_HEADER: usize = 3 * ALIGN;
 const MAGIC: u64 = u64::from_le_bytes(*b"tthRING1");
 const TAIL_AT: usize = ALIGN;
 const HEAD_AT: usize = 2 * ALIGN;
-/// Record header: length (u32), CRC32C (u32).
-const RECORD_HEADER: usize = 8;
-/// The length of a padding marker.
+/// Record header: the record's tag (its position, inverted: see `tag`),
+/// then its length field (u32) and CRC32C (u32).
+const RECORD_HEADER: usize = 16;
+/// The header's length field of a padding marker; a record's is its
+/// length plus one, so that no header is 0 (records are far shorter).
 const PAD: u32 = u32::MAX;
 
 /// One side of a ring (`push` is the producer's, `pop` the consumer's; a
@@ -39,6 +47,10 @@ pub struct Ring {
     base: *mut u8,
     data: *mut u8,
     capacity: u64,
+    /// The consumer's position as the producer last read it: re-read only
+    /// when it says the ring is full, so the producer does not pull the
+    /// consumer's cache line on every record.
+    seen_head: u64,
 }
 
 // SAFETY: the pointers point into `region`, which the ring keeps alive;
@@ -52,12 +64,43 @@ impl core::fmt::Debug for Ring {
     }
 }
 
-fn pad8(n: usize) -> usize {
-    (n + 7) & !7
+/// Records take multiples of 16 bytes, so every header starts 16-aligned
+/// and a whole header fits before the end of the ring.
+fn pad16(n: usize) -> usize {
+    (n + 15) & !15
 }
 
-fn record_crc(len: u32, payload: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload)
+/// CRC32C of the record's position (8 bytes), length field (4 bytes, both
+/// little-endian) and payload: a record checks only at its own position.
+/// Small records, the common case between an application and its engine,
+/// go straight to the SSE4.2 instruction: the crate's entry point costs
+/// more than the checksum of a dozen bytes.
+fn record_crc(pos: u64, len: u32, payload: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if payload.len() <= 64 && std::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2, checked just above.
+        return unsafe { small_crc(pos, len, payload) };
+    }
+    let mut head = [0u8; 12];
+    head[..8].copy_from_slice(&pos.to_le_bytes());
+    head[8..].copy_from_slice(&len.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&head), payload)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn small_crc(pos: u64, len: u32, payload: &[u8]) -> u32 {
+    use core::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
+    let mut c = _mm_crc32_u64(u64::from(!0u32), pos) as u32;
+    c = _mm_crc32_u32(c, len);
+    let mut words = payload.chunks_exact(8);
+    for w in &mut words {
+        c = _mm_crc32_u64(u64::from(c), u64::from_le_bytes(w.try_into().expect("8 bytes"))) as u32;
+    }
+    for &b in words.remainder() {
+        c = _mm_crc32_u8(c, b);
+    }
+    !c
 }
 
 impl Ring {
@@ -73,7 +116,10 @@ impl Ring {
             return Err(ShmError::BadField("ring capacity: a power of two from 64 bytes to 4 GiB"));
         }
         let base = region.span(at, Self::footprint(capacity))?;
-        let ring = Ring { base, data: ring_data(base), capacity: capacity as u64, region };
+        let ring = Ring { base, data: ring_data(base), capacity: capacity as u64, region, seen_head: 0 };
+        // No header anywhere: the region may have held a ring before.
+        // SAFETY: the data span, checked above.
+        unsafe { core::ptr::write_bytes(ring.data, 0, capacity) };
         ring.position(TAIL_AT).store(0, Ordering::Relaxed);
         ring.position(HEAD_AT).store(0, Ordering::Relaxed);
         // SAFETY: within the span checked above; 8-aligned (ALIGN-aligned base).
@@ -100,7 +146,7 @@ impl Ring {
             return Err(ShmError::NotARing);
         }
         let base = region.span(at, Self::footprint(capacity as usize))?;
-        Ok(Ring { base, data: ring_data(base), capacity, region })
+        Ok(Ring { base, data: ring_data(base), capacity, region, seen_head: 0 })
     }
 
     pub fn capacity(&self) -> usize {
@@ -135,71 +181,94 @@ impl Ring {
         if record.len() > self.max_record() {
             return Err(ShmError::RecordTooLarge(record.len()));
         }
-        let need = RECORD_HEADER + pad8(record.len());
+        let need = RECORD_HEADER + pad16(record.len());
         let tail = self.position(TAIL_AT).load(Ordering::Relaxed);
-        let head = self.position(HEAD_AT).load(Ordering::Acquire);
         let idx = (tail & (self.capacity - 1)) as usize;
         let to_end = self.capacity as usize - idx;
         let pad = if need > to_end { to_end } else { 0 };
-        let free = (self.capacity - tail.wrapping_sub(head)) as usize;
-        if pad + need > free {
-            return Err(ShmError::Full { needed: pad + need, free });
+        // The consumer's position is the other side's word: one beyond ours
+        // (damaged memory, or a consumer fooled by it) is an error, not an
+        // overflow.
+        let free = |head: u64| self.capacity.checked_sub(tail.wrapping_sub(head)).map(|f| f as usize);
+        if free(self.seen_head).is_none_or(|f| pad + need > f) {
+            self.seen_head = self.position(HEAD_AT).load(Ordering::Acquire);
+            let Some(free) = free(self.seen_head) else {
+                return Err(ShmError::Corrupt {
+                    at: self.seen_head,
+                    why: "consumer position past the producer's",
+                });
+            };
+            if pad + need > free {
+                return Err(ShmError::Full { needed: pad + need, free });
+            }
         }
-        let mut at = idx;
+        let (mut at, mut pos) = (idx, tail);
         if pad > 0 {
-            self.write_header(at, PAD, 0);
-            at = 0;
+            self.publish(at, pos, PAD, record_crc(pos, PAD, &[]));
+            (at, pos) = (0, tail + pad as u64);
         }
-        self.write_header(at, record.len() as u32, record_crc(record.len() as u32, record));
         // SAFETY: `at + need <= capacity` (a record fits before the end, or
-        // starts at 0 after the padding); the consumer does not read bytes
-        // between head and tail-to-be until the release below.
+        // starts at 0 after the padding), in space the consumer has zeroed
+        // and released (its position, read with acquire above or before).
         unsafe {
             core::ptr::copy_nonoverlapping(record.as_ptr(), self.data.add(at + RECORD_HEADER), record.len())
         };
+        // The header last: storing its tag is what makes the record exist.
+        let field = record.len() as u32 + 1;
+        self.publish(at, pos, field, record_crc(pos, field, record));
+        // For `len` and the producer's own next position; the consumer
+        // finds records by their headers and never waits on this line.
         self.position(TAIL_AT).store(tail + (pad + need) as u64, Ordering::Release);
         Ok(())
     }
 
-    fn write_header(&mut self, at: usize, len: u32, crc: u32) {
-        let word = u64::from(len) | u64::from(crc) << 32;
-        // SAFETY: `at` is 8-aligned and `at + 8 <= capacity` (records and
-        // markers start at 8-aligned offsets of a capacity that is a
-        // multiple of 8).
-        unsafe { (self.data.add(at) as *mut u64).write_volatile(word.to_le()) };
+    /// Word `i` (0: the tag, 1: length field and checksum) of the header
+    /// at `at`.
+    fn header(&self, at: usize, i: usize) -> &AtomicU64 {
+        // SAFETY: `at` is 8-aligned and `at + 16 <= capacity` (records and
+        // markers start at 8-aligned offsets and take at least 16 bytes
+        // before the end: `to_end` is a multiple of 16 as every record's
+        // size is rounded to 8 and the capacity to a power of two, see
+        // `pad8` and `push`); the region lives as long as `self`.
+        unsafe { &*(self.data.add(at + 8 * i) as *const AtomicU64) }
+    }
+
+    /// Store a header: its length field (`PAD`, or a record's length plus
+    /// one) and checksum, then with release its tag, which publishes it.
+    fn publish(&mut self, at: usize, pos: u64, field: u32, crc: u32) {
+        self.header(at, 1).store(u64::from(field) | u64::from(crc) << 32, Ordering::Relaxed);
+        self.header(at, 0).store(tag(pos), Ordering::Release);
     }
 
     /// Consumer: take the oldest record into `out` (cleared first); false
-    /// if the ring is empty. A record that does not check leaves the ring
-    /// as it was and returns `Corrupt`.
+    /// if the ring is empty. The consumer polls the tag of the header at its
+    /// position, on the same cache line as a small record's payload: a
+    /// header left from an earlier lap has another tag. A record that does
+    /// not check leaves the ring as it was and returns `Corrupt`.
     pub fn pop(&mut self, out: &mut Vec<u8>) -> Result<bool, ShmError> {
         let mut head = self.position(HEAD_AT).load(Ordering::Relaxed);
-        let tail = self.position(TAIL_AT).load(Ordering::Acquire);
         loop {
-            let ready = tail.wrapping_sub(head);
-            if ready == 0 {
+            let idx = (head & (self.capacity - 1)) as usize;
+            if !idx.is_multiple_of(16) {
+                return Err(ShmError::Corrupt { at: head, why: "position out of the ring's geometry" });
+            }
+            if self.header(idx, 0).load(Ordering::Acquire) != tag(head) {
                 return Ok(false);
             }
-            if ready > self.capacity || !ready.is_multiple_of(8) {
-                return Err(ShmError::Corrupt { at: head, why: "positions out of the ring's geometry" });
-            }
-            let idx = (head & (self.capacity - 1)) as usize;
-            // SAFETY: `idx` is 8-aligned (positions advance by multiples of
-            // 8, checked above) and below the capacity.
-            let word = u64::from_le(unsafe { (self.data.add(idx) as *const u64).read_volatile() });
-            let (len, crc) = (word as u32, (word >> 32) as u32);
+            let word = self.header(idx, 1).load(Ordering::Relaxed);
+            let (field, crc) = (word as u32, (word >> 32) as u32);
             let to_end = self.capacity as usize - idx;
-            if len == PAD {
-                if (to_end as u64) > ready {
-                    return Err(ShmError::Corrupt { at: head, why: "padding past the written bytes" });
+            if field == PAD {
+                if record_crc(head, PAD, &[]) != crc {
+                    return Err(ShmError::Corrupt { at: head, why: "padding checksum mismatch" });
                 }
                 head += to_end as u64;
                 self.position(HEAD_AT).store(head, Ordering::Release);
                 continue;
             }
-            let len = len as usize;
-            let need = RECORD_HEADER + pad8(len);
-            if len > self.max_record() || need > to_end || need as u64 > ready {
+            let len = field.wrapping_sub(1) as usize;
+            let need = RECORD_HEADER + pad16(len);
+            if len > self.max_record() || need > to_end {
                 return Err(ShmError::Corrupt { at: head, why: "record length out of bounds" });
             }
             out.clear();
@@ -210,7 +279,7 @@ impl Ring {
                 core::ptr::copy_nonoverlapping(self.data.add(idx + RECORD_HEADER), out.as_mut_ptr(), len);
                 out.set_len(len);
             }
-            if record_crc(len as u32, out) != crc {
+            if record_crc(head, field, out) != crc {
                 out.clear();
                 return Err(ShmError::Corrupt { at: head, why: "record checksum mismatch" });
             }
@@ -228,6 +297,13 @@ impl Ring {
         // SAFETY: `at + n <= capacity`.
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.data.add(at), n) };
     }
+}
+
+/// A header's tag for position `pos`: its bits inverted, so a zeroed ring
+/// holds no header (the first position is 0) and a header from an earlier
+/// lap (another position) is not taken for the current one.
+fn tag(pos: u64) -> u64 {
+    !pos
 }
 
 fn ring_data(base: *mut u8) -> *mut u8 {

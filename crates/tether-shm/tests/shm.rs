@@ -65,7 +65,7 @@ fn a_full_ring_refuses_and_an_oversized_record_is_an_error() {
     while r.push(&[7; 100]).is_ok() {
         n += 1;
     }
-    assert_eq!(n, 1024 / 112, "108-byte records (8 + 100 padded) fill a 1 KiB ring");
+    assert_eq!(n, 1024 / 128, "128-byte records (16 + 100 padded to 112) fill a 1 KiB ring");
     assert!(matches!(r.push(&[7; 100]), Err(ShmError::Full { .. })));
     let mut out = Vec::new();
     assert!(r.pop(&mut out).unwrap());
@@ -148,16 +148,42 @@ fn damage_is_detected_and_the_ring_left_as_it_was() {
     let mut out = Vec::new();
     r.push(b"first record").unwrap();
     r.push(b"second").unwrap();
-    // A stray write into the first record's payload.
-    r.scribble(8 + 3, b"X");
+    // A stray write into the first record's payload (after its 16-byte header).
+    r.scribble(16 + 3, b"X");
     for _ in 0..2 {
         assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { at: 0, why: "record checksum mismatch" })));
     }
     assert!(out.is_empty(), "nothing of a damaged record is handed out");
-    // A length that runs past what was written.
-    r.scribble(0, &200u32.to_le_bytes());
+    r.scribble(16 + 3, b"s");
+    // A length field damaged (header bytes 8..12): 199 bytes claimed where
+    // 12 were written.
+    r.scribble(8, &200u32.to_le_bytes());
+    assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { at: 0, why: "record checksum mismatch" })));
+    // One past what any record may be.
+    r.scribble(8, &1000u32.to_le_bytes());
     assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { why: "record length out of bounds", .. })));
-    assert_eq!(r.len(), 24 + 16, "nothing consumed");
+    assert_eq!(r.len(), 32 + 32, "nothing consumed");
+    // Repaired, it checks again: the damage was the only fault.
+    r.scribble(8, &13u32.to_le_bytes());
+    assert!(r.pop(&mut out).unwrap());
+    assert_eq!(out, b"first record");
+}
+
+/// A padding marker forged by a stray write (a valid tag at the consumer's
+/// position) would move the consumer past the producer: it is checked like
+/// a record (found by the `shm` fuzz target, which then overflowed the
+/// producer's free-space sum).
+#[test]
+fn a_forged_padding_marker_is_refused() {
+    let s = Scratch::new("forged-pad");
+    let mut r = ring(&s, 1024);
+    let mut header = (!0u64).to_le_bytes().to_vec();
+    header.extend_from_slice(&u32::MAX.to_le_bytes());
+    header.extend_from_slice(&[0; 4]);
+    r.scribble(0, &header);
+    let mut out = Vec::new();
+    assert!(matches!(r.pop(&mut out), Err(ShmError::Corrupt { at: 0, why: "padding checksum mismatch" })));
+    r.push(b"still works").unwrap();
 }
 
 #[test]
@@ -165,9 +191,9 @@ fn a_record_its_writer_never_published_is_invisible() {
     let s = Scratch::new("unpublished");
     let mut r = ring(&s, 1024);
     r.push(b"published").unwrap();
-    // A producer that died while writing the next record: bytes in the
-    // ring, its position never advanced.
-    r.scribble(24, &[5, 0, 0, 0, 1, 2, 3, 4, b'h', b'a', b'l', b'f']);
+    // A producer that died while writing the next record: its payload in
+    // the ring, its header (written last, to publish it) never stored.
+    r.scribble(32 + 16, b"half");
     let mut out = Vec::new();
     assert!(r.pop(&mut out).unwrap());
     assert_eq!(out, b"published");
