@@ -1,6 +1,6 @@
-//! Fuzz what parses shared memory (docs/ENGINE.md): control blocks from
-//! arbitrary bytes, and a ring driven by arbitrary pushes, pops and stray
-//! writes into its memory. No panic; a block that parses re-encodes to the
+//! Fuzz what parses shared memory (docs/ENGINE.md): control blocks (stream
+//! backups and region headers) from arbitrary bytes, and a ring driven by
+//! arbitrary pushes, pops and stray writes into its memory. No panic; a block that parses re-encodes to the
 //! bytes it came from; a ring hands out only records within its bounds and,
 //! until something scribbled on it, exactly the records pushed, in order.
 
@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tether_shm::{Block, BlockBody, Region, Ring, StreamBackup};
+use tether_shm::{Block, BlockBody, ClientHeader, Region, Ring, StreamBackup};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&first, rest)) = input.split_first() else { return };
@@ -18,8 +18,13 @@ fuzz_target!(|input: &[u8]| {
         let mut raw = [0u8; 64];
         let n = rest.len().min(64);
         raw[..n].copy_from_slice(&rest[..n]);
-        if let Ok(Some(b)) = Block::<StreamBackup>::parse(&raw) {
-            assert_eq!(&b.encode()[..], &raw[8..56], "a parsed block re-encodes to its bytes");
+        if first & 2 == 0 {
+            if let Ok(Some(b)) = Block::<StreamBackup>::parse(&raw) {
+                assert_eq!(&b.encode()[..], &raw[8..56], "a parsed block re-encodes to its bytes");
+            }
+        } else if let Ok(Some(h)) = Block::<ClientHeader>::parse(&raw) {
+            assert_eq!(&h.encode()[..], &raw[8..56], "a parsed header re-encodes to its bytes");
+            assert!(h.region_len() > 0);
         }
         return;
     }

@@ -3,7 +3,9 @@
 //! on the host; here the engine is a process and the host is each
 //! application, docs/ENGINE.md).
 //!
-//! Three pieces, each safe to map from two processes at once:
+//! Three pieces, each safe to map from two processes at once, and the
+//! layout of an application's region that puts them together
+//! ([`ClientRegion`]):
 //!
 //! - [`Region`]: a file in `/dev/shm` (or anywhere) mapped shared, the unit
 //!   an application creates and an engine maps, and that outlives the
@@ -21,11 +23,13 @@
 //! is bounded and validated, with typed errors ([`ShmError`]).
 
 mod block;
+mod client;
 mod error;
 mod region;
 mod ring;
 
 pub use block::{Block, BlockBody, StreamBackup, BLOCK_BODY};
+pub use client::{ClientHeader, ClientRegion, LAYOUT_VERSION, MAX_STREAMS};
 pub use error::ShmError;
 pub use region::Region;
 pub use ring::{Ring, RING_HEADER};

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use tether_shm::{Block, Region, Ring, ShmError, StreamBackup};
+use tether_shm::{Block, ClientHeader, ClientRegion, Region, Ring, ShmError, StreamBackup, LAYOUT_VERSION};
 
 /// A fresh region file, removed when dropped.
 struct Scratch(PathBuf);
@@ -286,4 +286,64 @@ fn rand_suffix<T: core::fmt::Debug>(t: &T) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{t:?}").hash(&mut h);
     h.finish()
+}
+
+fn client_header() -> ClientHeader {
+    ClientHeader {
+        version: LAYOUT_VERSION,
+        node: 3,
+        port: 1,
+        pid: std::process::id(),
+        incarnation: 99,
+        submission_capacity: 4096,
+        completion_capacity: 8192,
+        streams: 4,
+    }
+}
+
+/// An application lays out its region; an engine opens it knowing only
+/// the path, and both sides see the same rings and backups.
+#[test]
+fn an_engine_opens_what_its_application_laid_out() {
+    let s = Scratch::new("client");
+    let mut app = ClientRegion::create(&s.0, client_header()).unwrap();
+    let mut engine = ClientRegion::open(&s.0).unwrap();
+    assert_eq!(engine.header, client_header());
+    assert_eq!(engine.backups.len(), 4);
+    app.submissions.push(b"send this").unwrap();
+    let mut out = Vec::new();
+    assert!(engine.submissions.pop(&mut out).unwrap());
+    assert_eq!(out, b"send this");
+    engine.completions.push(b"delivered").unwrap();
+    assert!(app.completions.pop(&mut out).unwrap());
+    assert_eq!(out, b"delivered");
+    engine.backups[2].write(&backup(40));
+    assert_eq!(app.backups[2].read().unwrap(), Some(backup(40)));
+    assert_eq!(app.backups[1].read().unwrap(), None);
+}
+
+/// A region an engine must not trust is refused with the reason: not laid
+/// out yet, a damaged header, a file shorter than its header says, a
+/// header that cannot be.
+#[test]
+fn a_region_that_does_not_check_is_refused() {
+    let s = Scratch::new("client-bad");
+    assert!(matches!(
+        ClientRegion::create(&s.0, ClientHeader { version: 2, ..client_header() }),
+        Err(ShmError::BadField("layout version"))
+    ));
+    assert!(matches!(
+        ClientRegion::create(&s.0, ClientHeader { submission_capacity: 1000, ..client_header() }),
+        Err(ShmError::BadField("ring capacity"))
+    ));
+    std::fs::write(&s.0, [0u8; 8192]).unwrap();
+    assert!(matches!(ClientRegion::open(&s.0), Err(ShmError::BadField(_))), "zeroes: no header");
+    ClientRegion::create(&s.0, client_header()).unwrap();
+    let mut header = Block::<ClientHeader>::at(Arc::new(Region::open(&s.0).unwrap()), 0).unwrap();
+    header.scribble(20, 0x55);
+    assert!(matches!(ClientRegion::open(&s.0), Err(ShmError::BadChecksum)));
+    ClientRegion::create(&s.0, client_header()).unwrap();
+    let len = std::fs::metadata(&s.0).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&s.0).unwrap().set_len(len - 64).unwrap();
+    assert!(matches!(ClientRegion::open(&s.0), Err(ShmError::TooSmall { .. })));
 }
