@@ -1,0 +1,407 @@
+//! The records an application and its engine exchange, one per ring record
+//! (docs/ENGINE.md, "Step 1 in detail"): submissions from the application,
+//! completions from the engine. Little-endian, the first byte the kind.
+//!
+//! Neither side trusts the other's memory (a crashed or buggy engine, a
+//! buggy or hostile application), so decoding is parsing: every length is
+//! checked against the bytes there, every enum value against its range,
+//! and what is left over is an error. Decoding borrows payloads from the
+//! record and never allocates; encoding writes into the caller's buffer.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use tether_proto::{FailReason, FailedMessages, NodeId, MAX_RAILS};
+use thiserror::Error;
+
+/// Why a record was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum RecordError {
+    #[error("empty record")]
+    Empty,
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    #[error("record truncated")]
+    Truncated,
+    #[error("{0} bytes after the record's end")]
+    Trailing(usize),
+    #[error("bad field: {0}")]
+    BadField(&'static str),
+    #[error("the buffer is too small for the record")]
+    BufferTooSmall,
+}
+
+/// From an application to its engine. `AddPeer` holds its addresses inline
+/// (no allocation to decode one), which makes it the large variant; a
+/// submission lives on the stack for the moment it is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
+pub enum Submission<'a> {
+    /// Send `payload` to `peer`; `id` is the application's name for the
+    /// message, used in the completions that settle it.
+    Send { id: u64, peer: NodeId, payload: &'a [u8] },
+    /// Learn a peer's address on each rail (rail `i` is `rails[i]`).
+    AddPeer { node: NodeId, rails: Rails },
+    /// The application is leaving: settle what it sent within `linger_ns`.
+    Close { linger_ns: u64 },
+}
+
+/// A peer's addresses, one per rail, at most `MAX_RAILS`, inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rails {
+    addrs: [Option<SocketAddr>; MAX_RAILS],
+    len: usize,
+}
+
+impl Rails {
+    pub fn new(addrs: &[SocketAddr]) -> Result<Self, RecordError> {
+        if addrs.is_empty() || addrs.len() > MAX_RAILS {
+            return Err(RecordError::BadField("between one and MAX_RAILS addresses"));
+        }
+        let mut r = Rails::default();
+        for (slot, a) in r.addrs.iter_mut().zip(addrs) {
+            *slot = Some(*a);
+        }
+        r.len = addrs.len();
+        Ok(r)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.addrs[..self.len].iter().flatten().copied()
+    }
+}
+
+/// From an engine to its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion<'a> {
+    /// A message from `from`, the `seq`-th of its stream to us.
+    Delivery { from: NodeId, seq: u64, payload: &'a [u8] },
+    /// Every message to `peer` with an application id below `below` is
+    /// acknowledged (ids are assigned in order per peer).
+    Settled { peer: NodeId, below: u64 },
+    /// Messages that will never be acknowledged, and why.
+    Failed { failed: FailedMessages, reason: FailReason },
+}
+
+mod kind {
+    pub const SEND: u8 = 1;
+    pub const ADD_PEER: u8 = 2;
+    pub const CLOSE: u8 = 3;
+    pub const DELIVERY: u8 = 16;
+    pub const SETTLED: u8 = 17;
+    pub const FAILED: u8 = 18;
+}
+
+/// Writes fields into a caller's buffer.
+struct Out<'b> {
+    buf: &'b mut [u8],
+    at: usize,
+}
+
+impl Out<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), RecordError> {
+        let end = self.at.checked_add(bytes.len()).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or(RecordError::BufferTooSmall)?;
+        self.buf[self.at..end].copy_from_slice(bytes);
+        self.at = end;
+        Ok(())
+    }
+}
+
+/// Reads fields from a record, each bounds-checked.
+struct In<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> In<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
+        if self.rest.len() < n {
+            return Err(RecordError::Truncated);
+        }
+        let (head, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, RecordError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self) -> Result<u32, RecordError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, RecordError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    /// A payload: its length (u32) and bytes.
+    fn bytes(&mut self) -> Result<&'a [u8], RecordError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn end(self) -> Result<(), RecordError> {
+        match self.rest.len() {
+            0 => Ok(()),
+            n => Err(RecordError::Trailing(n)),
+        }
+    }
+}
+
+fn put_bytes(o: &mut Out<'_>, payload: &[u8]) -> Result<(), RecordError> {
+    let n = u32::try_from(payload.len()).map_err(|_| RecordError::BadField("payload over 4 GiB"))?;
+    o.put(&n.to_le_bytes())?;
+    o.put(payload)
+}
+
+/// An address: family (4 or 6), 16 address bytes (IPv4 in the first 4),
+/// port.
+fn put_addr(o: &mut Out<'_>, a: SocketAddr) -> Result<(), RecordError> {
+    let mut ip = [0u8; 16];
+    let family = match a.ip() {
+        IpAddr::V4(v4) => {
+            ip[..4].copy_from_slice(&v4.octets());
+            4u8
+        }
+        IpAddr::V6(v6) => {
+            ip.copy_from_slice(&v6.octets());
+            6
+        }
+    };
+    o.put(&[family])?;
+    o.put(&ip)?;
+    o.put(&a.port().to_le_bytes())
+}
+
+fn take_addr(i: &mut In<'_>) -> Result<SocketAddr, RecordError> {
+    let family = i.u8()?;
+    let ip: [u8; 16] = i.take(16)?.try_into().expect("16 bytes");
+    let port = i.u16()?;
+    let ip = match family {
+        4 if ip[4..] == [0; 12] => IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3])),
+        6 => IpAddr::V6(Ipv6Addr::from(ip)),
+        _ => return Err(RecordError::BadField("address family")),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+fn reason_code(r: FailReason) -> Result<u8, RecordError> {
+    match r {
+        FailReason::PeerUnreachable => Ok(1),
+        FailReason::PeerRestarted => Ok(2),
+        FailReason::OperationFault => Ok(3),
+        // A reason added to the core and not yet to the records.
+        _ => Err(RecordError::BadField("fail reason")),
+    }
+}
+
+fn reason(code: u8) -> Result<FailReason, RecordError> {
+    match code {
+        1 => Ok(FailReason::PeerUnreachable),
+        2 => Ok(FailReason::PeerRestarted),
+        3 => Ok(FailReason::OperationFault),
+        _ => Err(RecordError::BadField("fail reason")),
+    }
+}
+
+impl<'a> Submission<'a> {
+    /// Write the record into `buf`; its length.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
+        let mut o = Out { buf, at: 0 };
+        match self {
+            Submission::Send { id, peer, payload } => {
+                o.put(&[kind::SEND])?;
+                o.put(&id.to_le_bytes())?;
+                o.put(&peer.to_le_bytes())?;
+                put_bytes(&mut o, payload)?;
+            }
+            Submission::AddPeer { node, rails } => {
+                o.put(&[kind::ADD_PEER])?;
+                o.put(&node.to_le_bytes())?;
+                o.put(&[rails.len as u8])?;
+                for a in rails.iter() {
+                    put_addr(&mut o, a)?;
+                }
+            }
+            Submission::Close { linger_ns } => {
+                o.put(&[kind::CLOSE])?;
+                o.put(&linger_ns.to_le_bytes())?;
+            }
+        }
+        Ok(o.at)
+    }
+
+    /// Parse one record; its payload is borrowed from `record`.
+    pub fn decode(record: &'a [u8]) -> Result<Self, RecordError> {
+        let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
+        let mut i = In { rest };
+        let s = match k {
+            kind::SEND => Submission::Send { id: i.u64()?, peer: i.u32()?, payload: i.bytes()? },
+            kind::ADD_PEER => {
+                let node = i.u32()?;
+                let n = i.u8()? as usize;
+                if n == 0 || n > MAX_RAILS {
+                    return Err(RecordError::BadField("between one and MAX_RAILS addresses"));
+                }
+                let mut rails = Rails { len: n, ..Rails::default() };
+                for slot in &mut rails.addrs[..n] {
+                    *slot = Some(take_addr(&mut i)?);
+                }
+                Submission::AddPeer { node, rails }
+            }
+            kind::CLOSE => Submission::Close { linger_ns: i.u64()? },
+            k => return Err(RecordError::UnknownKind(k)),
+        };
+        i.end()?;
+        Ok(s)
+    }
+}
+
+impl<'a> Completion<'a> {
+    /// Write the record into `buf`; its length.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
+        let mut o = Out { buf, at: 0 };
+        match self {
+            Completion::Delivery { from, seq, payload } => {
+                o.put(&[kind::DELIVERY])?;
+                o.put(&from.to_le_bytes())?;
+                o.put(&seq.to_le_bytes())?;
+                put_bytes(&mut o, payload)?;
+            }
+            Completion::Settled { peer, below } => {
+                o.put(&[kind::SETTLED])?;
+                o.put(&peer.to_le_bytes())?;
+                o.put(&below.to_le_bytes())?;
+            }
+            Completion::Failed { failed, reason } => {
+                o.put(&[kind::FAILED])?;
+                o.put(&failed.peer.to_le_bytes())?;
+                for w in [failed.first, failed.end, failed.in_doubt_end] {
+                    o.put(&w.to_le_bytes())?;
+                }
+                o.put(&[reason_code(*reason)?])?;
+            }
+        }
+        Ok(o.at)
+    }
+
+    /// Parse one record; its payload is borrowed from `record`.
+    pub fn decode(record: &'a [u8]) -> Result<Self, RecordError> {
+        let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
+        let mut i = In { rest };
+        let c = match k {
+            kind::DELIVERY => Completion::Delivery { from: i.u32()?, seq: i.u64()?, payload: i.bytes()? },
+            kind::SETTLED => Completion::Settled { peer: i.u32()?, below: i.u64()? },
+            kind::FAILED => {
+                let failed =
+                    FailedMessages { peer: i.u32()?, first: i.u64()?, end: i.u64()?, in_doubt_end: i.u64()? };
+                // The report's own invariant: first <= in-doubt end <= end.
+                if !(failed.first <= failed.in_doubt_end && failed.in_doubt_end <= failed.end) {
+                    return Err(RecordError::BadField("failed range out of order"));
+                }
+                Completion::Failed { failed, reason: reason(i.u8()?)? }
+            }
+            k => return Err(RecordError::UnknownKind(k)),
+        };
+        i.end()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn addr() -> impl Strategy<Value = SocketAddr> {
+        prop_oneof![
+            (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, p)| SocketAddr::new(IpAddr::from(ip), p)),
+            (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, p)| SocketAddr::new(IpAddr::from(ip), p)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn submissions_round_trip(
+            id in any::<u64>(), peer in any::<u32>(), payload in proptest::collection::vec(any::<u8>(), 0..300),
+            addrs in proptest::collection::vec(addr(), 1..=MAX_RAILS), linger in any::<u64>(),
+        ) {
+            let all = [
+                Submission::Send { id, peer, payload: &payload },
+                Submission::AddPeer { node: peer, rails: Rails::new(&addrs).unwrap() },
+                Submission::Close { linger_ns: linger },
+            ];
+            let mut buf = vec![0u8; 1024];
+            for s in all {
+                let n = s.encode(&mut buf).unwrap();
+                prop_assert_eq!(Submission::decode(&buf[..n]).unwrap(), s.clone());
+                // Every strict prefix is refused, and so is a byte more.
+                for cut in 0..n {
+                    prop_assert!(Submission::decode(&buf[..cut]).is_err());
+                }
+                buf[n] = 0;
+                prop_assert_eq!(Submission::decode(&buf[..n + 1]), Err(RecordError::Trailing(1)));
+            }
+        }
+
+        #[test]
+        fn completions_round_trip(
+            from in any::<u32>(), seq in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300),
+            mut range in any::<[u64; 3]>(), code in 1u8..=3,
+        ) {
+            range.sort_unstable();
+            let failed = FailedMessages { peer: from, first: range[0], in_doubt_end: range[1], end: range[2] };
+            let all = [
+                Completion::Delivery { from, seq, payload: &payload },
+                Completion::Settled { peer: from, below: seq },
+                Completion::Failed { failed, reason: reason(code).unwrap() },
+            ];
+            let mut buf = vec![0u8; 1024];
+            for c in all {
+                let n = c.encode(&mut buf).unwrap();
+                prop_assert_eq!(Completion::decode(&buf[..n]).unwrap(), c.clone());
+                for cut in 0..n {
+                    prop_assert!(Completion::decode(&buf[..cut]).is_err());
+                }
+            }
+        }
+
+        /// Arbitrary bytes never panic, and what parses encodes back to them.
+        #[test]
+        fn any_bytes_parse_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let mut buf = vec![0u8; 256];
+            if let Ok(s) = Submission::decode(&bytes) {
+                let n = s.encode(&mut buf).unwrap();
+                prop_assert_eq!(&buf[..n], &bytes[..]);
+            }
+            if let Ok(c) = Completion::decode(&bytes) {
+                let n = c.encode(&mut buf).unwrap();
+                prop_assert_eq!(&buf[..n], &bytes[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        assert_eq!(Submission::decode(&[]), Err(RecordError::Empty));
+        assert_eq!(Submission::decode(&[99]), Err(RecordError::UnknownKind(99)));
+        assert_eq!(Completion::decode(&[kind::SEND]), Err(RecordError::UnknownKind(kind::SEND)));
+        // A payload length beyond the record.
+        let mut r = vec![kind::SEND];
+        r.extend_from_slice(&[0; 12]);
+        r.extend_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(Submission::decode(&r), Err(RecordError::Truncated));
+        // No rails, or more than there can be.
+        assert_eq!(
+            Submission::decode(&[kind::ADD_PEER, 1, 0, 0, 0, 0]),
+            Err(RecordError::BadField("between one and MAX_RAILS addresses"))
+        );
+        // A failure report whose range is out of order.
+        let f = FailedMessages { peer: 1, first: 5, in_doubt_end: 3, end: 9 };
+        let mut buf = [0u8; 64];
+        let n = Completion::Failed { failed: f, reason: FailReason::PeerRestarted }.encode(&mut buf).unwrap();
+        assert_eq!(Completion::decode(&buf[..n]), Err(RecordError::BadField("failed range out of order")));
+        assert_eq!(
+            Submission::Close { linger_ns: 1 }.encode(&mut [0u8; 4]),
+            Err(RecordError::BufferTooSmall)
+        );
+    }
+}
