@@ -188,6 +188,7 @@ fn reason_code(r: FailReason) -> Result<u8, RecordError> {
         FailReason::PeerUnreachable => Ok(1),
         FailReason::PeerRestarted => Ok(2),
         FailReason::OperationFault => Ok(3),
+        FailReason::StreamReset => Ok(4),
         // A reason added to the core and not yet to the records.
         _ => Err(RecordError::BadField("fail reason")),
     }
@@ -198,6 +199,7 @@ fn reason(code: u8) -> Result<FailReason, RecordError> {
         1 => Ok(FailReason::PeerUnreachable),
         2 => Ok(FailReason::PeerRestarted),
         3 => Ok(FailReason::OperationFault),
+        4 => Ok(FailReason::StreamReset),
         _ => Err(RecordError::BadField("fail reason")),
     }
 }

@@ -30,6 +30,11 @@ pub enum FailReason {
     /// accepted and then completed with an error status. The runtime's
     /// fault injector reports it; the core never does.
     OperationFault,
+    /// The peer's receiver moved to a stream epoch this endpoint never
+    /// started, so it no longer takes the old one. Only forged traffic
+    /// (no cluster key) or corruption the checksum missed does that; the
+    /// stream resynchronises on a newer epoch.
+    StreamReset,
 }
 
 /// Where a sent message stands: the (ACK status, operation status) query
@@ -110,6 +115,13 @@ pub enum Event {
         /// The node that restarted.
         peer: NodeId,
         /// The messages its old life never acknowledged.
+        failed: FailedMessages,
+    },
+    /// The peer's receiver acknowledged a stream epoch this endpoint never
+    /// started ([`FailReason::StreamReset`]): every unacknowledged message
+    /// failed, and later sends go on an epoch past the peer's.
+    StreamReset {
+        /// The messages that failed (the peer is `failed.peer`).
         failed: FailedMessages,
     },
     /// A peer previously reported unreachable acknowledged again.

@@ -21,7 +21,7 @@ use crate::event::{Event, FailReason};
 use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
-use crate::recv_stream::RecvStream;
+use crate::recv_stream::{epoch_is_newer, RecvStream};
 use crate::replay::ReplayWindow;
 use crate::send_stream::SendStream;
 use crate::snapshot::PeerSnapshot;
@@ -268,7 +268,12 @@ impl Peer {
                     self.recv.on_data(cx, now, self.id, &d, landed);
                 }
                 Frame::Ack(a) => {
+                    if epoch_is_newer(a.epoch, self.send.epoch()) {
+                        self.on_stream_reset(cx, a.epoch);
+                        continue;
+                    }
                     if a.epoch != self.send.epoch() {
+                        // An ACK of an epoch we abandoned: nothing to learn.
                         continue;
                     }
                     match self.send.on_ack(now, a.cumulative, a.full, a.ranges(), cx.config.retransmit) {
@@ -444,6 +449,27 @@ impl Peer {
             // goes back the way this datagram came: that rail works.
             self.start_handshake(cx, now, Some(rail));
         }
+    }
+
+    /// The peer acknowledged a stream epoch we never started. Its receiver
+    /// took it from a DATA frame that was not ours (forged without a
+    /// cluster key, or corrupted past the checksum) and now drops all of
+    /// ours as stale; waiting would lock us out for good. Resynchronise:
+    /// what was unacknowledged failed (in doubt), later sends go on an
+    /// epoch past the peer's.
+    fn on_stream_reset(&mut self, cx: &mut Context<'_>, receiver_epoch: u32) {
+        let ours = self.send.epoch();
+        let failed = self.send.resync(self.id, receiver_epoch);
+        cx.stats.messages_failed += failed.len();
+        cx.stats.streams_reset += 1;
+        warn!(
+            peer = self.id,
+            ours,
+            theirs = receiver_epoch,
+            failed = failed.len(),
+            "peer acknowledged a stream epoch we never started: resynchronised"
+        );
+        cx.events.push_back(Event::StreamReset { failed });
     }
 
     /// The peer came back as a new incarnation: what was unacknowledged to

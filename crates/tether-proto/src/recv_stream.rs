@@ -52,6 +52,15 @@ impl Landed {
     }
 }
 
+/// Whether epoch `a` comes after `b`, in serial-number arithmetic (RFC
+/// 1982): epochs wrap, so "newer" means less than half the space ahead.
+/// No epoch is ever newest, so one forged far ahead cannot lock a sender
+/// out: the sender's resynchronisation (see `Peer`'s handling of ACKs)
+/// moves past it.
+pub fn epoch_is_newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
 /// A segment held out of order: hard state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StashedSegment {
@@ -188,8 +197,8 @@ impl RecvStream {
     /// newer epoch), false if it is from an older epoch and must be dropped.
     pub fn admit_epoch(&mut self, epoch: u32) -> bool {
         match self.epoch {
-            Some(current) if epoch < current => false,
             Some(current) if epoch == current => true,
+            Some(current) if !epoch_is_newer(epoch, current) => false,
             _ => {
                 self.reset(Some(epoch));
                 true

@@ -645,6 +645,16 @@ impl SendStream {
         failed
     }
 
+    /// The receiver acknowledged `receiver_epoch`, newer than any this
+    /// stream started: it has reset its receive state and drops our epoch
+    /// as stale. Abandon what is unacknowledged (it is in doubt, as after a
+    /// restart) and continue on the epoch after the receiver's.
+    pub fn resync(&mut self, peer: NodeId, receiver_epoch: u32) -> FailedMessages {
+        let failed = self.abandon(peer, FailReason::StreamReset);
+        self.log.epoch = receiver_epoch.wrapping_add(1);
+        failed
+    }
+
     /// Messages accepted and not yet settled (acknowledged or failed).
     pub fn pending_messages(&self) -> u64 {
         self.log.next_msg - self.log.settled_below

@@ -71,6 +71,9 @@ counters! {
     out_of_window,
     /// Packets from an older incarnation or epoch (Tang and Bilas [TB] section 4.2).
     stale_dropped,
+    /// Streams resynchronised because the peer acknowledged an epoch this
+    /// endpoint never started (forged or undetected-corrupt traffic).
+    streams_reset,
     /// Packets addressed to another node.
     misdirected,
     /// Datagrams whose checksum did not match: corruption, dropped.
@@ -155,6 +158,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 40);
+        assert_eq!(names.len(), 41);
     }
 }

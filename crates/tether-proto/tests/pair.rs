@@ -420,6 +420,77 @@ fn a_forged_higher_incarnation_is_neither_delivered_nor_locks_the_peer_out() {
 }
 
 /// A node id nobody configured gets nothing delivered, not even a HELLO answered.
+/// Without a cluster key an on-path attacker, who reads the live
+/// incarnations from any header, can forge DATA with a stream epoch far
+/// ahead of the sender's. The receiver adopts it (it cannot tell) and
+/// drops the genuine epoch as stale. That must not lock the sender out:
+/// the receiver's ACKs name the forged epoch, the sender learns it has been
+/// overtaken, fails exactly its unacknowledged messages (in doubt) and goes
+/// on past it. Every epoch an attacker can pick is overtaken, the largest
+/// included (epochs compare by serial arithmetic).
+#[test]
+fn a_forged_epoch_far_ahead_does_not_lock_the_sender_out() {
+    for forged_epoch in [2, 1 << 20, 1 << 31, (1 << 31) + 1, u32::MAX, 0] {
+        let mut p = Pair::connected(Config::default());
+        let before: Vec<_> = (0..20).map(|i| msg(i, 300)).collect();
+        for m in &before {
+            p.send(m).unwrap();
+        }
+        p.run(Duration::from_millis(5));
+        check(&p.drain_b(), &before, "before the forgery");
+        let mut h = header(A, B, 1, 1);
+        h.epoch = forged_epoch;
+        let now = p.now();
+        p.b().handle_datagram(now, &forge(h, Some((0, b"forged")), None));
+        // Whatever the forgery did to B's delivery queue, A's stream goes on.
+        p.drain_b();
+        let after: Vec<_> = (20..60).map(|i| msg(i, 300)).collect();
+        for m in &after {
+            p.send(m).unwrap();
+            p.run(Duration::from_micros(100));
+        }
+        p.run(Duration::from_millis(500));
+        let got = p.drain_b();
+        let failed: Vec<_> = std::iter::from_fn(|| p.a().poll_event())
+            .filter_map(|e| match e {
+                Event::StreamReset { failed } => Some(failed),
+                Event::PeerUnreachable { failed } => {
+                    panic!("epoch {forged_epoch}: locked out, {failed:?} failed")
+                }
+                _ => None,
+            })
+            .collect();
+        // Every message is delivered once, in order, or reported failed;
+        // none delivered is reported certainly-not-arrived.
+        let failed_seq = |seq: u64| failed.iter().find(|f| f.contains(seq));
+        let kept: Vec<_> = (20..60u64)
+            .zip(&after)
+            .filter(|(seq, _)| failed_seq(*seq).is_none())
+            .map(|(_, m)| m.clone())
+            .collect();
+        let in_doubt: Vec<_> = (20..60u64)
+            .zip(&after)
+            .filter(|(seq, _)| failed_seq(*seq).is_some_and(|f| *seq < f.in_doubt_end))
+            .map(|(_, m)| m.clone())
+            .collect();
+        let unexplained: Vec<_> = got.iter().filter(|m| !kept.contains(m) && !in_doubt.contains(m)).collect();
+        assert!(unexplained.is_empty(), "epoch {forged_epoch}: delivered but reported never sent");
+        let delivered_kept: Vec<_> = got.iter().filter(|m| kept.contains(m)).cloned().collect();
+        check(&delivered_kept, &kept, &format!("epoch {forged_epoch}: the messages not reported failed"));
+        assert!(kept.len() >= 30, "epoch {forged_epoch}: the stream resumed ({} kept)", kept.len());
+        let id = |seq| MessageId { peer: B, seq };
+        assert_eq!(p.a().message_state(id(59)), MessageState::Delivered, "epoch {forged_epoch}");
+        // The sender is on its first epoch, 1: one less than half the space
+        // ahead is newer and taken by B (then overtaken once); the rest
+        // are older and dropped as stale.
+        let newer = forged_epoch.wrapping_sub(1) < 1 << 31;
+        assert_eq!(p.a().stats().streams_reset, u64::from(newer), "epoch {forged_epoch}");
+        if !newer {
+            assert!(p.b().stats().stale_dropped >= 1, "epoch {forged_epoch}: dropped as stale");
+        }
+    }
+}
+
 #[test]
 fn a_stranger_is_refused_data_and_handshake_alike() {
     let mut p = Pair::connected(Config::default());

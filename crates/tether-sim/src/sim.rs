@@ -309,9 +309,9 @@ impl<'a> World<'a> {
             }
             while let Some(ev) = ep.poll_event() {
                 match ev {
-                    Event::PeerUnreachable { failed } | Event::PeerRestarted { failed, .. } => {
-                        checker.on_failed(id, node.incarnation, failed)
-                    }
+                    Event::PeerUnreachable { failed }
+                    | Event::PeerRestarted { failed, .. }
+                    | Event::StreamReset { failed } => checker.on_failed(id, node.incarnation, failed),
                     // Reachability, paths and failovers change no guarantee.
                     _ => {}
                 }
