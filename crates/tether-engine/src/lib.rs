@@ -1,9 +1,29 @@
 //! The engine as a process of its own (docs/ENGINE.md; Zhou et al.
-//! [FTGM]). So far: the records an application and its engine exchange
-//! through the rings of the application's region ([`records`]). The
-//! engine loop, the supervisor and recovery come next (docs/ENGINE.md,
-//! "Next, in order").
+//! [FTGM]): one engine per node owns the sockets of every rail and runs
+//! the protocol for any number of applications, which reach it through
+//! shared memory.
+//!
+//! - [`records`]: what an application and its engine exchange through the
+//!   rings of the application's region;
+//! - [`attach`]: the rendezvous on the engine's Unix socket, which then
+//!   carries only doorbells and the news of either side dying;
+//! - [`Engine`]: the engine's loop (`tether engine`);
+//! - [`Client`]: an application's side.
+//!
+//! Still to come (docs/ENGINE.md, "Next, in order"): the backup and
+//! restore, the commit point at the completion ring, the supervisor.
 
+// An I/O crate: it reads clocks and runs a process's loop.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+pub mod attach;
+mod book;
+mod client;
+mod engine;
+mod error;
 pub mod records;
 
+pub use client::{Client, ClientOptions};
+pub use engine::{Engine, EngineOptions, EngineStats, MAX_CLIENTS};
+pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission};

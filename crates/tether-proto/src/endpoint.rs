@@ -825,6 +825,14 @@ impl Endpoint {
         }
     }
 
+    /// The sequence below which every message sent to `peer` is settled
+    /// (acknowledged, or failed and reported by an event first): what an
+    /// engine tells its application in one number instead of a state per
+    /// message. `None` for a peer never added.
+    pub fn settled_below(&self, peer: NodeId) -> Option<u64> {
+        self.peers.get(&peer).map(|p| p.send.settled_below())
+    }
+
     /// The peers this endpoint has state for, in id order.
     pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.keys().copied()

@@ -655,6 +655,11 @@ impl SendStream {
         failed
     }
 
+    /// Every message below this is acknowledged or failed.
+    pub fn settled_below(&self) -> u64 {
+        self.log.settled_below
+    }
+
     /// Messages accepted and not yet settled (acknowledged or failed).
     pub fn pending_messages(&self) -> u64 {
         self.log.next_msg - self.log.settled_below

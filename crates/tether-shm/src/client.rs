@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! 0                 header block (ClientHeader)
-//! 64                submission ring  (application -> engine)
-//! 64 + S            completion ring  (engine -> application)
-//! 64 + S + C        one StreamBackup block per peer stream
+//! 64                control line (Control: wake-up flags, heartbeat)
+//! 128               submission ring  (application -> engine)
+//! 128 + S           completion ring  (engine -> application)
+//! 128 + S + C       one StreamBackup block per peer stream
 //! ```
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::block::{Block, BlockBody, StreamBackup, BLOCK_BODY};
@@ -19,7 +21,7 @@ use crate::ring::Ring;
 use crate::ShmError;
 
 /// The layout's version; a region of another version is refused.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Streams one region may back up at most.
 pub const MAX_STREAMS: u32 = 4096;
 
@@ -91,8 +93,12 @@ impl ClientHeader {
         self.backup_at(self.streams as usize)
     }
 
-    fn submissions_at(&self) -> usize {
+    fn control_at(&self) -> usize {
         ALIGN
+    }
+
+    fn submissions_at(&self) -> usize {
+        2 * ALIGN
     }
 
     fn completions_at(&self) -> usize {
@@ -111,6 +117,82 @@ pub struct ClientRegion {
     pub submissions: Ring,
     pub completions: Ring,
     pub backups: Vec<Block<StreamBackup>>,
+    pub control: Control,
+}
+
+/// The region's control line: words both sides change while running,
+/// outside any checksum (they are hints and counters, never trusted for
+/// more than whether to wake the other side up).
+///
+/// Wake-ups are a Dekker handshake: a side about to sleep raises its flag,
+/// then looks for work once more (both with sequentially consistent
+/// ordering); the other side publishes work, then reads the flag. At least
+/// one of them sees the other, so no wake-up is lost, and a side that
+/// never sleeps costs the other one load per batch.
+#[derive(Debug)]
+pub struct Control {
+    base: *mut u8,
+    _region: Arc<Region>,
+}
+
+// SAFETY: every access to the line goes through atomics.
+unsafe impl Send for Control {}
+unsafe impl Sync for Control {}
+
+const ENGINE_ASLEEP: usize = 0;
+const CLIENT_WAITING: usize = 4;
+const HEARTBEAT: usize = 8;
+
+impl Control {
+    fn at(region: Arc<Region>, at: usize) -> Result<Self, ShmError> {
+        let base = region.span(at, ALIGN)?;
+        Ok(Control { base, _region: region })
+    }
+
+    fn word(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: within the line checked in `at`, 4-aligned; the region
+        // lives as long as `self`.
+        unsafe { &*(self.base.add(at) as *const AtomicU32) }
+    }
+
+    /// The engine is (about to be) asleep: the application rings the
+    /// doorbell after submitting.
+    pub fn engine_asleep(&self) -> &AtomicU32 {
+        self.word(ENGINE_ASLEEP)
+    }
+
+    /// The application is (about to be) waiting for completions: the
+    /// engine rings its doorbell after publishing.
+    pub fn client_waiting(&self) -> &AtomicU32 {
+        self.word(CLIENT_WAITING)
+    }
+
+    /// Advanced by the engine on every turn of its loop (the watchdog's
+    /// heartbeat, Zhou et al. [FTGM] section 3.1).
+    pub fn heartbeat(&self) -> &AtomicU64 {
+        // SAFETY: as `word`, 8-aligned.
+        unsafe { &*(self.base.add(HEARTBEAT) as *const AtomicU64) }
+    }
+
+    /// Raise `flag`, then check `work` once more: true if there is work
+    /// after all (the flag is lowered again), false if it is safe to sleep.
+    pub fn before_sleep(flag: &AtomicU32, work: impl FnOnce() -> bool) -> bool {
+        flag.store(1, Ordering::SeqCst);
+        if work() {
+            flag.store(0, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// After publishing work: whether the other side sleeps and must be
+    /// woken (its flag is lowered here, so it is woken once).
+    pub fn should_wake(flag: &AtomicU32) -> bool {
+        // The work was published with release stores, which may pass a
+        // later load: the fence keeps the flag's load after them.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::SeqCst) != 0
+    }
 }
 
 impl ClientRegion {
@@ -126,10 +208,11 @@ impl ClientRegion {
         let completions =
             Ring::create(region.clone(), header.completions_at(), header.completion_capacity as usize)?;
         let backups = Self::backups(&region, &header)?;
+        let control = Control::at(region.clone(), header.control_at())?;
         // Last: an engine that opens the region sees a header only once
         // everything it describes is laid out.
         Block::<ClientHeader>::at(region, 0)?.write(&header);
-        Ok(ClientRegion { header, submissions, completions, backups })
+        Ok(ClientRegion { header, submissions, completions, backups, control })
     }
 
     /// The engine's side: open the region at `path`, its header checked
@@ -151,7 +234,8 @@ impl ClientRegion {
             return Err(ShmError::NotARing);
         }
         let backups = Self::backups(&region, &header)?;
-        Ok(ClientRegion { header, submissions, completions, backups })
+        let control = Control::at(region, header.control_at())?;
+        Ok(ClientRegion { header, submissions, completions, backups, control })
     }
 
     fn backups(region: &Arc<Region>, header: &ClientHeader) -> Result<Vec<Block<StreamBackup>>, ShmError> {

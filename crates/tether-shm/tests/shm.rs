@@ -322,6 +322,37 @@ fn an_engine_opens_what_its_application_laid_out() {
     assert_eq!(app.backups[1].read().unwrap(), None);
 }
 
+/// The control line is shared, and a wake-up is never lost: a side about
+/// to sleep that raises its flag either sees the work published before it,
+/// or is seen by the publisher.
+#[test]
+fn the_control_line_is_shared_and_wake_ups_are_not_lost() {
+    use std::sync::atomic::Ordering;
+    use tether_shm::Control;
+    let s = Scratch::new("control");
+    let mut app = ClientRegion::create(&s.0, client_header()).unwrap();
+    let mut engine = ClientRegion::open(&s.0).unwrap();
+    engine.control.heartbeat().fetch_add(7, Ordering::Relaxed);
+    assert_eq!(app.control.heartbeat().load(Ordering::Relaxed), 7);
+    // The engine goes to sleep with nothing submitted...
+    let mut out = Vec::new();
+    assert!(!Control::before_sleep(engine.control.engine_asleep(), || engine
+        .submissions
+        .pop(&mut out)
+        .unwrap()));
+    // ...so the application that submits must wake it, exactly once.
+    app.submissions.push(b"work").unwrap();
+    assert!(Control::should_wake(app.control.engine_asleep()));
+    assert!(!Control::should_wake(app.control.engine_asleep()), "woken once");
+    // Work published before the flag went up is found by the last look.
+    app.submissions.push(b"more").unwrap();
+    assert!(Control::before_sleep(engine.control.engine_asleep(), || engine
+        .submissions
+        .pop(&mut out)
+        .unwrap()));
+    assert!(!Control::should_wake(app.control.engine_asleep()), "it did not sleep");
+}
+
 /// A region an engine must not trust is refused with the reason: not laid
 /// out yet, a damaged header, a file shorter than its header says, a
 /// header that cannot be.
@@ -329,7 +360,7 @@ fn an_engine_opens_what_its_application_laid_out() {
 fn a_region_that_does_not_check_is_refused() {
     let s = Scratch::new("client-bad");
     assert!(matches!(
-        ClientRegion::create(&s.0, ClientHeader { version: 2, ..client_header() }),
+        ClientRegion::create(&s.0, ClientHeader { version: LAYOUT_VERSION + 1, ..client_header() }),
         Err(ShmError::BadField("layout version"))
     ));
     assert!(matches!(

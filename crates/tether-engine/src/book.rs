@@ -1,0 +1,110 @@
+//! The engine's address book: where each remote node is on each rail, and
+//! which nodes each address hosts. One engine serves many nodes (one per
+//! attached application), so unlike an endpoint's book an address maps to
+//! a set of nodes; identity still comes from the source address, never
+//! the header alone (docs/ENGINE.md, "Who is a node").
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use tether_proto::{NodeId, Origin, RailId, MAX_RAILS};
+
+/// Remote nodes the book holds at most: every entry is bounded.
+pub const MAX_NODES: usize = 65_536;
+
+#[derive(Debug, Default)]
+pub struct Book {
+    /// Per node, its address on each rail (`None`: not reachable there).
+    by_node: BTreeMap<NodeId, [Option<SocketAddr>; MAX_RAILS]>,
+    /// Per rail and address, the nodes there.
+    by_addr: BTreeMap<(RailId, SocketAddr), Vec<NodeId>>,
+}
+
+/// The book is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BookFull;
+
+impl Book {
+    /// `node` is at `addrs[i]` on rail `i` (replacing what was known).
+    pub fn insert(&mut self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), BookFull> {
+        if !self.by_node.contains_key(&node) && self.by_node.len() >= MAX_NODES {
+            return Err(BookFull);
+        }
+        let mut entry = [None; MAX_RAILS];
+        for (rail, &a) in addrs.iter().enumerate().take(MAX_RAILS) {
+            entry[rail] = Some(a);
+        }
+        self.forget(node);
+        for (rail, a) in entry.iter().enumerate() {
+            if let Some(a) = a {
+                self.by_addr.entry((rail as RailId, *a)).or_default().push(node);
+            }
+        }
+        self.by_node.insert(node, entry);
+        Ok(())
+    }
+
+    /// `node` proved itself at `addr` on `rail` (a handshake from a new
+    /// address, with the cluster key).
+    pub fn moved(&mut self, node: NodeId, rail: RailId, addr: SocketAddr) {
+        let Some(mut entry) = self.by_node.get(&node).copied() else { return };
+        entry[rail as usize % MAX_RAILS] = Some(addr);
+        let addrs: Vec<_> = entry.iter().map_while(|a| *a).collect();
+        let _ = self.insert(node, &addrs);
+    }
+
+    fn forget(&mut self, node: NodeId) {
+        let Some(old) = self.by_node.remove(&node) else { return };
+        for (rail, a) in old.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let key = (rail as RailId, *a);
+            if let Some(nodes) = self.by_addr.get_mut(&key) {
+                nodes.retain(|&n| n != node);
+                if nodes.is_empty() {
+                    self.by_addr.remove(&key);
+                }
+            }
+        }
+    }
+
+    pub fn addr(&self, node: NodeId, rail: RailId) -> Option<SocketAddr> {
+        self.by_node.get(&node).and_then(|e| e.get(rail as usize).copied().flatten())
+    }
+
+    /// Where a datagram that came from `addr` on `rail`, and names
+    /// `claimed` as its sender, comes from: that node if the address
+    /// hosts it; another node the address hosts if not (the core then
+    /// counts a source mismatch, after verification); a stranger if the
+    /// address hosts nobody.
+    pub fn origin(&self, rail: RailId, addr: SocketAddr, claimed: NodeId) -> Origin {
+        match self.by_addr.get(&(rail, addr)) {
+            Some(nodes) if nodes.contains(&claimed) => Origin::Node(claimed),
+            Some(nodes) => Origin::Node(nodes[0]),
+            None => Origin::Stranger(addr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_hosts_several_nodes_and_identity_follows_the_address() {
+        let a: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+        let mut book = Book::default();
+        book.insert(1, &[a]).unwrap();
+        book.insert(2, &[a]).unwrap();
+        book.insert(3, &[b]).unwrap();
+        assert_eq!(book.origin(0, a, 2), Origin::Node(2));
+        assert_eq!(book.origin(0, a, 1), Origin::Node(1));
+        // Node 3 is not at `a`: a header naming it from there is not taken at its word.
+        assert!(matches!(book.origin(0, a, 3), Origin::Node(n) if n != 3));
+        assert_eq!(book.origin(1, a, 1), Origin::Stranger(a), "rail 1 was never given");
+        book.moved(1, 0, b);
+        assert_eq!(book.origin(0, b, 1), Origin::Node(1));
+        assert_eq!(book.origin(0, a, 1), Origin::Node(2), "the old address no longer vouches for it");
+        assert_eq!(book.addr(1, 0), Some(b));
+    }
+}

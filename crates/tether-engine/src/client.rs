@@ -1,0 +1,404 @@
+//! An application's side of an engine (docs/ENGINE.md): it creates its
+//! region (which it owns, so the region outlives the engine), attaches
+//! over the engine's socket, and from then on talks to the engine only
+//! through the region's rings: sends are submission records, deliveries,
+//! settled marks and failures are completion records.
+//!
+//! Message ids are the core's: the n-th message to a peer is `seq` n, so
+//! the application knows a message's id when it submits it, and one
+//! settled mark per peer (`Completion::Settled`) with the failure reports
+//! answers `message_state` for every message.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tether_proto::{Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, MAX_RAILS};
+use tether_shm::{ClientHeader, ClientRegion, Control, ShmError, LAYOUT_VERSION};
+
+use crate::attach::{self, Doorbell};
+use crate::records::{Completion, Rails, Submission};
+use crate::EngineError;
+
+/// Failure reports kept for `message_state` queries, per peer (as the
+/// core keeps them).
+const FAILURE_HISTORY: usize = 64;
+
+/// What the application knows of its stream to one peer.
+#[derive(Debug, Default)]
+struct PeerLog {
+    /// The next message's id.
+    next: u64,
+    /// Every message below is acknowledged or failed.
+    settled: u64,
+    /// Failed runs, newest last.
+    failures: VecDeque<(FailedMessages, FailReason)>,
+    /// Below this, failure reports were dropped from the bounded history.
+    forgotten_below: u64,
+}
+
+impl PeerLog {
+    fn state(&self, seq: u64) -> MessageState {
+        if seq >= self.next {
+            MessageState::Unknown
+        } else if seq >= self.settled {
+            MessageState::Pending
+        } else if seq < self.forgotten_below {
+            MessageState::Unknown
+        } else {
+            match self.failures.iter().rev().find(|(f, _)| f.contains(seq)) {
+                Some((_, reason)) => MessageState::Failed(*reason),
+                None => MessageState::Delivered,
+            }
+        }
+    }
+}
+
+/// How an application attaches.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// This life's incarnation (default: the wall clock).
+    pub incarnation: Option<u64>,
+    /// Bytes of each ring; a message must fit a quarter of the smaller.
+    pub ring_bytes: usize,
+    /// How long a blocked call busy-polls before it sleeps.
+    pub spin: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { incarnation: None, ring_bytes: 4 << 20, spin: Duration::from_micros(50) }
+    }
+}
+
+/// An application attached to an engine: the endpoint `node`, served by
+/// the engine process.
+pub struct Client {
+    node: NodeId,
+    region: ClientRegion,
+    path: PathBuf,
+    conn: UnixStream,
+    engine_pid: u32,
+    spin: Duration,
+    peers: BTreeMap<NodeId, PeerLog>,
+    deliveries: VecDeque<Delivery>,
+    events: VecDeque<Event>,
+    buf: Vec<u8>,
+    engine_gone: bool,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("node", &self.node).field("engine_pid", &self.engine_pid).finish()
+    }
+}
+
+fn default_incarnation() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (now.as_nanos() as u64).max(1)
+}
+
+/// Regions created by this process so far, for unique names.
+static REGIONS: AtomicU64 = AtomicU64::new(0);
+
+impl Client {
+    /// Create a region in the engine's directory `dir` and attach as `node`.
+    pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
+        let ring = options.ring_bytes.next_power_of_two().clamp(64 << 10, 1 << 30) as u32;
+        let header = ClientHeader {
+            version: LAYOUT_VERSION,
+            node,
+            port: 0,
+            pid: std::process::id(),
+            incarnation: options.incarnation.unwrap_or_else(default_incarnation),
+            submission_capacity: ring,
+            completion_capacity: ring,
+            streams: 0,
+        };
+        let n = REGIONS.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("client-{node}-{}-{n}.shm", std::process::id()));
+        let region = ClientRegion::create(&path, header)?;
+        let result = Self::connect(dir, &path);
+        let (conn, engine_pid) = match result {
+            Ok(ok) => ok,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        Ok(Client {
+            node,
+            region,
+            path,
+            conn,
+            engine_pid,
+            spin: options.spin,
+            peers: BTreeMap::new(),
+            deliveries: VecDeque::new(),
+            events: VecDeque::new(),
+            buf: Vec::new(),
+            engine_gone: false,
+        })
+    }
+
+    fn connect(dir: &Path, region: &Path) -> Result<(UnixStream, u32), EngineError> {
+        let mut conn = UnixStream::connect(attach::socket_path(dir))?;
+        conn.set_read_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
+        conn.set_write_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
+        attach::write_request(&mut conn, region)?;
+        let pid = attach::read_reply(&mut conn)?.map_err(EngineError::Refused)?;
+        conn.set_nonblocking(true)?;
+        Ok((conn, pid))
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.region.header.incarnation
+    }
+
+    /// The engine process serving this endpoint.
+    pub fn engine_pid(&self) -> u32 {
+        self.engine_pid
+    }
+
+    /// The largest message this endpoint can send or receive through its
+    /// rings.
+    pub fn max_message_len(&self) -> usize {
+        self.region.submissions.max_record().min(self.region.completions.max_record()) - 32
+    }
+
+    /// `node` is at `addrs[i]` on the engine's rail `i`.
+    pub fn add_peer_rails(&mut self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), EngineError> {
+        if addrs.is_empty() || addrs.len() > MAX_RAILS {
+            return Err(EngineError::Rails { given: addrs.len(), max: MAX_RAILS });
+        }
+        let rails = Rails::new(addrs)?;
+        self.submit(&Submission::AddPeer { node, rails }, None)?;
+        self.peers.entry(node).or_default();
+        Ok(())
+    }
+
+    /// Send `msg` to `peer`: its id, at once. Waits (up to `timeout`;
+    /// `None` waits as long as it takes) only while the submission ring is
+    /// full, which happens when the engine's send buffer for the peer is.
+    pub fn send(
+        &mut self,
+        peer: NodeId,
+        msg: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<MessageId, EngineError> {
+        let Some(seq) = self.peers.get(&peer).map(|p| p.next) else {
+            return Err(EngineError::UnknownPeer(peer));
+        };
+        if peer == self.node {
+            return Err(tether_proto::SendError::SelfSend.into());
+        }
+        if msg.len() > self.max_message_len() {
+            return Err(tether_proto::SendError::MessageTooLarge {
+                len: msg.len(),
+                max: self.max_message_len(),
+            }
+            .into());
+        }
+        self.submit(&Submission::Send { id: seq, peer, payload: msg }, timeout)?;
+        self.peers.entry(peer).or_default().next = seq + 1;
+        Ok(MessageId { peer, seq })
+    }
+
+    /// Encode and push one submission, waiting for room.
+    fn submit(&mut self, s: &Submission<'_>, timeout: Option<Duration>) -> Result<(), EngineError> {
+        let need = match s {
+            Submission::Send { payload, .. } => payload.len() + 32,
+            _ => 256,
+        };
+        let mut record = std::mem::take(&mut self.buf);
+        record.resize(need, 0);
+        let n = s.encode(&mut record)?;
+        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let result = loop {
+            match self.region.submissions.push(&record[..n]) {
+                Ok(()) => {
+                    if Control::should_wake(self.region.control.engine_asleep()) {
+                        attach::ring(&mut self.conn);
+                    }
+                    break Ok(());
+                }
+                Err(ShmError::Full { .. }) => {
+                    // Completions may be what frees the engine: take them
+                    // while waiting.
+                    self.take_completions()?;
+                    if deadline.is_some_and(|d| StdInstant::now() >= d) {
+                        break Err(EngineError::Timeout);
+                    }
+                    self.check_engine()?;
+                    std::thread::yield_now();
+                }
+                Err(e) => break Err(e.into()),
+            }
+        };
+        self.buf = record;
+        result
+    }
+
+    /// A delivery if one is waiting.
+    pub fn try_recv(&mut self) -> Result<Option<Delivery>, EngineError> {
+        if self.deliveries.is_empty() {
+            self.take_completions()?;
+        }
+        Ok(self.deliveries.pop_front())
+    }
+
+    /// The next delivery, waiting up to `timeout` (`None`: for ever).
+    pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
+        self.wait(timeout, |c| c.deliveries.pop_front())
+    }
+
+    /// The next failure report, if one is waiting.
+    pub fn poll_event(&mut self) -> Result<Option<Event>, EngineError> {
+        self.take_completions()?;
+        Ok(self.events.pop_front())
+    }
+
+    /// Where a sent message stands, from the settled marks and failure
+    /// reports the engine published.
+    pub fn message_state(&mut self, id: MessageId) -> MessageState {
+        let _ = self.take_completions();
+        self.peers.get(&id.peer).map_or(MessageState::Unknown, |p| p.state(id.seq))
+    }
+
+    /// Messages sent and not yet settled, over every peer.
+    pub fn unsettled(&mut self) -> u64 {
+        let _ = self.take_completions();
+        self.peers.values().map(|p| p.next - p.settled).sum()
+    }
+
+    /// Wait until every message sent is settled (acknowledged or failed).
+    pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
+        self.wait(timeout, |c| (c.unsettled() == 0).then_some(()))
+    }
+
+    /// Ask the engine to finish: it keeps driving up to `linger` for what
+    /// is unsettled, then detaches. Returns once it has.
+    pub fn close(mut self, linger: Duration) -> Result<(), EngineError> {
+        self.submit(&Submission::Close { linger_ns: linger.as_nanos() as u64 }, Some(linger))?;
+        let deadline = StdInstant::now() + linger + attach::EXCHANGE_TIMEOUT;
+        while StdInstant::now() < deadline {
+            let _ = self.take_completions();
+            if self.check_engine().is_err() {
+                return Ok(());
+            }
+            self.sleep(Duration::from_millis(1));
+        }
+        Err(EngineError::Timeout)
+    }
+
+    /// Spin, then sleep on the doorbell, until `ready` gives something.
+    fn wait<R>(
+        &mut self,
+        timeout: Option<Duration>,
+        mut ready: impl FnMut(&mut Self) -> Option<R>,
+    ) -> Result<R, EngineError> {
+        let start = StdInstant::now();
+        loop {
+            self.take_completions()?;
+            if let Some(r) = ready(self) {
+                return Ok(r);
+            }
+            let waited = start.elapsed();
+            if timeout.is_some_and(|t| waited >= t) {
+                return Err(EngineError::Timeout);
+            }
+            if waited < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.check_engine()?;
+            let completions = &self.region.completions;
+            if Control::before_sleep(self.region.control.client_waiting(), || !completions.is_empty()) {
+                continue;
+            }
+            let left = timeout.map_or(Duration::from_millis(100), |t| t.saturating_sub(waited));
+            self.sleep(left.min(Duration::from_millis(100)));
+            self.region.control.client_waiting().store(0, Ordering::SeqCst);
+        }
+    }
+
+    fn sleep(&mut self, d: Duration) {
+        let mut fd = libc::pollfd { fd: self.conn.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut fd, 1, ms) };
+    }
+
+    /// Whether the engine is still there (its end of the connection open).
+    fn check_engine(&mut self) -> Result<(), EngineError> {
+        if self.engine_gone || attach::check(&mut self.conn) == Doorbell::Closed {
+            self.engine_gone = true;
+            return Err(EngineError::EngineGone);
+        }
+        Ok(())
+    }
+
+    /// Read every completion waiting; a record that does not decode means
+    /// the engine (or its memory) cannot be trusted.
+    fn take_completions(&mut self) -> Result<(), EngineError> {
+        let mut record = std::mem::take(&mut self.buf);
+        let result = loop {
+            match self.region.completions.pop(&mut record) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(EngineError::from(e)),
+            }
+            match Completion::decode(&record) {
+                Ok(c) => self.on_completion(c),
+                Err(e) => break Err(e.into()),
+            }
+        };
+        self.buf = record;
+        result
+    }
+
+    fn on_completion(&mut self, c: Completion<'_>) {
+        match c {
+            Completion::Delivery { from, payload, .. } => {
+                self.deliveries.push_back(Delivery { from, message: Bytes::copy_from_slice(payload) });
+            }
+            Completion::Settled { peer, below } => {
+                // Never past what was sent: the engine's word is checked.
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.settled = p.settled.max(below.min(p.next));
+                }
+            }
+            Completion::Failed { failed, reason } => {
+                if let Some(p) = self.peers.get_mut(&failed.peer) {
+                    if p.failures.len() == FAILURE_HISTORY {
+                        let (old, _) = p.failures.pop_front().expect("history is full");
+                        p.forgotten_below = old.end;
+                    }
+                    p.failures.push_back((failed, reason));
+                }
+                self.events.push_back(match reason {
+                    FailReason::PeerRestarted => Event::PeerRestarted { peer: failed.peer, failed },
+                    FailReason::StreamReset => Event::StreamReset { failed },
+                    _ => Event::PeerUnreachable { failed },
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // The region is the application's: it goes with it. The engine
+        // sees the connection close and detaches.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,661 @@
+//! The engine process's loop (docs/ENGINE.md, "Step 1 in detail"): one
+//! process per node owns the UDP socket of every rail and runs one
+//! protocol core per attached application, each application an endpoint
+//! (a node id) of its own. It is the network card of Zhou et al. [FTGM]:
+//! applications hand it work through shared memory and it does the
+//! protocol.
+//!
+//! Each turn: take new attachments, notice applications that died, receive
+//! on every rail and hand each datagram to the core its `dst_node` names
+//! (identity from the source address, `Book::origin`), take each
+//! application's submissions, run timers, publish completions (failures,
+//! then settled marks, then deliveries), transmit, advance the heartbeat.
+//! With nothing to do for `spin`, it sleeps in `poll` on every socket,
+//! having raised each region's `engine_asleep` flag so applications ring
+//! its doorbell.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant};
+
+use tether_io::{AddressBook, RecvBatch, Transport, TransportError, UdpTransport};
+use tether_proto::{
+    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, RailId, SendError, MAX_RAILS,
+};
+use tether_shm::{ClientRegion, Control, ShmError};
+use tracing::{debug, info, warn};
+
+use crate::attach::{self, Doorbell};
+use crate::book::Book;
+use crate::records::{Completion, Submission};
+use crate::EngineError;
+
+/// Datagrams per receive batch.
+const BATCH: usize = 32;
+/// Submissions taken from one application per turn, so one busy
+/// application cannot starve the others or the network.
+const SUBMISSIONS_PER_TURN: usize = 256;
+/// Applications one engine serves at most.
+pub const MAX_CLIENTS: usize = 256;
+/// Longest sleep without a deadline: a stop request is seen within it.
+const IDLE_SLICE: Duration = Duration::from_millis(100);
+
+/// How an engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Where the engine's socket lives, and the applications' regions:
+    /// a directory of this user's only, in `/dev/shm` for real use.
+    pub dir: PathBuf,
+    /// One UDP address per rail.
+    pub binds: Vec<SocketAddr>,
+    /// The protocol configuration every application's core runs with.
+    pub config: Config,
+    /// How long the loop spins with nothing to do before it sleeps.
+    pub spin: Duration,
+}
+
+impl EngineOptions {
+    pub fn new(dir: impl Into<PathBuf>, binds: Vec<SocketAddr>) -> Self {
+        EngineOptions { dir: dir.into(), binds, config: Config::default(), spin: Duration::from_micros(50) }
+    }
+}
+
+/// What the engine did, for operators and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub attached: u64,
+    pub detached: u64,
+    pub attach_refused: u64,
+    /// Datagrams for a node no attached application is.
+    pub unknown_destination: u64,
+    /// Datagrams the socket had no room for (the core retransmits).
+    pub send_dropped: u64,
+    /// Submissions that did not decode, or were impossible: the
+    /// application is detached (its memory is not to be trusted).
+    pub bad_submissions: u64,
+    pub turns: u64,
+}
+
+/// An application attached to the engine.
+struct Attached {
+    node: NodeId,
+    pid: u32,
+    region: ClientRegion,
+    core: Core,
+    conn: UnixStream,
+    /// The submission being handled; `stalled` while the core has no room.
+    record: Vec<u8>,
+    stalled: bool,
+    /// A completion the ring had no room for, published before any other.
+    held: Vec<u8>,
+    /// Per peer, the settled mark last published.
+    settled: BTreeMap<NodeId, u64>,
+    /// Per peer, messages delivered so far.
+    delivered: BTreeMap<NodeId, u64>,
+    /// `Close` received: detach once everything settles or by then.
+    closing: Option<Instant>,
+    /// Lost its connection or broke the protocol.
+    gone: bool,
+}
+
+pub struct Engine {
+    options: EngineOptions,
+    listener: UnixListener,
+    rails: Vec<UdpTransport>,
+    book: Book,
+    clients: Vec<Attached>,
+    rx: RecvBatch,
+    tx: Vec<u8>,
+    scratch: Vec<u8>,
+    origin: StdInstant,
+    stop: Arc<AtomicBool>,
+    stats: EngineStats,
+    idle_since: Option<StdInstant>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("dir", &self.options.dir)
+            .field("rails", &self.rail_addrs())
+            .field("clients", &self.clients())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Take the directory (created mode 0700 if missing; it must be this
+    /// user's and no one else's), bind the socket and every rail.
+    pub fn bind(options: EngineOptions) -> Result<Self, EngineError> {
+        if options.binds.is_empty() || options.binds.len() > MAX_RAILS {
+            return Err(EngineError::Rails { given: options.binds.len(), max: MAX_RAILS });
+        }
+        options.config.validate()?;
+        prepare_dir(&options.dir)?;
+        let sock = attach::socket_path(&options.dir);
+        if sock.exists() {
+            if UnixStream::connect(&sock).is_ok() {
+                return Err(EngineError::AlreadyRunning(options.dir.display().to_string()));
+            }
+            // Left by an engine that died: nobody answers on it.
+            std::fs::remove_file(&sock)?;
+        }
+        let listener = UnixListener::bind(&sock)?;
+        listener.set_nonblocking(true)?;
+        let rails = options
+            .binds
+            .iter()
+            .map(|&b| UdpTransport::bind(b, AddressBook::new()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let slot = options.config.max_datagram;
+        info!(dir = %options.dir.display(), rails = ?rails.iter().map(|r| r.local_addr()).collect::<Vec<_>>(), "engine up");
+        Ok(Engine {
+            rx: RecvBatch::new(BATCH, slot),
+            tx: vec![0; slot],
+            scratch: Vec::new(),
+            listener,
+            rails,
+            book: Book::default(),
+            clients: Vec::new(),
+            origin: StdInstant::now(),
+            stop: Arc::new(AtomicBool::new(false)),
+            stats: EngineStats::default(),
+            idle_since: None,
+            options,
+        })
+    }
+
+    /// The address each rail is bound at (port 0 resolved).
+    pub fn rail_addrs(&self) -> Vec<SocketAddr> {
+        self.rails.iter().filter_map(|r| r.local_addr()).collect()
+    }
+
+    /// Set it to stop `run` within `IDLE_SLICE`.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// Attached applications' node ids.
+    pub fn clients(&self) -> Vec<NodeId> {
+        self.clients.iter().map(|c| c.node).collect()
+    }
+
+    /// Protocol counters of the application attached as `node`.
+    pub fn core_stats(&self, node: NodeId) -> Option<tether_proto::Stats> {
+        self.clients.iter().find(|c| c.node == node).map(|c| c.core.stats().clone())
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(1_000_000_000 + self.origin.elapsed().as_nanos() as u64)
+    }
+
+    /// Turn until stopped.
+    pub fn run(&mut self) -> Result<(), EngineError> {
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.turn() {
+                self.idle_since = None;
+                continue;
+            }
+            let since = *self.idle_since.get_or_insert_with(StdInstant::now);
+            if since.elapsed() >= self.options.spin {
+                self.sleep()?;
+                self.idle_since = None;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        // Detaching closes every connection: applications see the engine go.
+        for c in self.clients.drain(..) {
+            info!(node = c.node, "engine stopping: detached");
+        }
+        let _ = std::fs::remove_file(attach::socket_path(&self.options.dir));
+        Ok(())
+    }
+
+    /// One turn of the loop; true if it did anything.
+    pub fn turn(&mut self) -> bool {
+        self.stats.turns += 1;
+        let mut busy = self.accept();
+        let now = self.now();
+        busy |= self.receive(now) > 0;
+        for i in 0..self.clients.len() {
+            busy |= self.serve(i, now);
+        }
+        let before = self.clients.len();
+        self.clients.retain(|c| {
+            if c.gone {
+                info!(node = c.node, pid = c.pid, "application detached");
+            }
+            !c.gone
+        });
+        self.stats.detached += (before - self.clients.len()) as u64;
+        busy
+    }
+
+    /// Take every waiting attachment.
+    fn accept(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let conn = match self.listener.accept() {
+                Ok((conn, _)) => conn,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return any,
+                Err(e) => {
+                    warn!(error = %e, "accepting an application failed");
+                    return any;
+                }
+            };
+            any = true;
+            match self.admit(conn) {
+                Ok(c) => {
+                    info!(
+                        node = c.node,
+                        pid = c.pid,
+                        incarnation = c.core.incarnation(),
+                        "application attached"
+                    );
+                    self.stats.attached += 1;
+                    self.clients.push(c);
+                }
+                Err(why) => {
+                    self.stats.attach_refused += 1;
+                    warn!(reason = %why, "attachment refused");
+                }
+            }
+        }
+    }
+
+    /// Check an attachment and set up its core; on refusal the reason goes
+    /// back on the connection too.
+    fn admit(&mut self, mut conn: UnixStream) -> Result<Attached, String> {
+        conn.set_nonblocking(false).map_err(|e| e.to_string())?;
+        conn.set_read_timeout(Some(attach::EXCHANGE_TIMEOUT)).map_err(|e| e.to_string())?;
+        conn.set_write_timeout(Some(attach::EXCHANGE_TIMEOUT)).map_err(|e| e.to_string())?;
+        let result = self.check_attachment(&mut conn);
+        let reply = match &result {
+            Ok(_) => Ok(std::process::id()),
+            Err(why) => Err(why.as_str()),
+        };
+        attach::write_reply(&mut conn, reply).map_err(|e| format!("answering: {e}"))?;
+        let (region, core, pid) = result?;
+        conn.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(Attached {
+            node: region.header.node,
+            pid,
+            region,
+            core,
+            conn,
+            record: Vec::new(),
+            stalled: false,
+            held: Vec::new(),
+            settled: BTreeMap::new(),
+            delivered: BTreeMap::new(),
+            closing: None,
+            gone: false,
+        })
+    }
+
+    fn check_attachment(&mut self, conn: &mut UnixStream) -> Result<(ClientRegion, Core, u32), String> {
+        let cred = attach::peer_cred(conn).map_err(|e| format!("peer credentials: {e}"))?;
+        if cred.uid != attach::my_uid() {
+            return Err(format!("user {} may not attach to user {}'s engine", cred.uid, attach::my_uid()));
+        }
+        if self.clients.len() >= MAX_CLIENTS {
+            return Err(format!("the engine serves {MAX_CLIENTS} applications already"));
+        }
+        let path = attach::read_request(conn).map_err(|e| format!("request: {e}"))?;
+        // Only regions in the engine's own directory: an application may
+        // not make the engine map an arbitrary file.
+        let dir = self.options.dir.canonicalize().map_err(|e| e.to_string())?;
+        let canonical = path.canonicalize().map_err(|e| format!("region {}: {e}", path.display()))?;
+        if canonical.parent() != Some(dir.as_path()) {
+            return Err(format!("region {} is not in the engine's directory", path.display()));
+        }
+        let region = ClientRegion::open(&canonical).map_err(|e| format!("region {}: {e}", path.display()))?;
+        let h = region.header;
+        if h.pid != cred.pid {
+            return Err(format!("region names pid {}, the connection is pid {}", h.pid, cred.pid));
+        }
+        if self.clients.iter().any(|c| c.node == h.node) {
+            return Err(format!("node {} is attached already", h.node));
+        }
+        // A message must fit one ring record either way.
+        let largest = region.submissions.max_record().min(region.completions.max_record()) - RECORD_OVERHEAD;
+        let config = Config {
+            max_message_len: self.options.config.max_message_len.min(largest),
+            ..self.options.config.clone()
+        };
+        let mut core = Core::new(config, h.node, h.incarnation).map_err(|e| e.to_string())?;
+        core.seed_secrets(entropy().map_err(|e| format!("entropy: {e}"))?);
+        Ok((region, core, cred.pid))
+    }
+
+    /// Receive on every rail; hand each datagram to its core.
+    fn receive(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for (rail, transport) in self.rails.iter_mut().enumerate() {
+            while let Ok(n) = transport.recv_batch(&mut self.rx) {
+                for (i, (_, datagram)) in self.rx.iter().enumerate() {
+                    let (Some(addr), Some((src, dst))) = (self.rx.addr(i), peek_nodes(datagram)) else {
+                        continue;
+                    };
+                    let Some(c) = self.clients.iter_mut().find(|c| c.node == dst) else {
+                        self.stats.unknown_destination += 1;
+                        continue;
+                    };
+                    let origin = self.book.origin(rail as RailId, addr, src);
+                    c.core.handle_datagram_from(now, rail as RailId, origin, datagram);
+                }
+                total += n;
+                if n < BATCH {
+                    break;
+                }
+            }
+        }
+        for c in &mut self.clients {
+            while let Some(m) = c.core.poll_moved() {
+                info!(peer = m.node, rail = m.rail, addr = %m.addr, "peer moved");
+                self.book.moved(m.node, m.rail, m.addr);
+            }
+        }
+        total
+    }
+
+    /// Everything for one application this turn; true if anything happened.
+    fn serve(&mut self, i: usize, now: Instant) -> bool {
+        let Engine { clients, book, rails, tx, scratch, stats, .. } = self;
+        let c = &mut clients[i];
+        c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
+        if attach::check(&mut c.conn) == Doorbell::Closed {
+            // The application exited or died: its peers see the silence
+            // of a crashed application, as with an embedded engine.
+            c.gone = true;
+            return true;
+        }
+        let mut busy = take_submissions(c, book, rails.len(), stats, now);
+        if c.core.poll_timeout().is_some_and(|t| t <= now) {
+            c.core.handle_timeout(now);
+            busy = true;
+        }
+        let published = publish(c, scratch);
+        busy |= published;
+        if published && Control::should_wake(c.region.control.client_waiting()) {
+            attach::ring(&mut c.conn);
+        }
+        busy |= transmit(c, book, rails, tx, stats, now) > 0;
+        if let Some(deadline) = c.closing {
+            if c.core.unsettled() == 0 || now >= deadline {
+                info!(node = c.node, unsettled = c.core.unsettled(), "application closed");
+                c.gone = true;
+            }
+        }
+        busy
+    }
+
+    /// Nothing to do: raise every region's flag, look once more, then
+    /// sleep on every socket until a datagram, a doorbell, an attachment
+    /// or the next deadline.
+    fn sleep(&mut self) -> Result<(), EngineError> {
+        for c in &mut self.clients {
+            let work = || c.stalled || !c.region.submissions.is_empty();
+            if Control::before_sleep(c.region.control.engine_asleep(), work) {
+                self.lower_flags();
+                return Ok(());
+            }
+        }
+        let now = self.now();
+        let deadline = self
+            .clients
+            .iter()
+            .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).min())
+            .min()
+            .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));
+        let timeout = deadline.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + self.rails.len() + self.clients.len());
+        let fd = |fd: i32| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        fds.push(fd(self.listener.as_raw_fd()));
+        fds.extend(self.rails.iter().filter_map(|r| r.raw_fd()).map(fd));
+        fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
+        // Rounded up: waking a little late beats spinning through a
+        // sub-millisecond remainder.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        self.lower_flags();
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    fn lower_flags(&mut self) {
+        for c in &self.clients {
+            c.region.control.engine_asleep().store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Bytes a record adds to a payload at most (kind, ids, length).
+const RECORD_OVERHEAD: usize = 32;
+
+/// The source and destination node of a datagram, from the fixed header
+/// (docs/PROTOCOL.md): only to pick the core, which checks everything.
+fn peek_nodes(datagram: &[u8]) -> Option<(NodeId, NodeId)> {
+    let word =
+        |at: usize| datagram.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    Some((word(8)?, word(12)?))
+}
+
+/// Take the application's submissions into its core, at most
+/// `SUBMISSIONS_PER_TURN`; a send the core has no room for stays until it
+/// has (back-pressure: the ring fills and the application waits).
+fn take_submissions(
+    c: &mut Attached,
+    book: &mut Book,
+    rails: usize,
+    stats: &mut EngineStats,
+    now: Instant,
+) -> bool {
+    let mut taken = 0;
+    while taken < SUBMISSIONS_PER_TURN && c.closing.is_none() {
+        if !c.stalled {
+            match c.region.submissions.pop(&mut c.record) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => return c.broke(stats, &format!("submission ring: {e}")),
+            }
+        }
+        let s = match Submission::decode(&c.record) {
+            Ok(s) => s,
+            Err(e) => return c.broke(stats, &format!("submission: {e}")),
+        };
+        match s {
+            Submission::Send { id, peer, payload } => match c.core.send(now, peer, payload) {
+                Ok(m) if m.seq == id => c.stalled = false,
+                Ok(m) => {
+                    return c
+                        .broke(stats, &format!("send id {id} to {peer}, the stream's next is {}", m.seq));
+                }
+                Err(SendError::WouldBlock) => {
+                    c.stalled = true;
+                    break;
+                }
+                Err(e) => return c.broke(stats, &format!("send {id} to {peer}: {e}")),
+            },
+            Submission::AddPeer { node, rails: addrs } => {
+                let addrs: Vec<_> = addrs.iter().take(rails).collect();
+                if book.insert(node, &addrs).is_err() {
+                    return c.broke(stats, "the engine's address book is full");
+                }
+                let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
+                if let Err(e) = c.core.set_paths(node, &ids) {
+                    return c.broke(stats, &format!("add peer {node}: {e}"));
+                }
+            }
+            Submission::Close { linger_ns } => {
+                c.closing = Some(now + Duration::from_nanos(linger_ns));
+            }
+        }
+        taken += 1;
+    }
+    taken > 0
+}
+
+/// Publish completions in their order: a held one first, then failures
+/// (events), then settled marks (after the failures they cover), then
+/// deliveries. A full ring holds the record and stops: the core's own
+/// delivery queue backs up, which is the commit point's back-pressure.
+fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
+    let mut any = false;
+    if !c.held.is_empty() {
+        match c.region.completions.push(&c.held) {
+            Ok(()) => {
+                c.held.clear();
+                any = true;
+            }
+            Err(_) => return false,
+        }
+    }
+    out.resize(64, 0);
+    while let Some(event) = c.core.poll_event() {
+        let (failed, reason) = match event {
+            Event::PeerUnreachable { failed } => (failed, FailReason::PeerUnreachable),
+            Event::PeerRestarted { failed, .. } => (failed, FailReason::PeerRestarted),
+            Event::StreamReset { failed } => (failed, FailReason::StreamReset),
+            other => {
+                debug!(node = c.node, event = ?other, "event not forwarded to the application");
+                continue;
+            }
+        };
+        if failed.is_empty() {
+            continue;
+        }
+        let n = Completion::Failed { failed, reason }.encode(out).expect("64 bytes hold a failure");
+        if !c.push_or_hold(&out[..n]) {
+            return any;
+        }
+        any = true;
+    }
+    let peers: Vec<NodeId> = c.core.peers().collect();
+    for peer in peers {
+        let below = c.core.settled_below(peer).unwrap_or(0);
+        let last = c.settled.entry(peer).or_insert(0);
+        if below > *last {
+            *last = below;
+            let n = Completion::Settled { peer, below }.encode(out).expect("64 bytes hold a mark");
+            if !c.push_or_hold(&out[..n]) {
+                return any;
+            }
+            any = true;
+        }
+    }
+    while let Some(d) = c.core.recv() {
+        let seq = c.delivered.entry(d.from).or_insert(0);
+        out.resize(d.message.len() + RECORD_OVERHEAD, 0);
+        let n = Completion::Delivery { from: d.from, seq: *seq, payload: &d.message }
+            .encode(out)
+            .expect("sized for the message");
+        *seq += 1;
+        any = true;
+        if !c.push_or_hold(&out[..n]) {
+            return any;
+        }
+    }
+    any
+}
+
+/// Send what the core has; a datagram the socket has no room for is lost
+/// like any other (the core retransmits).
+fn transmit(
+    c: &mut Attached,
+    book: &Book,
+    rails: &mut [UdpTransport],
+    tx: &mut [u8],
+    stats: &mut EngineStats,
+    now: Instant,
+) -> usize {
+    let mut sent = 0;
+    while let Some(t) = c.core.poll_transmit(now, tx) {
+        let (Some(addr), Some(rail)) =
+            (t.to_addr.or_else(|| book.addr(t.dst, t.rail)), rails.get_mut(t.rail as usize))
+        else {
+            stats.send_dropped += 1;
+            continue;
+        };
+        match rail.send_to_addr(addr, &tx[..t.len]) {
+            Ok(()) => sent += 1,
+            Err(TransportError::WouldBlock) => {
+                stats.send_dropped += 1;
+                break;
+            }
+            Err(e) => {
+                stats.send_dropped += 1;
+                debug!(dst = t.dst, rail = t.rail, error = %e, "dropped on send");
+            }
+        }
+    }
+    sent
+}
+
+impl Attached {
+    /// Push a completion, or hold it for the next turn; false if held.
+    fn push_or_hold(&mut self, record: &[u8]) -> bool {
+        match self.region.completions.push(record) {
+            Ok(()) => true,
+            Err(ShmError::Full { .. }) => {
+                self.held.clear();
+                self.held.extend_from_slice(record);
+                false
+            }
+            Err(e) => {
+                warn!(node = self.node, error = %e, "completion ring unusable: detaching");
+                self.gone = true;
+                false
+            }
+        }
+    }
+
+    /// The application broke the protocol or its memory did: detach it.
+    fn broke(&mut self, stats: &mut EngineStats, why: &str) -> bool {
+        warn!(node = self.node, pid = self.pid, reason = why, "application broke the protocol: detaching");
+        stats.bad_submissions += 1;
+        self.gone = true;
+        true
+    }
+}
+
+/// Create the directory (0700) or check the one there: ours, and no one
+/// else's to write.
+fn prepare_dir(dir: &Path) -> Result<(), EngineError> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() != attach::my_uid() || meta.permissions().mode() & 0o022 != 0 {
+        return Err(EngineError::Io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} must belong to this user and be writable by no one else", dir.display()),
+        )));
+    }
+    Ok(())
+}
+
+/// 32 bytes from the kernel's random source (the handshake's secrets).
+fn entropy() -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    Ok(seed)
+}

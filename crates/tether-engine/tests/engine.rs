@@ -1,0 +1,243 @@
+//! Applications served by engines over real UDP, real shared memory and
+//! the real rendezvous socket: each engine runs its loop on a thread of
+//! its own here, exactly as `tether engine` runs it in a process.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tether_engine::{Client, ClientOptions, Engine, EngineError, EngineOptions, EngineStats};
+use tether_proto::{Config, Event, MessageId, MessageState};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+
+/// An engine on its own thread, in a fresh directory under /dev/shm.
+struct Running {
+    dir: PathBuf,
+    addrs: Vec<SocketAddr>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<JoinHandle<EngineStats>>,
+}
+
+static DIRS: AtomicU64 = AtomicU64::new(0);
+
+fn scratch_dir() -> PathBuf {
+    let n = DIRS.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!("/dev/shm/tether-test-engine-{}-{n}", std::process::id()))
+}
+
+impl Running {
+    fn start(rails: usize) -> Self {
+        Self::start_in(scratch_dir(), rails, Config::default())
+    }
+
+    fn start_in(dir: PathBuf, rails: usize, config: Config) -> Self {
+        let binds = vec!["127.0.0.1:0".parse().unwrap(); rails];
+        let mut engine = Engine::bind(EngineOptions { config, ..EngineOptions::new(&dir, binds) }).unwrap();
+        let addrs = engine.rail_addrs();
+        let stop = engine.stop_flag();
+        let thread = std::thread::spawn(move || {
+            engine.run().unwrap();
+            engine.stats()
+        });
+        Running { dir, addrs, stop, thread: Some(thread) }
+    }
+
+    fn attach(&self, node: u32) -> Client {
+        Client::attach(&self.dir, node, ClientOptions::default()).unwrap()
+    }
+
+    fn stop(&mut self) -> EngineStats {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn msg(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+/// Send `count` messages of assorted sizes from `a` to `b` (`b` reading as
+/// they come), check every one arrives exact and in order, and every one
+/// is reported delivered to the sender.
+fn exchange(a: &mut Client, b: &mut Client, count: usize) {
+    let sizes = [0, 1, 8, 100, 1400, 1473, 5000, 70_000];
+    let mut got = Vec::new();
+    for i in 0..count {
+        let m = msg(i, sizes[i % sizes.len()]);
+        let id = a.send(b.node(), &m, WAIT).unwrap();
+        assert_eq!(id, MessageId { peer: b.node(), seq: i as u64 });
+        while let Some(d) = b.try_recv().unwrap() {
+            got.push(d);
+        }
+    }
+    while got.len() < count {
+        got.push(b.recv(WAIT).unwrap());
+    }
+    for (i, d) in got.iter().enumerate() {
+        assert_eq!(d.from, a.node());
+        assert!(d.message[..] == msg(i, sizes[i % sizes.len()])[..], "message {i} differs");
+    }
+    a.flush(WAIT).unwrap();
+    for seq in [0, count as u64 / 2, count as u64 - 1] {
+        assert_eq!(a.message_state(MessageId { peer: b.node(), seq }), MessageState::Delivered);
+    }
+    assert_eq!(a.message_state(MessageId { peer: b.node(), seq: count as u64 }), MessageState::Unknown);
+}
+
+/// Two applications on one node, one engine: each is an endpoint of its
+/// own, and both reach each other through the engine's socket.
+#[test]
+fn two_applications_on_one_engine_exchange_messages() {
+    let engine = Running::start(1);
+    let (mut a, mut b) = (engine.attach(1), engine.attach(2));
+    assert_eq!(a.engine_pid(), std::process::id());
+    a.add_peer_rails(2, &engine.addrs).unwrap();
+    b.add_peer_rails(1, &engine.addrs).unwrap();
+    exchange(&mut a, &mut b, 2000);
+    exchange(&mut b, &mut a, 500);
+}
+
+/// Two nodes, each with its engine and two rails: the applications never
+/// touch a socket.
+#[test]
+fn applications_on_two_engines_exchange_messages_over_two_rails() {
+    let (e1, e2) = (Running::start(2), Running::start(2));
+    let (mut a, mut b) = (e1.attach(10), e2.attach(20));
+    a.add_peer_rails(20, &e2.addrs).unwrap();
+    b.add_peer_rails(10, &e1.addrs).unwrap();
+    exchange(&mut a, &mut b, 3000);
+    exchange(&mut b, &mut a, 300);
+}
+
+/// What the engine must not take: a node already attached, a region
+/// outside its directory, a directory others could write.
+#[test]
+fn attachments_that_cannot_be_are_refused_with_the_reason() {
+    let engine = Running::start(1);
+    let _a = engine.attach(1);
+    match Client::attach(&engine.dir, 1, ClientOptions::default()) {
+        Err(EngineError::Refused(why)) => assert!(why.contains("attached already"), "{why}"),
+        other => panic!("a second node 1 was not refused: {other:?}"),
+    }
+    // A region elsewhere, named over the engine's socket by hand.
+    let elsewhere = scratch_dir();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let region = elsewhere.join("region.shm");
+    let header = tether_shm::ClientHeader {
+        version: tether_shm::LAYOUT_VERSION,
+        node: 5,
+        port: 0,
+        pid: std::process::id(),
+        incarnation: 1,
+        submission_capacity: 1 << 16,
+        completion_capacity: 1 << 16,
+        streams: 0,
+    };
+    let _r = tether_shm::ClientRegion::create(&region, header).unwrap();
+    let mut conn =
+        std::os::unix::net::UnixStream::connect(tether_engine::attach::socket_path(&engine.dir)).unwrap();
+    tether_engine::attach::write_request(&mut conn, &region).unwrap();
+    let reply = tether_engine::attach::read_reply(&mut conn).unwrap();
+    assert!(matches!(&reply, Err(why) if why.contains("not in the engine's directory")), "{reply:?}");
+    std::fs::remove_dir_all(&elsewhere).unwrap();
+    // Nonsense instead of a request: refused, and the engine goes on.
+    let mut conn =
+        std::os::unix::net::UnixStream::connect(tether_engine::attach::socket_path(&engine.dir)).unwrap();
+    std::io::Write::write_all(&mut conn, &u32::MAX.to_le_bytes()).unwrap();
+    assert!(tether_engine::attach::read_reply(&mut conn).unwrap().is_err());
+    let _b = engine.attach(2);
+    // A directory anyone may write is not an engine's.
+    let open = scratch_dir();
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let refused = Engine::bind(EngineOptions::new(&open, vec!["127.0.0.1:0".parse().unwrap()]));
+    assert!(matches!(refused, Err(EngineError::Io(_))), "{refused:?}");
+    std::fs::remove_dir_all(&open).unwrap();
+    // One engine per directory.
+    let twice = Engine::bind(EngineOptions::new(&engine.dir, vec!["127.0.0.1:0".parse().unwrap()]));
+    assert!(matches!(twice, Err(EngineError::AlreadyRunning(_))), "{twice:?}");
+}
+
+/// An application that goes away without closing is detached, its node
+/// free again; one that closes lingers until its messages are settled.
+#[test]
+fn applications_detach_by_closing_or_by_dying() {
+    let mut engine = Running::start(1);
+    let (mut a, mut b) = (engine.attach(1), engine.attach(2));
+    a.add_peer_rails(2, &engine.addrs).unwrap();
+    b.add_peer_rails(1, &engine.addrs).unwrap();
+    for i in 0..200 {
+        a.send(2, &msg(i, 1000), WAIT).unwrap();
+    }
+    // Closing returns once the engine has settled everything and let go.
+    a.close(Duration::from_secs(5)).unwrap();
+    for i in 0..200 {
+        assert_eq!(b.recv(WAIT).unwrap().message[..], msg(i, 1000)[..]);
+    }
+    // Dropped without a word, as a killed process would be.
+    drop(b);
+    let again = wait_for(|| Client::attach(&engine.dir, 2, ClientOptions::default()).ok());
+    drop(again);
+    let stats = engine.stop();
+    assert_eq!(stats.attached, 3);
+    assert!(stats.detached >= 2, "{stats:?}");
+    assert_eq!(stats.bad_submissions, 0);
+}
+
+/// The engine going away is an error the application sees at once, not a
+/// hang.
+#[test]
+fn an_application_learns_its_engine_is_gone() {
+    let mut engine = Running::start(1);
+    let mut a = engine.attach(1);
+    a.add_peer_rails(2, &engine.addrs).unwrap();
+    engine.stop();
+    let started = std::time::Instant::now();
+    assert!(matches!(a.recv(Some(Duration::from_secs(5))), Err(EngineError::EngineGone)));
+    assert!(started.elapsed() < Duration::from_secs(1), "noticed in {:?}", started.elapsed());
+}
+
+/// A peer that never answers: the sender's messages fail with the exact
+/// report, through the completion ring.
+#[test]
+fn failures_reach_the_application_exactly() {
+    let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
+    let engine = Running::start_in(scratch_dir(), 1, config);
+    let mut a = engine.attach(1);
+    // Nobody listens there.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.add_peer_rails(9, &[silent.local_addr().unwrap()]).unwrap();
+    for i in 0..10 {
+        a.send(9, &msg(i, 100), WAIT).unwrap();
+    }
+    let event = wait_for(|| a.poll_event().unwrap());
+    match event {
+        Event::PeerUnreachable { failed } => assert_eq!((failed.peer, failed.first, failed.end), (9, 0, 10)),
+        other => panic!("expected PeerUnreachable, got {other:?}"),
+    }
+    let state = a.message_state(MessageId { peer: 9, seq: 3 });
+    assert_eq!(state, MessageState::Failed(tether_proto::FailReason::PeerUnreachable));
+    assert_eq!(a.unsettled(), 0);
+}
+
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..1000 {
+        if let Some(t) = f() {
+            return t;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("not within 10 s");
+}
