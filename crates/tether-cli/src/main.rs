@@ -10,6 +10,7 @@ mod bench;
 mod campaign;
 mod demo;
 mod detection;
+mod engine_cmd;
 mod model;
 mod net;
 mod pattern;
@@ -53,6 +54,9 @@ enum Command {
     /// Fault campaign (Li et al. [CI] section 6): workloads under a sweep of
     /// fault kinds x rates x seeds; nothing may be lost, duplicated or corrupted.
     Campaign(campaign::CampaignOpts),
+    /// The engine process of a node: owns the sockets of every rail and
+    /// runs the protocol for the applications that attach to it.
+    Engine(engine_cmd::EngineOpts),
 }
 
 #[derive(clap::Args)]
@@ -124,6 +128,7 @@ fn main() {
         Command::Bench(o) => run_bench(&o),
         Command::Sim(o) => run_sim(&o),
         Command::Campaign(o) => run_campaign(&o),
+        Command::Engine(o) => engine_cmd::run(&o),
     };
     if let Err(e) = result {
         eprintln!("tether: {}", message(&e));
@@ -188,6 +193,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
+        Command::Engine(_) => Ok(()),
     }
 }
 

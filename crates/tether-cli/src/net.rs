@@ -165,7 +165,7 @@ pub enum Policy {
 }
 
 /// `--key-file FILE`: the file's bytes are the secret material.
-fn key_file(path: &str) -> Result<ClusterKey, String> {
+pub fn key_file(path: &str) -> Result<ClusterKey, String> {
     let material = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
     ClusterKey::from_material(&material).map_err(|e| format!("`{path}`: {}", e.why))
 }

@@ -158,3 +158,22 @@ pub fn check(stream: &mut UnixStream) -> Doorbell {
 pub fn ring(stream: &mut UnixStream) {
     let _ = stream.write(&[1]);
 }
+
+/// Sleep until one of `fds` is readable or `timeout` passes, to the
+/// microsecond (`ppoll`: a deadline 50 us away is not rounded to a
+/// millisecond, which would put a millisecond into a round trip).
+pub fn sleep_on(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a live array of `fds.len()` pollfds; `ts` a live timespec.
+    let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -56,13 +56,15 @@ pub struct EngineOptions {
     pub binds: Vec<SocketAddr>,
     /// The protocol configuration every application's core runs with.
     pub config: Config,
-    /// How long the loop spins with nothing to do before it sleeps.
+    /// How long the loop keeps looking (yielding the core between looks)
+    /// with nothing to do before it sleeps in `ppoll`; see
+    /// `ClientOptions::spin` for why it yields.
     pub spin: Duration,
 }
 
 impl EngineOptions {
     pub fn new(dir: impl Into<PathBuf>, binds: Vec<SocketAddr>) -> Self {
-        EngineOptions { dir: dir.into(), binds, config: Config::default(), spin: Duration::from_micros(50) }
+        EngineOptions { dir: dir.into(), binds, config: Config::default(), spin: Duration::from_millis(1) }
     }
 }
 
@@ -211,7 +213,7 @@ impl Engine {
                 self.sleep()?;
                 self.idle_since = None;
             } else {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
         // Detaching closes every connection: applications see the engine go.
@@ -425,19 +427,9 @@ impl Engine {
         fds.push(fd(self.listener.as_raw_fd()));
         fds.extend(self.rails.iter().filter_map(|r| r.raw_fd()).map(fd));
         fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
-        // Rounded up: waking a little late beats spinning through a
-        // sub-millisecond remainder.
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let slept = attach::sleep_on(&mut fds, timeout);
         self.lower_flags();
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e.into());
-            }
-        }
-        Ok(())
+        Ok(slept?)
     }
 
     fn lower_flags(&mut self) {
