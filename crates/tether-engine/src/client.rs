@@ -395,7 +395,11 @@ impl Client {
     fn on_completion(&mut self, c: Completion<'_>) {
         match c {
             Completion::Delivery { from, payload, .. } => {
-                self.deliveries.push_back(Delivery { from, message: Bytes::copy_from_slice(payload) });
+                self.deliveries.push_back(Delivery {
+                    from,
+                    message: Bytes::copy_from_slice(payload),
+                    fragment: None,
+                });
             }
             Completion::Settled { peer, below } => {
                 // Never past what was sent: the engine's word is checked.

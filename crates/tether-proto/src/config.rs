@@ -97,6 +97,13 @@ pub struct Config {
     pub delivery_queue_messages: usize,
     /// Largest message `send` accepts and a receiver reassembles.
     pub max_message_len: usize,
+    /// Deliver each fragment as it comes in order instead of whole
+    /// messages, and move the commit point to the application's `recv`:
+    /// nothing is acknowledged before it was taken. For an engine that
+    /// hands fragments to an application which outlives it (docs/ENGINE.md):
+    /// whatever the engine acknowledged is then safe in the application,
+    /// and a restored engine resumes exactly where the application stands.
+    pub deliver_fragments: bool,
     /// Retransmission timeout before any round trip has been measured.
     pub rto_initial: Duration,
     /// Floor of the adaptive timeout: about 1 ms was best in Tang and
@@ -159,6 +166,7 @@ impl Default for Config {
             delivery_queue_bytes: 64 << 20,
             delivery_queue_messages: 1 << 20,
             max_message_len: 64 << 20,
+            deliver_fragments: false,
             rto_initial: Duration::from_millis(5),
             rto_min: Duration::from_millis(1),
             rto_max: Duration::from_millis(250),

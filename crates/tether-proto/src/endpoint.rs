@@ -776,6 +776,15 @@ impl Endpoint {
     pub fn recv(&mut self) -> Option<Delivery> {
         let was_full = !self.deliveries.has_room();
         let d = self.deliveries.pop()?;
+        if let Some(f) = d.fragment {
+            // The commit point (fragment mode): now it may be acknowledged.
+            if let Some(p) = self.peers.get_mut(&d.from) {
+                let before = p.next_timeout();
+                p.recv.on_taken(f.epoch, f.seq + 1);
+                let after = p.next_timeout();
+                Self::reschedule(&mut self.earliest, &self.peers, before, after);
+            }
+        }
         if was_full {
             // Room again: segments that waited for it go in now, and their
             // senders hear so at once. The waiting peers take turns at

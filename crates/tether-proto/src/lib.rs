@@ -66,5 +66,30 @@ pub struct Delivery {
     /// The sending node.
     pub from: NodeId,
     /// The message, reassembled; `Bytes` so handing it on copies nothing.
+    /// With [`Config::deliver_fragments`], one fragment of it.
     pub message: bytes::Bytes,
+    /// With [`Config::deliver_fragments`]: which fragment, where. `None`
+    /// for a whole message.
+    pub fragment: Option<Fragment>,
+}
+
+/// A fragment delivered as it came in order ([`Config::deliver_fragments`]):
+/// the application (an engine's client, docs/ENGINE.md) reassembles, and
+/// knows exactly where in the stream it stands, so a restored engine can
+/// resume at that point and a fragment delivered twice is recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment {
+    /// The sender's incarnation: a new one starts its streams afresh.
+    pub incarnation: u64,
+    /// The sender's stream epoch.
+    pub epoch: u32,
+    /// The fragment's sequence number in the stream.
+    pub seq: u64,
+    /// The first fragment of its message.
+    pub first: bool,
+    /// The last fragment of its message.
+    pub last: bool,
+    /// The message's length, carried by first fragments of messages of
+    /// more than one.
+    pub total_len: Option<u32>,
 }

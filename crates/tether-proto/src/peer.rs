@@ -21,7 +21,7 @@ use crate::event::{Event, FailReason};
 use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
-use crate::recv_stream::{epoch_is_newer, RecvStream};
+use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
 use crate::replay::ReplayWindow;
 use crate::send_stream::SendStream;
 use crate::snapshot::PeerSnapshot;
@@ -265,7 +265,7 @@ impl Peer {
                         trace!(peer = self.id, epoch = h.epoch, "dropped: data of an older epoch");
                         continue;
                     }
-                    self.recv.on_data(cx, now, self.id, &d, landed);
+                    self.recv.on_data(cx, now, self.sender(), &d, landed);
                 }
                 Frame::Ack(a) => {
                     if epoch_is_newer(a.epoch, self.send.epoch()) {
@@ -470,6 +470,11 @@ impl Peer {
             "peer acknowledged a stream epoch we never started: resynchronised"
         );
         cx.events.push_back(Event::StreamReset { failed });
+    }
+
+    /// The peer as the sender of what we receive.
+    fn sender(&self) -> Sender {
+        Sender { node: self.id, incarnation: self.incarnation }
     }
 
     /// The peer came back as a new incarnation: what was unacknowledged to
@@ -680,7 +685,7 @@ impl Peer {
     /// The application read from a full delivery queue: segments that
     /// waited for room go in now, and the sender hears so at once.
     pub fn on_delivery_room(&mut self, cx: &mut Context<'_>) {
-        if self.recv.drain(cx, self.id) {
+        if self.recv.drain(cx, self.sender()) {
             self.recv.request_ack_now();
         }
     }

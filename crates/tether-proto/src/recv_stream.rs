@@ -23,7 +23,7 @@ use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
 
 use crate::context::Context;
 use crate::delivery::copy_to_bytes;
-use crate::{Config, Delivery, Instant, NodeId, RetransmitMode, Stats};
+use crate::{Config, Delivery, Fragment, Instant, NodeId, RetransmitMode, Stats};
 
 /// A verified payload's landing (see `landing`), handed to the stream with
 /// its frame.
@@ -59,6 +59,14 @@ impl Landed {
 /// moves past it.
 pub fn epoch_is_newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Who sent what a stream receives: the node, and the life of it the
+/// session is with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sender {
+    pub node: NodeId,
+    pub incarnation: u64,
 }
 
 /// A segment held out of order: hard state.
@@ -132,9 +140,18 @@ pub(crate) struct RecvStream {
     expected: u64,
     out_of_order: BTreeMap<u64, StashedSegment>,
     partial: Option<Partial>,
+    /// With `Config::deliver_fragments`: every segment below this was
+    /// taken from the delivery queue by the application (its engine), the
+    /// commit point; ACKs go no further.
+    taken: u64,
     // Soft state.
     ack: AckState,
+    /// The last ACK sent stopped short of what was consumed (fragment
+    /// mode): the next take must be told at once.
+    held_back: bool,
     ack_delay: Duration,
+    /// `Config::deliver_fragments`.
+    fragments: bool,
 }
 
 impl RecvStream {
@@ -144,8 +161,11 @@ impl RecvStream {
             expected: 0,
             out_of_order: BTreeMap::new(),
             partial: None,
+            taken: 0,
             ack: AckState::default(),
+            held_back: false,
             ack_delay: config.ack_delay,
+            fragments: config.deliver_fragments,
         }
     }
 
@@ -171,6 +191,9 @@ impl RecvStream {
         let mut r = RecvStream::new(config);
         r.epoch = snapshot.epoch;
         r.expected = snapshot.delivered_upto;
+        // Whatever waits in a restored delivery queue was acknowledged
+        // already (in fragment mode a restore brings none back).
+        r.taken = snapshot.delivered_upto;
         r.out_of_order = snapshot.out_of_order.into_iter().collect();
         r.partial = snapshot.partial.map(|p| match p {
             PartialMessage::Assembling { received, total } => {
@@ -189,6 +212,7 @@ impl RecvStream {
     pub fn reset(&mut self, epoch: Option<u32>) {
         self.epoch = epoch;
         self.expected = 0;
+        self.taken = 0;
         self.out_of_order.clear();
         self.partial = None;
     }
@@ -237,7 +261,7 @@ impl RecvStream {
         &mut self,
         cx: &mut Context<'_>,
         now: Instant,
-        from: NodeId,
+        from: Sender,
         frame: &DataFrame<'_>,
         landed: Landed,
     ) {
@@ -281,7 +305,7 @@ impl RecvStream {
     /// queue has room. Called after an in-order arrival and after the
     /// application reads: a stashed segment may already be selectively
     /// acknowledged, and then its sender will never send it again.
-    pub fn drain(&mut self, cx: &mut Context<'_>, from: NodeId) -> bool {
+    pub fn drain(&mut self, cx: &mut Context<'_>, from: Sender) -> bool {
         let mut progressed = false;
         while cx.deliveries.has_room() {
             let Some(s) = self.out_of_order.remove(&self.expected) else { break };
@@ -301,7 +325,7 @@ impl RecvStream {
     fn consume(
         &mut self,
         cx: &mut Context<'_>,
-        from: NodeId,
+        Sender { node: from, incarnation }: Sender,
         flags: DataFlags,
         total_len: Option<u32>,
         payload: &[u8],
@@ -309,6 +333,21 @@ impl RecvStream {
     ) {
         let stats = &mut *cx.stats;
         self.expected += 1;
+        if self.fragments {
+            // The application reassembles: the segment goes up as it is,
+            // with its place in the message and in the stream.
+            let fragment = Fragment {
+                incarnation,
+                epoch: self.epoch.unwrap_or(0),
+                seq: self.expected - 1,
+                first: flags.first(),
+                last: flags.last(),
+                total_len,
+            };
+            let message = landed.into_bytes(payload, cx.recv_arena, stats);
+            cx.deliveries.push(Delivery { from, message, fragment: Some(fragment) }, stats);
+            return;
+        }
         if flags.first() {
             if self.partial.take().is_some() {
                 // A new message began before the previous one ended.
@@ -316,7 +355,7 @@ impl RecvStream {
             }
             if flags.last() {
                 let message = landed.into_bytes(payload, cx.recv_arena, stats);
-                cx.deliveries.push(Delivery { from, message }, stats);
+                cx.deliveries.push(Delivery { from, message, fragment: None }, stats);
                 return;
             }
             let total = total_len.map_or(0, |t| t as usize);
@@ -362,7 +401,7 @@ impl RecvStream {
                     }
                 }
                 if flags.last() {
-                    cx.deliveries.push(Delivery { from, message: buf.freeze() }, stats);
+                    cx.deliveries.push(Delivery { from, message: buf.freeze(), fragment: None }, stats);
                 } else {
                     self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
                 }
@@ -400,8 +439,20 @@ impl RecvStream {
     /// order (as many as fit; the lowest holes matter most).
     pub fn take_ack(&mut self) -> AckRepr {
         self.ack = AckState::default();
-        let mut ack = AckRepr::new(self.epoch.unwrap_or(0), self.expected);
+        let mut ack = AckRepr::new(self.epoch.unwrap_or(0), self.ack_point());
+        self.held_back = ack.cumulative < self.expected;
         ack.full = self.waits_for_room();
+        if ack.cumulative + 1 < self.expected {
+            // Consumed and not yet taken (fragment mode): held, not lost,
+            // so selectively acknowledged; if the engine dies with them the
+            // sender sees the reneging and resends. The first is the
+            // cumulative point itself, which no range may name.
+            let base = ack.cumulative;
+            let held = SackRange { start: 1, end: (self.expected - base) as u32 };
+            if !ack.push_range(held) {
+                return ack;
+            }
+        }
         let mut run: Option<(u64, u64)> = None;
         for &seq in self.out_of_order.keys() {
             match run {
@@ -428,9 +479,35 @@ impl RecvStream {
         if start >= end {
             return true;
         }
-        // Offsets fit in u32: the receive window is at most 2^20 segments.
-        let range = SackRange { start: (start - self.expected) as u32, end: (end - self.expected) as u32 };
+        // Offsets fit in u32: the receive window is at most 2^20 segments
+        // (and in fragment mode the delivery queue's bound, far below,
+        // separates `taken` from `expected`).
+        let base = ack.cumulative;
+        let range = SackRange { start: (start - base) as u32, end: (end - base) as u32 };
         ack.push_range(range)
+    }
+
+    /// What the cumulative ACK says was received: everything consumed, or
+    /// in fragment mode everything the application took.
+    fn ack_point(&self) -> u64 {
+        if self.fragments {
+            self.taken.min(self.expected)
+        } else {
+            self.expected
+        }
+    }
+
+    /// The application took the fragment ending the stream at `end` in
+    /// `epoch` (fragment mode): the commit point moves, and if the last ACK
+    /// stopped short of it the sender hears at once.
+    pub fn on_taken(&mut self, epoch: u32, end: u64) {
+        if self.epoch != Some(epoch) || end <= self.taken {
+            return;
+        }
+        self.taken = end.min(self.expected);
+        if std::mem::take(&mut self.held_back) {
+            self.request_ack_now();
+        }
     }
 
     /// The receiver's windows hold (see `check_invariants` on the sender).

@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange};
+use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
 
 use crate::delivery::give_back;
 use crate::event::{FailReason, FailedMessages, MessageState};
@@ -155,6 +155,9 @@ pub(crate) struct SendStream {
     segments: VecDeque<Segment>,
     // Soft state from here on: derived from the log, or rebuilt.
     lost_count: usize,
+    /// Segments marked selectively acknowledged: when none are, an ACK
+    /// needs no look for reneging.
+    sacked_count: usize,
     /// Bytes of the messages not yet acknowledged (derived from the log).
     bytes_buffered: usize,
     /// Wire bytes of the segments never sent yet, for the coalescing rule.
@@ -189,6 +192,7 @@ impl SendStream {
             log: SendLog::new(epoch),
             segments: VecDeque::new(),
             lost_count: 0,
+            sacked_count: 0,
             bytes_buffered: 0,
             unsent_wire_bytes: 0,
             next_tx_order: 0,
@@ -465,6 +469,9 @@ impl SendStream {
             if tx.lost {
                 self.lost_count -= 1;
             }
+            if tx.sacked {
+                self.sacked_count -= 1;
+            }
             if s.flags.last() {
                 self.bytes_buffered -= s.total_len as usize;
                 self.log.settled_below = s.msg + 1;
@@ -509,13 +516,20 @@ impl SendStream {
         let (mut rails, mut latest) = (0u8, 0u8);
         let mut newest_sacked: Option<(u64, u64)> = None; // (seq, tx_order)
         let base = self.log.acked_upto;
+        let mut covered = [(0u64, 0u64); MAX_SACK_RANGES];
+        let mut n = 0;
         for r in ranges {
             let lo = (cumulative + r.start as u64).max(base);
             let hi = (cumulative + r.end as u64).min(self.log.sent_upto);
+            if n < covered.len() {
+                covered[n] = (lo, hi);
+                n += 1;
+            }
             for seq in lo..hi {
                 let tx = &mut self.segments[(seq - base) as usize].tx;
                 if !tx.sacked {
                     tx.sacked = true;
+                    self.sacked_count += 1;
                     rails |= tx.evidence();
                     latest |= 1 << tx.rail;
                     if tx.lost {
@@ -528,6 +542,7 @@ impl SendStream {
                 }
             }
         }
+        self.detect_reneging(cumulative, &covered[..n]);
         let Some((top_seq, top_order)) = newest_sacked else { return (rails, latest) };
         for s in self.segments.iter_mut() {
             if s.log.seq + REORDER_ALLOWANCE > top_seq {
@@ -540,6 +555,35 @@ impl SendStream {
             }
         }
         (rails, latest)
+    }
+
+    /// A segment the receiver selectively acknowledged and no longer
+    /// reports holding was reneged on: the receiver lost it (a restored
+    /// engine keeps only what it delivered, docs/ENGINE.md). It is lost and
+    /// goes again; else it would wait for a timeout per segment, as only
+    /// the first unacknowledged one is resent regardless of SACKs. Below
+    /// the last range reported, an uncovered segment is reneged; above it
+    /// the ACK may have run out of room for ranges, so nothing is judged
+    /// there, unless there are no ranges at all (the receiver holds
+    /// nothing out of order). An old ACK overtaken by newer ones looks the
+    /// same and costs a spurious resend, never a loss.
+    fn detect_reneging(&mut self, cumulative: u64, covered: &[(u64, u64)]) {
+        if self.sacked_count == 0 {
+            return;
+        }
+        let judged_below = covered.iter().map(|&(_, hi)| hi).max().unwrap_or(u64::MAX);
+        let base = self.log.acked_upto;
+        let start = cumulative.max(base);
+        let end = judged_below.min(self.log.sent_upto);
+        for seq in start..end {
+            let tx = &mut self.segments[(seq - base) as usize].tx;
+            if tx.sacked && !covered.iter().any(|&(lo, hi)| (lo..hi).contains(&seq)) {
+                tx.sacked = false;
+                tx.lost = true;
+                self.sacked_count -= 1;
+                self.lost_count += 1;
+            }
+        }
     }
 
     /// The retransmission timer's deadline.
@@ -572,8 +616,9 @@ impl SendStream {
             // (its delivery queue is full), and only a resend makes it
             // answer when its ACK with room was lost. Else a stream whose
             // flight is all SACKed would wait for an ACK nobody sends.
-            if mode == RetransmitMode::GoBackN || i == 0 {
+            if (mode == RetransmitMode::GoBackN || i == 0) && s.tx.sacked {
                 s.tx.sacked = false;
+                self.sacked_count -= 1;
             }
             if !s.tx.sacked && !s.tx.lost {
                 s.tx.lost = true;
@@ -631,6 +676,7 @@ impl SendStream {
         log.settled_below = log.next_msg;
         log.epoch = log.epoch.wrapping_add(1);
         self.lost_count = 0;
+        self.sacked_count = 0;
         self.bytes_buffered = 0;
         self.unsent_wire_bytes = 0;
         self.next_ack_request = 0;
@@ -691,7 +737,7 @@ impl SendStream {
         assert!(self.in_flight() <= config.send_window as u64, "in flight beyond the window");
         assert!(log.settled_below <= log.next_msg, "settled beyond assigned");
         assert!(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer");
-        let (mut lost, mut buffered, mut unsent) = (0, 0, 0);
+        let (mut lost, mut sacked, mut buffered, mut unsent) = (0, 0, 0, 0);
         for (i, s) in self.segments.iter().enumerate() {
             assert_eq!(s.log.seq, log.acked_upto + i as u64, "segments contiguous");
             assert!(s.log.msg >= log.settled_below, "a settled message is still queued");
@@ -699,6 +745,7 @@ impl SendStream {
             assert!(!(s.tx.lost && s.tx.sacked), "a segment both lost and selectively acknowledged");
             assert!(sent || !(s.tx.lost || s.tx.sacked), "an unsent segment marked lost or acknowledged");
             lost += s.tx.lost as usize;
+            sacked += s.tx.sacked as usize;
             if s.log.flags.last() {
                 buffered += s.log.total_len as usize;
             }
@@ -707,6 +754,7 @@ impl SendStream {
             }
         }
         assert_eq!(lost, self.lost_count, "lost count");
+        assert_eq!(sacked, self.sacked_count, "selectively acknowledged count");
         assert_eq!(buffered, self.bytes_buffered, "buffered bytes");
         assert_eq!(unsent, self.unsent_wire_bytes, "unsent wire bytes");
     }

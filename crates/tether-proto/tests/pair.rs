@@ -420,6 +420,151 @@ fn a_forged_higher_incarnation_is_neither_delivered_nor_locks_the_peer_out() {
 }
 
 /// A node id nobody configured gets nothing delivered, not even a HELLO answered.
+/// Reassemble fragment deliveries as an engine's application does: each
+/// fragment must continue the stream exactly where the last one ended
+/// (`next`), or it is a duplicate and skipped.
+fn reassemble(b: &mut Endpoint, next: &mut u64, partial: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) {
+    while let Some(d) = b.recv() {
+        let f = d.fragment.expect("fragment mode delivers fragments");
+        if f.seq < *next {
+            continue;
+        }
+        assert_eq!(f.seq, *next, "a fragment skipped");
+        *next += 1;
+        if f.first {
+            partial.clear();
+        }
+        partial.extend_from_slice(&d.message);
+        if f.last {
+            out.push(std::mem::take(partial));
+        }
+    }
+}
+
+fn fragments() -> Config {
+    Config { deliver_fragments: true, ..Config::default() }
+}
+
+/// Fragment mode: messages of every size arrive as fragments in order,
+/// and nothing is acknowledged before the application took it (the
+/// commit point an engine needs, docs/ENGINE.md).
+#[test]
+fn fragment_mode_acknowledges_only_what_the_application_took() {
+    let mut p = Pair::connected(fragments());
+    let want: Vec<_> =
+        [0, 1, 1400, 1500, 5000, 70_000, 8].iter().enumerate().map(|(i, &n)| msg(i, n)).collect();
+    let ids: Vec<_> = want.iter().map(|m| p.send(m).unwrap()).collect();
+    p.run(Duration::from_millis(50));
+    // B's core holds them all, taken by nobody: none is acknowledged.
+    assert!(p.b().pending_deliveries() > want.len());
+    for &id in &ids {
+        assert_eq!(p.a().message_state(id), MessageState::Pending);
+    }
+    // Held, not lost: selectively acknowledged, so the sender resends only
+    // the first now and then (every segment would go at each timeout else).
+    let waiting = p.a().stats().retransmits;
+    assert!(waiting <= 12, "{waiting} resends while B's application did not read");
+    let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
+    reassemble(p.b(), &mut next, &mut partial, &mut got);
+    check(&got, &want, "reassembled");
+    p.run(Duration::from_millis(5));
+    for &id in &ids {
+        assert_eq!(p.a().message_state(id), MessageState::Delivered, "acknowledged once taken");
+    }
+    assert_eq!(p.a().stats().retransmits, waiting, "taking cost no resend");
+}
+
+/// An engine dies holding fragments it received and acknowledged nothing
+/// of: the application took the first ones, the rest are lost with the
+/// engine. The engine restored at the application's position gets the
+/// rest again from the sender, and the application sees every message
+/// once, whole.
+#[test]
+fn fragments_lost_with_the_engine_come_again_from_the_sender() {
+    let mut p = Pair::connected(fragments());
+    let want: Vec<_> = (0..30).map(|i| msg(i, 3000)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_millis(50));
+    // The application takes the first 10 fragments (some message half).
+    let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let d = p.b().recv().unwrap();
+        let f = d.fragment.unwrap();
+        assert_eq!(f.seq, next);
+        next += 1;
+        if f.first {
+            partial.clear();
+        }
+        partial.extend_from_slice(&d.message);
+        if f.last {
+            got.push(std::mem::take(&mut partial));
+        }
+    }
+    // The engine dies; the new one knows only where the application stands.
+    let mut snap = p.b().snapshot();
+    snap.deliveries.clear();
+    snap.peers[0].recv.delivered_upto = next;
+    snap.peers[0].recv.out_of_order.clear();
+    snap.peers[0].recv.partial = None;
+    let now = p.now();
+    p.net.replace(Endpoint::restore(fragments(), snap, now).unwrap());
+    for _ in 0..200 {
+        p.run(Duration::from_millis(10));
+        reassemble(p.b(), &mut next, &mut partial, &mut got);
+    }
+    check(&got, &want, "across the engine's death");
+    assert_eq!(p.a().stats().messages_failed, 0);
+    assert_eq!(p.a().unsettled(), 0, "everything acknowledged in the end");
+}
+
+/// A receiver restored from its hard state without what it held out of
+/// order (an engine that keeps only what it delivered, docs/ENGINE.md)
+/// reneges on its selective acknowledgements. The sender notices from the
+/// next ACK that no longer covers them and resends them at once: not one
+/// per retransmission timeout, which would take a timeout per segment.
+#[test]
+fn segments_a_restored_receiver_no_longer_holds_are_resent_at_once() {
+    let mut p = Pair::connected(Config::default());
+    // The first data datagram never arrives (nor its repairs, until B is
+    // restored): all that follows waits at B out of order, SACKed.
+    let blocked = std::rc::Rc::new(std::cell::Cell::new(true));
+    let gate = blocked.clone();
+    let mut first = None;
+    p.net.link = Box::new(move |s: &mut Sent<'_>| {
+        if s.src != A || !gate.get() {
+            return Fate::Deliver(LATENCY);
+        }
+        // One message per datagram: A's first is seq 0, the next 19 carry
+        // seqs 1 to 19, and anything later is a repair.
+        let first = *first.get_or_insert(s.n);
+        if (first + 1..=first + 19).contains(&s.n) {
+            Fate::Deliver(LATENCY)
+        } else {
+            Fate::Drop
+        }
+    });
+    let want: Vec<_> = (0..20).map(|i| msg(i, 1200)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_millis(2));
+    assert!(p.drain_b().is_empty(), "the hole holds everything back");
+    assert_eq!(p.b().snapshot().peers[0].recv.out_of_order.len(), 19, "B holds the rest out of order");
+    // B loses what it held out of order and comes back as the same life.
+    let mut snap = p.b().snapshot();
+    snap.peers[0].recv.out_of_order.clear();
+    let now = p.now();
+    p.net.replace(Endpoint::restore(Config::default(), snap, now).unwrap());
+    blocked.set(false);
+    let timeouts = p.a().stats().timeouts;
+    p.run(Duration::from_millis(200));
+    check(&p.drain_b(), &want, "after the restore");
+    let taken = p.a().stats().timeouts - timeouts;
+    assert!(taken <= 2, "{taken} retransmission timeouts to repair 19 reneged segments");
+}
+
 /// Without a cluster key an on-path attacker, who reads the live
 /// incarnations from any header, can forge DATA with a stream epoch far
 /// ahead of the sender's. The receiver adopts it (it cannot tell) and

@@ -159,6 +159,14 @@ pub enum FaultMix {
     /// Two rails, each with message faults of its own (loss, reordering,
     /// duplication, corruption), and rail 0 between nodes 0 and 1 cut.
     RailFaults,
+    /// Engines as processes of their own (docs/ENGINE.md): fragments are
+    /// delivered as they come and acknowledged only once the application
+    /// took them; under loss, reordering and duplication, nodes' engines
+    /// die at moments drawn from the seed and lose everything not backed
+    /// up (deliveries not taken, segments held out of order, timers); each
+    /// comes back at the application's place in every stream. Nothing may
+    /// be lost or repeated.
+    EngineStateLoss,
     /// A receiver restarts while everything it sends is lost: node 1's
     /// ACKs (and handshake answers) vanish from 1 ms to 4 ms, and it
     /// restarts at 2.5 ms, so its old incarnation took data whose ACKs
@@ -177,7 +185,7 @@ pub enum FaultMix {
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 22] = [
+    pub const ALL: [FaultMix; 23] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -197,6 +205,7 @@ impl FaultMix {
         FaultMix::RailRestart,
         FaultMix::SoftStateLoss,
         FaultMix::RailFaults,
+        FaultMix::EngineStateLoss,
         FaultMix::RestartAckLoss,
         FaultMix::Authenticated,
         FaultMix::Swarm,
@@ -223,6 +232,7 @@ impl FaultMix {
             FaultMix::RailRestart => "rail_restart",
             FaultMix::SoftStateLoss => "soft_state_loss",
             FaultMix::RailFaults => "rail_faults",
+            FaultMix::EngineStateLoss => "engine_state_loss",
             FaultMix::RestartAckLoss => "restart_ack_loss",
             FaultMix::Authenticated => "authenticated",
             FaultMix::Swarm => "swarm",
@@ -341,6 +351,16 @@ impl FaultMix {
                 // Drawn from a stream of its own, so the run's RNG (and
                 // every other mix) is untouched.
                 let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x5AF7_5747_E105_5E5D);
+                for _ in 0..rng.gen_range(4..=10) {
+                    let node = rng.gen_range(0..c.nodes);
+                    let at = Duration::from_micros(rng.gen_range(50..=4_000));
+                    c.soft_losses.push((node, at));
+                }
+            }
+            FaultMix::EngineStateLoss => {
+                c.proto.deliver_fragments = true;
+                rules(&mut c, &["drop:p=0.05", "delay:p=0.3,min=0us,max=200us", "duplicate:p=0.03"]);
+                let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0xE791_6E5A_7E10_55E5);
                 for _ in 0..rng.gen_range(4..=10) {
                     let node = rng.gen_range(0..c.nodes);
                     let at = Duration::from_micros(rng.gen_range(50..=4_000));

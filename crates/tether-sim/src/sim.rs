@@ -9,6 +9,7 @@
 //! same instant run in the order they were scheduled; nothing iterates an
 //! unordered container. One seed is one exact replay.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::{Rng, RngCore, SeedableRng};
@@ -96,6 +97,19 @@ struct Node {
     /// Next message number toward each peer in this incarnation.
     next_seq: Vec<u64>,
     read_scheduled: bool,
+    /// With `deliver_fragments`: the application's reassembly of each
+    /// peer's stream, which survives the engine (docs/ENGINE.md).
+    reassembly: BTreeMap<NodeId, Reassembly>,
+}
+
+/// Where the application stands in one peer's stream (fragment mode).
+#[derive(Debug, Default)]
+struct Reassembly {
+    incarnation: u64,
+    epoch: u32,
+    /// The next fragment expected.
+    next: u64,
+    partial: Vec<u8>,
 }
 
 /// Virtual time starts at 1 s so no core timestamp is zero.
@@ -164,6 +178,7 @@ impl<'a> World<'a> {
                 sent_to: vec![0; cfg.nodes as usize],
                 next_seq: vec![0; cfg.nodes as usize],
                 read_scheduled: false,
+                reassembly: BTreeMap::new(),
             })
             .collect();
         for node in 0..cfg.nodes {
@@ -219,7 +234,8 @@ impl<'a> World<'a> {
                 Step::User(Ev::Read { node }) => {
                     self.nodes[node as usize].read_scheduled = false;
                     let max = self.cfg.reader_batch.unwrap_or(usize::MAX);
-                    read(&mut self.checker, node, self.net.ep_mut(node), max);
+                    let app = &mut self.nodes[node as usize].reassembly;
+                    read(&mut self.checker, node, self.net.ep_mut(node), max, app);
                     node
                 }
             };
@@ -265,8 +281,13 @@ impl<'a> World<'a> {
         let node = &mut self.nodes[id as usize];
         let ep = self.net.ep_mut(id);
         while let Some(d) = ep.recv() {
-            self.checker.on_unread_at_crash(d.from, id, &d.message);
+            // A fragment not taken was not acknowledged either: its
+            // message is in doubt at the sender, as the checker expects.
+            if d.fragment.is_none() {
+                self.checker.on_unread_at_crash(d.from, id, &d.message);
+            }
         }
+        node.reassembly.clear();
         for peer in (0..self.cfg.nodes).filter(|&p| p != id) {
             let key = (id, node.incarnation, peer);
             let ep = &*ep;
@@ -281,10 +302,33 @@ impl<'a> World<'a> {
     }
 
     /// The node's engine fails and a new one is built from its hard state:
-    /// the same incarnation, every timer and estimate gone.
+    /// the same incarnation, every timer and estimate gone. In fragment mode
+    /// (an engine process, docs/ENGINE.md) the engine's receive state dies
+    /// too: deliveries not taken, segments held out of order; the new engine
+    /// resumes each stream where the application stands.
     fn lose_soft_state(&mut self, id: NodeId) {
         let now = self.net.now();
-        let snapshot = self.net.ep(id).snapshot();
+        let mut snapshot = self.net.ep(id).snapshot();
+        if self.cfg.proto.deliver_fragments {
+            snapshot.deliveries.clear();
+            let app = &self.nodes[id as usize].reassembly;
+            for p in &mut snapshot.peers {
+                p.recv.out_of_order.clear();
+                p.recv.partial = None;
+                match app.get(&p.node) {
+                    Some(r) if r.incarnation == p.incarnation => {
+                        p.recv.epoch = Some(r.epoch);
+                        p.recv.delivered_upto = r.next;
+                    }
+                    // Nothing taken from this life of the peer: nothing of
+                    // it was acknowledged either.
+                    _ => {
+                        p.recv.epoch = None;
+                        p.recv.delivered_upto = 0;
+                    }
+                }
+            }
+        }
         let ep =
             Endpoint::restore(self.cfg.proto.clone(), snapshot, now).expect("simulation config is valid");
         self.net.replace(ep);
@@ -299,7 +343,7 @@ impl<'a> World<'a> {
         let (cfg, checker, node) = (self.cfg, &mut self.checker, &mut self.nodes[id as usize]);
         self.net.settle(id, |timeline, ep| {
             match cfg.reader_batch {
-                None => read(checker, id, ep, usize::MAX),
+                None => read(checker, id, ep, usize::MAX, &mut node.reassembly),
                 Some(_) => {
                     if ep.pending_deliveries() > 0 && !node.read_scheduled {
                         node.read_scheduled = true;
@@ -363,11 +407,40 @@ impl<'a> World<'a> {
     }
 }
 
-/// The application at node `id` reads up to `max` delivered messages.
-fn read(checker: &mut Checker, id: NodeId, ep: &mut Endpoint, max: usize) {
+/// The application at node `id` reads up to `max` deliveries: whole
+/// messages, or fragments it reassembles (skipping any it already has: a
+/// restored engine may deliver again what the application took).
+fn read(
+    checker: &mut Checker,
+    id: NodeId,
+    ep: &mut Endpoint,
+    max: usize,
+    app: &mut BTreeMap<NodeId, Reassembly>,
+) {
     for _ in 0..max {
         let Some(d) = ep.recv() else { break };
-        checker.on_deliver(d.from, id, &d.message);
+        let Some(f) = d.fragment else {
+            checker.on_deliver(d.from, id, &d.message);
+            continue;
+        };
+        let r = app.entry(d.from).or_default();
+        if (r.incarnation, r.epoch) != (f.incarnation, f.epoch) {
+            // A new life or epoch of the stream: what was partial is void.
+            *r = Reassembly { incarnation: f.incarnation, epoch: f.epoch, next: f.seq, partial: Vec::new() };
+        }
+        if f.seq < r.next {
+            continue;
+        }
+        // A gap would be a lost fragment: the message it belonged to goes
+        // to the checker short, and it reports it.
+        r.next = f.seq + 1;
+        if f.first {
+            r.partial.clear();
+        }
+        r.partial.extend_from_slice(&d.message);
+        if f.last {
+            checker.on_deliver(d.from, id, &std::mem::take(&mut r.partial));
+        }
     }
 }
 

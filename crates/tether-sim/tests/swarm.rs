@@ -4,7 +4,7 @@
 
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 22 mixes x 100 = 2200 runs per `cargo test`.
+/// Seeds per mix: 23 mixes x 100 = 2300 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 fn check_mix(mix: FaultMix) -> Vec<SimReport> {
