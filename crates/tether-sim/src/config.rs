@@ -348,24 +348,12 @@ impl FaultMix {
             }
             FaultMix::SoftStateLoss => {
                 rules(&mut c, &["drop:p=0.05", "delay:p=0.3,min=0us,max=200us", "duplicate:p=0.03"]);
-                // Drawn from a stream of its own, so the run's RNG (and
-                // every other mix) is untouched.
-                let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x5AF7_5747_E105_5E5D);
-                for _ in 0..rng.gen_range(4..=10) {
-                    let node = rng.gen_range(0..c.nodes);
-                    let at = Duration::from_micros(rng.gen_range(50..=4_000));
-                    c.soft_losses.push((node, at));
-                }
+                engine_losses(&mut c, seed ^ 0x5AF7_5747_E105_5E5D);
             }
             FaultMix::EngineStateLoss => {
                 c.proto.deliver_fragments = true;
                 rules(&mut c, &["drop:p=0.05", "delay:p=0.3,min=0us,max=200us", "duplicate:p=0.03"]);
-                let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0xE791_6E5A_7E10_55E5);
-                for _ in 0..rng.gen_range(4..=10) {
-                    let node = rng.gen_range(0..c.nodes);
-                    let at = Duration::from_micros(rng.gen_range(50..=4_000));
-                    c.soft_losses.push((node, at));
-                }
+                engine_losses(&mut c, seed ^ 0xE791_6E5A_7E10_55E5);
             }
             FaultMix::RailFaults => {
                 c.rails = 2;
@@ -416,6 +404,18 @@ const EVERY_FAULT: &[&str] = &[
     // A burst: everything lost for 2 ms in every 10 ms.
     "drop:p=1,on=2ms,off=8ms",
 ];
+
+/// Four to ten engine failures (`soft_losses`) at nodes and moments drawn
+/// from a stream of their own (`seed`), so the run's RNG and every other
+/// mix are untouched.
+fn engine_losses(c: &mut SimConfig, seed: u64) {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
+    for _ in 0..rng.gen_range(4..=10) {
+        let node = rng.gen_range(0..c.nodes);
+        let at = Duration::from_micros(rng.gen_range(50..=4_000));
+        c.soft_losses.push((node, at));
+    }
+}
 
 fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {
     LinkCut { a, b, at, until, rail: Some(rail), one_way: false }
