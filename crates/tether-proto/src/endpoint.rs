@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 
 use bytes::BytesMut;
 use tether_wire::{
-    Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, PacketWriter, Unverified, WireError,
-    HANDSHAKE_LEN,
+    DataFlags, Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, PacketWriter, Unverified,
+    WireError, HANDSHAKE_LEN,
 };
 use thiserror::Error;
 use tracing::{debug, trace, warn};
@@ -26,7 +26,8 @@ use crate::handshake::{cookie_slot, Reply, Secrets, MAX_REPLIES};
 use crate::landing::LandingArea;
 use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
-use crate::send_stream::SEGMENT_COST;
+use crate::recv_stream::RecvSnapshot;
+use crate::send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
 use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
 
@@ -267,6 +268,104 @@ impl Endpoint {
         let next = peer.next_timeout();
         self.peers.insert(id, peer);
         Self::reschedule(&mut self.earliest, &self.peers, None, next);
+    }
+
+    /// Rebuild an endpoint that an engine ran and lost (docs/ENGINE.md,
+    /// "Restore"): the same node and incarnation, each stream from what
+    /// the backup block and the application kept. Every unsettled message
+    /// is cut again as it was (the fragment size follows from the agreed
+    /// datagram size) at its original sequence numbers and goes again, so
+    /// the peer sees a pause and drops whatever it already had; the
+    /// receive side resumes where the application stands, so what the
+    /// dead engine held and never acknowledged comes again from the peer.
+    pub fn resume(
+        config: Config,
+        node: NodeId,
+        incarnation: u64,
+        streams: Vec<crate::ResumedStream>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        let mut ep = Endpoint::new(config, node, incarnation)?;
+        for s in streams {
+            let snapshot = ep.resumed_peer(s);
+            ep.restore_peer(snapshot, now);
+        }
+        // The counters start afresh with the new engine; what it took over
+        // counts as sent by it, so sent = acknowledged + failed + pending.
+        ep.stats.messages_sent = ep.unsettled();
+        Ok(ep)
+    }
+
+    fn resumed_peer(&self, s: crate::ResumedStream) -> PeerSnapshot {
+        let m = s.marks;
+        let datagram = if m.max_datagram == 0 { self.config.max_datagram } else { m.max_datagram };
+        let max_fragment = self.config.max_fragment_for(datagram.min(self.config.max_datagram));
+        let mut segments = Vec::new();
+        let mut seq = m.settled_seq;
+        for (i, data) in s.messages.iter().enumerate() {
+            let msg = m.settled_msg + i as u64;
+            let total = data.len();
+            let mut offset = 0;
+            loop {
+                let end = (offset + max_fragment).min(total);
+                segments.push(LoggedSegment {
+                    seq,
+                    msg,
+                    flags: DataFlags::new(offset == 0, end == total),
+                    total_len: total as u32,
+                    data: data.slice(offset..end),
+                });
+                seq += 1;
+                offset = end;
+                if offset == total {
+                    break;
+                }
+            }
+        }
+        let forgotten_below = s.failures.first().map_or(0, |(f, _)| f.first);
+        let log = SendLog {
+            epoch: m.epoch,
+            acked_upto: m.settled_seq,
+            sent_upto: m.sent_upto.clamp(m.settled_seq, seq),
+            next_seq: seq,
+            next_msg: m.settled_msg + s.messages.len() as u64,
+            settled_below: m.settled_msg,
+            settled_seq: m.settled_seq,
+            failures: s.failures.into_iter().collect(),
+            forgotten_below,
+        };
+        let (epoch, delivered_upto) = match s.taken {
+            Some((epoch, next)) => (Some(epoch), next),
+            None => (None, 0),
+        };
+        PeerSnapshot {
+            node: s.peer,
+            incarnation: m.peer_incarnation,
+            max_datagram: m.max_datagram,
+            tx_pn: m.tx_pn,
+            // Unknown: what the dead engine took from the peer. Replayed
+            // data is a duplicate by sequence number; see docs/ENGINE.md.
+            rx_pn: 0,
+            unreachable: false,
+            rails: s.rails,
+            send: SendSnapshot { log, segments },
+            recv: RecvSnapshot { epoch, delivered_upto, partial: None, out_of_order: Vec::new() },
+        }
+    }
+
+    /// The marks an engine backs up for the stream to `peer`.
+    pub fn stream_marks(&self, peer: NodeId) -> Option<crate::StreamMarks> {
+        let p = self.peers.get(&peer)?;
+        let log = p.send.log();
+        Some(crate::StreamMarks {
+            peer_incarnation: p.incarnation(),
+            max_datagram: p.agreed_datagram(),
+            epoch: log.epoch,
+            settled_msg: log.settled_below,
+            settled_seq: log.settled_seq,
+            sent_upto: log.sent_upto,
+            tx_pn: p.tx_pn(),
+        })
     }
 
     /// Turn the invariant assertions on or off (on by default in debug

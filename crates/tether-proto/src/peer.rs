@@ -124,6 +124,16 @@ impl Peer {
         p
     }
 
+    /// The datagram size the handshake agreed (0: none yet).
+    pub fn agreed_datagram(&self) -> usize {
+        self.hs.max_datagram()
+    }
+
+    /// The next packet number to send.
+    pub fn tx_pn(&self) -> u64 {
+        self.tx_pn
+    }
+
     /// The earliest of this peer's timers.
     pub fn next_timeout(&self) -> Option<Instant> {
         self.timers.next()

@@ -117,6 +117,10 @@ pub struct SendLog {
     pub next_msg: u64,
     /// Messages below this are settled: acknowledged or failed.
     pub settled_below: u64,
+    /// The first sequence number of message `settled_below`: with the
+    /// fragment size, where every unsettled message lies in the stream
+    /// (an engine's backup needs no more to cut them again, docs/ENGINE.md).
+    pub settled_seq: u64,
     /// Failed runs of messages, newest last, for `message_state` queries.
     pub failures: VecDeque<(FailedMessages, FailReason)>,
     /// Messages below this lost their failure record to the bounded history.
@@ -132,6 +136,7 @@ impl SendLog {
             next_seq: 0,
             next_msg: 0,
             settled_below: 0,
+            settled_seq: 0,
             failures: VecDeque::new(),
             forgotten_below: 0,
         }
@@ -475,6 +480,7 @@ impl SendStream {
             if s.flags.last() {
                 self.bytes_buffered -= s.total_len as usize;
                 self.log.settled_below = s.msg + 1;
+                self.log.settled_seq = s.seq + 1;
                 outcome.messages_acked += 1;
             }
             // Karn: only a segment sent exactly once gives an unambiguous sample.
@@ -674,6 +680,7 @@ impl SendStream {
         log.next_seq = 0;
         log.sent_upto = 0;
         log.settled_below = log.next_msg;
+        log.settled_seq = 0;
         log.epoch = log.epoch.wrapping_add(1);
         self.lost_count = 0;
         self.sacked_count = 0;
@@ -699,6 +706,11 @@ impl SendStream {
         let failed = self.abandon(peer, FailReason::StreamReset);
         self.log.epoch = receiver_epoch.wrapping_add(1);
         failed
+    }
+
+    /// The hard state, without the segments.
+    pub fn log(&self) -> &SendLog {
+        &self.log
     }
 
     /// Every message below this is acknowledged or failed.
@@ -736,6 +748,13 @@ impl SendStream {
         assert_eq!(self.segments.len() as u64, log.next_seq - log.acked_upto, "one segment per unacked seq");
         assert!(self.in_flight() <= config.send_window as u64, "in flight beyond the window");
         assert!(log.settled_below <= log.next_msg, "settled beyond assigned");
+        assert!(log.settled_seq <= log.acked_upto, "a settled message's segment unacknowledged");
+        if let Some(front) = self.segments.front() {
+            assert!(
+                front.log.msg > log.settled_below || log.settled_seq <= front.log.seq,
+                "settled seq ahead"
+            );
+        }
         assert!(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer");
         let (mut lost, mut sacked, mut buffered, mut unsent) = (0, 0, 0, 0);
         for (i, s) in self.segments.iter().enumerate() {

@@ -66,3 +66,46 @@ pub struct EndpointSnapshot {
     /// The counters, so they keep counting across a rebuild.
     pub stats: Stats,
 }
+
+/// What an engine keeps of a stream in its application's backup block
+/// (docs/ENGINE.md), read cheaply after every datagram: whatever changed
+/// is written to the block before the datagram leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamMarks {
+    /// The peer's incarnation as the handshake proved it (0: no session).
+    pub peer_incarnation: u64,
+    /// The datagram size agreed with it (0: none yet).
+    pub max_datagram: usize,
+    /// The send stream's epoch.
+    pub epoch: u32,
+    /// Message `settled_msg` and all after it are unsettled.
+    pub settled_msg: u64,
+    /// Where message `settled_msg` starts in the stream.
+    pub settled_seq: u64,
+    /// Every segment below this may have gone on the wire.
+    pub sent_upto: u64,
+    /// The next packet number (authenticated sessions).
+    pub tx_pn: u64,
+}
+
+/// A stream rebuilt by a new engine (docs/ENGINE.md, "Restore"): from the
+/// engine's backup block, and from what the application kept (every
+/// unsettled message, the failures it was told of, and how far it took
+/// the peer's stream).
+#[derive(Debug, Clone)]
+pub struct ResumedStream {
+    /// The peer the stream leads to.
+    pub peer: NodeId,
+    /// The rails configured to reach it.
+    pub rails: Vec<RailId>,
+    /// The send side as the block recorded it.
+    pub marks: StreamMarks,
+    /// The unsettled messages, in order: message `marks.settled_msg` first.
+    pub messages: Vec<bytes::Bytes>,
+    /// Failure reports the application holds, for `message_state`.
+    pub failures: Vec<(crate::FailedMessages, crate::FailReason)>,
+    /// The receive side where the application stands: the epoch and next
+    /// fragment of the peer's stream it took last (`None`: nothing taken
+    /// from this life of the peer).
+    pub taken: Option<(u32, u64)>,
+}
