@@ -67,23 +67,42 @@ pub fn my_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The application's request: the path of the region it created.
-pub fn write_request(stream: &mut UnixStream, region: &Path) -> io::Result<()> {
+/// Why an application attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A new endpoint: its region is fresh.
+    Fresh,
+    /// Its engine died: the new one resumes from the region's backup and
+    /// what the application resubmits (docs/ENGINE.md, "Restore").
+    Resume,
+}
+
+/// The application's request: the path of the region it created, and why.
+pub fn write_request(stream: &mut UnixStream, region: &Path, mode: Mode) -> io::Result<()> {
     let path = region.as_os_str().as_encoded_bytes();
     if path.len() > MAX_PATH {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "region path too long"));
     }
-    let mut msg = Vec::with_capacity(4 + path.len());
+    let mut msg = Vec::with_capacity(5 + path.len());
+    msg.push(match mode {
+        Mode::Fresh => 0,
+        Mode::Resume => 1,
+    });
     msg.extend_from_slice(&(path.len() as u32).to_le_bytes());
     msg.extend_from_slice(path);
     stream.write_all(&msg)
 }
 
-/// The engine reads a request: a length (bounded) and that many bytes.
-pub fn read_request(stream: &mut UnixStream) -> io::Result<PathBuf> {
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
+/// The engine reads a request: the mode, a length (bounded) and that many bytes.
+pub fn read_request(stream: &mut UnixStream) -> io::Result<(PathBuf, Mode)> {
+    let mut head = [0u8; 5];
+    stream.read_exact(&mut head)?;
+    let mode = match head[0] {
+        0 => Mode::Fresh,
+        1 => Mode::Resume,
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unknown attach mode")),
+    };
+    let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
     if len == 0 || len > MAX_PATH {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "region path length out of range"));
     }
@@ -91,7 +110,7 @@ pub fn read_request(stream: &mut UnixStream) -> io::Result<PathBuf> {
     stream.read_exact(&mut path)?;
     let path = String::from_utf8(path)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "region path is not UTF-8"))?;
-    Ok(PathBuf::from(path))
+    Ok((PathBuf::from(path), mode))
 }
 
 /// The engine's answer: its pid, or why it refused.

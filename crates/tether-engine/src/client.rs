@@ -22,16 +22,27 @@ use tether_proto::{Delivery, Event, FailReason, FailedMessages, MessageId, Messa
 use tether_shm::{ClientHeader, ClientRegion, Control, ShmError, LAYOUT_VERSION};
 
 use crate::attach::{self, Doorbell};
-use crate::records::{Completion, Rails, Submission};
+use crate::records::{Completion, Rails, Submission, Taken};
 use crate::EngineError;
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
 const FAILURE_HISTORY: usize = 64;
 
-/// What the application knows of its stream to one peer.
+/// What the application knows of its streams with one peer.
 #[derive(Debug, Default)]
 struct PeerLog {
+    /// Its address on each of the engine's rails.
+    rails: Vec<SocketAddr>,
+    /// Every unsettled message, from message `settled` on: the host-side
+    /// backup a new engine resends them from (docs/ENGINE.md, "Restore").
+    retained: VecDeque<Bytes>,
+    /// One past the last message a failure report covered.
+    failed_upto: u64,
+    /// Where the application stands in the peer's stream.
+    taken: Option<Taken>,
+    /// The message being reassembled from its fragments.
+    partial: Vec<u8>,
     /// The next message's id.
     next: u64,
     /// Every message below is acknowledged or failed.
@@ -75,6 +86,12 @@ pub struct ClientOptions {
     /// How long dropping the client waits for what it sent to be
     /// acknowledged or failed, as an embedded endpoint does.
     pub linger: Duration,
+    /// Peers this endpoint may have (each has a pair of backup blocks in
+    /// the region).
+    pub peers: u32,
+    /// How long to wait for a new engine when the engine dies (`None`:
+    /// report `EngineGone` at once). Calls made meanwhile wait.
+    pub recovery: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -84,6 +101,8 @@ impl Default for ClientOptions {
             ring_bytes: 4 << 20,
             spin: Duration::from_millis(1),
             linger: Duration::from_secs(1),
+            peers: 64,
+            recovery: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -93,7 +112,9 @@ impl Default for ClientOptions {
 pub struct Client {
     node: NodeId,
     region: ClientRegion,
+    dir: PathBuf,
     path: PathBuf,
+    recovery: Option<Duration>,
     conn: UnixStream,
     engine_pid: u32,
     spin: Duration,
@@ -134,12 +155,12 @@ impl Client {
             incarnation: options.incarnation.unwrap_or_else(default_incarnation),
             submission_capacity: ring,
             completion_capacity: ring,
-            streams: 0,
+            streams: 2 * options.peers.min(tether_shm::MAX_STREAMS / 2),
         };
         let n = REGIONS.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("client-{node}-{}-{n}.shm", std::process::id()));
         let region = ClientRegion::create(&path, header)?;
-        let result = Self::connect(dir, &path);
+        let result = Self::connect(dir, &path, attach::Mode::Fresh);
         let (conn, engine_pid) = match result {
             Ok(ok) => ok,
             Err(e) => {
@@ -150,7 +171,9 @@ impl Client {
         Ok(Client {
             node,
             region,
+            dir: dir.to_owned(),
             path,
+            recovery: options.recovery,
             conn,
             engine_pid,
             spin: options.spin,
@@ -164,11 +187,11 @@ impl Client {
         })
     }
 
-    fn connect(dir: &Path, region: &Path) -> Result<(UnixStream, u32), EngineError> {
+    fn connect(dir: &Path, region: &Path, mode: attach::Mode) -> Result<(UnixStream, u32), EngineError> {
         let mut conn = UnixStream::connect(attach::socket_path(dir))?;
         conn.set_read_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
         conn.set_write_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
-        attach::write_request(&mut conn, region)?;
+        attach::write_request(&mut conn, region, mode)?;
         let pid = attach::read_reply(&mut conn)?.map_err(EngineError::Refused)?;
         conn.set_nonblocking(true)?;
         Ok((conn, pid))
@@ -198,9 +221,16 @@ impl Client {
         if addrs.is_empty() || addrs.len() > MAX_RAILS {
             return Err(EngineError::Rails { given: addrs.len(), max: MAX_RAILS });
         }
+        let known = self.peers.contains_key(&node);
+        if !known && self.peers.len() * 2 >= self.region.backups.len() {
+            return Err(EngineError::Rails {
+                given: self.peers.len() + 1,
+                max: self.region.backups.len() / 2,
+            });
+        }
         let rails = Rails::new(addrs)?;
         self.submit(&Submission::AddPeer { node, rails }, None)?;
-        self.peers.entry(node).or_default();
+        self.peers.entry(node).or_default().rails = addrs.to_vec();
         Ok(())
     }
 
@@ -227,7 +257,9 @@ impl Client {
             .into());
         }
         self.submit(&Submission::Send { id: seq, peer, payload: msg }, timeout)?;
-        self.peers.entry(peer).or_default().next = seq + 1;
+        let p = self.peers.entry(peer).or_default();
+        p.next = seq + 1;
+        p.retained.push_back(Bytes::copy_from_slice(msg));
         Ok(MessageId { peer, seq })
     }
 
@@ -366,10 +398,61 @@ impl Client {
 
     /// Whether the engine is still there (its end of the connection open).
     fn check_engine(&mut self) -> Result<(), EngineError> {
-        if self.engine_gone || attach::check(&mut self.conn) == Doorbell::Closed {
-            self.engine_gone = true;
+        if self.engine_gone {
             return Err(EngineError::EngineGone);
         }
+        if attach::check(&mut self.conn) == Doorbell::Closed {
+            let Some(patience) = self.recovery.filter(|_| !self.closed) else {
+                self.engine_gone = true;
+                return Err(EngineError::EngineGone);
+            };
+            if let Err(e) = self.recover(patience) {
+                self.engine_gone = true;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine died: take what it published, forget what it never took,
+    /// wait for a new engine, and give it everything it needs to go on
+    /// where the old one stopped (docs/ENGINE.md, "Restore").
+    fn recover(&mut self, patience: Duration) -> Result<(), EngineError> {
+        let lost = StdInstant::now();
+        tracing::warn!(node = self.node, engine = self.engine_pid, "engine gone: waiting for a new one");
+        self.take_completions()?;
+        // Submissions the dead engine never took: everything in them is
+        // retained and goes again below. No engine reads the ring now.
+        let mut stale = Vec::new();
+        while self.region.submissions.pop(&mut stale)? {}
+        let (conn, pid) = loop {
+            match Self::connect(&self.dir, &self.path, attach::Mode::Resume) {
+                Ok(ok) => break ok,
+                Err(EngineError::Refused(why)) => return Err(EngineError::Refused(why)),
+                Err(_) if lost.elapsed() < patience => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => return Err(EngineError::EngineGone),
+            }
+        };
+        (self.conn, self.engine_pid) = (conn, pid);
+        let peers: Vec<NodeId> = self.peers.keys().copied().collect();
+        for peer in peers {
+            let p = &self.peers[&peer];
+            let (rails, failed_upto, taken) = (Rails::new(&p.rails)?, p.failed_upto, p.taken);
+            self.submit(&Submission::AddPeer { node: peer, rails }, None)?;
+            self.submit(&Submission::Resume { peer, failed_upto, taken }, None)?;
+            let p = &self.peers[&peer];
+            let (first, retained) = (p.settled, p.retained.clone());
+            for (i, m) in retained.iter().enumerate() {
+                let id = first + i as u64;
+                if id >= failed_upto {
+                    self.submit(&Submission::Send { id, peer, payload: m }, None)?;
+                }
+            }
+        }
+        self.submit(&Submission::ResumeEnd, None)?;
+        let outage = lost.elapsed();
+        tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
+        self.events.push_back(Event::EngineRecovered { outage });
         Ok(())
     }
 
@@ -394,17 +477,45 @@ impl Client {
 
     fn on_completion(&mut self, c: Completion<'_>) {
         match c {
-            Completion::Delivery { from, payload, .. } => {
-                self.deliveries.push_back(Delivery {
-                    from,
-                    message: Bytes::copy_from_slice(payload),
-                    fragment: None,
-                });
+            Completion::Delivery { from, fragment: f, payload } => {
+                let max = self.max_message_len();
+                let p = self.peers.entry(from).or_default();
+                let t = match p.taken {
+                    Some(t) if (t.incarnation, t.epoch) == (f.incarnation, f.epoch) => t,
+                    // A new life or epoch of the peer's stream: what was
+                    // partial is void.
+                    _ => {
+                        p.partial.clear();
+                        Taken { incarnation: f.incarnation, epoch: f.epoch, next: f.seq }
+                    }
+                };
+                if f.seq < t.next {
+                    // Taken before: a new engine resent it.
+                    return;
+                }
+                p.taken = Some(Taken { next: f.seq + 1, ..t });
+                if f.first {
+                    p.partial.clear();
+                }
+                if p.partial.len() + payload.len() > max {
+                    tracing::warn!(peer = from, "a message beyond the largest allowed: dropped");
+                    p.partial.clear();
+                    return;
+                }
+                p.partial.extend_from_slice(payload);
+                if f.last {
+                    let message = Bytes::from(std::mem::take(&mut p.partial));
+                    self.deliveries.push_back(Delivery { from, message, fragment: None });
+                }
             }
             Completion::Settled { peer, below } => {
                 // Never past what was sent: the engine's word is checked.
                 if let Some(p) = self.peers.get_mut(&peer) {
-                    p.settled = p.settled.max(below.min(p.next));
+                    let below = below.min(p.next);
+                    while p.settled < below {
+                        p.retained.pop_front();
+                        p.settled += 1;
+                    }
                 }
             }
             Completion::Failed { failed, reason } => {
@@ -414,6 +525,7 @@ impl Client {
                         p.forgotten_below = old.end;
                     }
                     p.failures.push_back((failed, reason));
+                    p.failed_upto = p.failed_upto.max(failed.end);
                 }
                 self.events.push_back(match reason {
                     FailReason::PeerRestarted => Event::PeerRestarted { peer: failed.peer, failed },

@@ -24,16 +24,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
+use bytes::Bytes;
 use tether_io::{AddressBook, RecvBatch, Transport, TransportError, UdpTransport};
 use tether_proto::{
-    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, RailId, SendError, MAX_RAILS,
+    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, RailId, ResumedStream, SendError,
+    StreamMarks, MAX_RAILS,
 };
-use tether_shm::{ClientRegion, Control, ShmError};
+use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Doorbell};
 use crate::book::Book;
-use crate::records::{Completion, Submission};
+use crate::records::{Completion, Submission, Taken};
 use crate::EngineError;
 
 /// Datagrams per receive batch.
@@ -98,8 +100,16 @@ struct Attached {
     held: Vec<u8>,
     /// Per peer, the settled mark last published.
     settled: BTreeMap<NodeId, u64>,
-    /// Per peer, messages delivered so far.
-    delivered: BTreeMap<NodeId, u64>,
+    /// Per peer, its pair of backup blocks (`2 * slot`, `2 * slot + 1`)
+    /// and what was last written there.
+    backups: BTreeMap<NodeId, (usize, Option<StreamBackup>)>,
+    /// Rails each peer was given.
+    rails: BTreeMap<NodeId, usize>,
+    /// The backup a dead engine left, as found at attachment.
+    recovered: BTreeMap<NodeId, (usize, Option<StreamBackup>)>,
+    /// Taking a dead engine's place: what the application resubmits. Until
+    /// it is all there the core is not run, so nothing touches the backup.
+    resuming: Option<BTreeMap<NodeId, Resumed>>,
     /// `Close` received: detach once everything settles or by then.
     closing: Option<Instant>,
     /// Lost its connection or broke the protocol.
@@ -288,7 +298,9 @@ impl Engine {
             Err(why) => Err(why.as_str()),
         };
         attach::write_reply(&mut conn, reply).map_err(|e| format!("answering: {e}"))?;
-        let (region, core, pid) = result?;
+        let (region, core, pid, mode) = result?;
+        let recovered = read_backups(&region);
+        let backups = recovered.iter().map(|(&peer, &(slot, _))| (peer, (slot, None))).collect();
         conn.set_nonblocking(true).map_err(|e| e.to_string())?;
         Ok(Attached {
             node: region.header.node,
@@ -300,13 +312,19 @@ impl Engine {
             stalled: false,
             held: Vec::new(),
             settled: BTreeMap::new(),
-            delivered: BTreeMap::new(),
+            backups,
+            recovered,
+            rails: BTreeMap::new(),
+            resuming: (mode == attach::Mode::Resume).then(BTreeMap::new),
             closing: None,
             gone: false,
         })
     }
 
-    fn check_attachment(&mut self, conn: &mut UnixStream) -> Result<(ClientRegion, Core, u32), String> {
+    fn check_attachment(
+        &mut self,
+        conn: &mut UnixStream,
+    ) -> Result<(ClientRegion, Core, u32, attach::Mode), String> {
         let cred = attach::peer_cred(conn).map_err(|e| format!("peer credentials: {e}"))?;
         if cred.uid != attach::my_uid() {
             return Err(format!("user {} may not attach to user {}'s engine", cred.uid, attach::my_uid()));
@@ -314,7 +332,7 @@ impl Engine {
         if self.clients.len() >= MAX_CLIENTS {
             return Err(format!("the engine serves {MAX_CLIENTS} applications already"));
         }
-        let path = attach::read_request(conn).map_err(|e| format!("request: {e}"))?;
+        let (path, mode) = attach::read_request(conn).map_err(|e| format!("request: {e}"))?;
         // Only regions in the engine's own directory: an application may
         // not make the engine map an arbitrary file.
         let dir = self.options.dir.canonicalize().map_err(|e| e.to_string())?;
@@ -332,13 +350,10 @@ impl Engine {
         }
         // A message must fit one ring record either way.
         let largest = region.submissions.max_record().min(region.completions.max_record()) - RECORD_OVERHEAD;
-        let config = Config {
-            max_message_len: self.options.config.max_message_len.min(largest),
-            ..self.options.config.clone()
-        };
+        let config = client_config(&self.options.config, largest);
         let mut core = Core::new(config, h.node, h.incarnation).map_err(|e| e.to_string())?;
         core.seed_secrets(entropy().map_err(|e| format!("entropy: {e}"))?);
-        Ok((region, core, cred.pid))
+        Ok((region, core, cred.pid, mode))
     }
 
     /// Receive on every rail; hand each datagram to its core.
@@ -350,7 +365,10 @@ impl Engine {
                     let (Some(addr), Some((src, dst))) = (self.rx.addr(i), peek_nodes(datagram)) else {
                         continue;
                     };
-                    let Some(c) = self.clients.iter_mut().find(|c| c.node == dst) else {
+                    let Some(c) = self.clients.iter_mut().find(|c| c.node == dst && c.resuming.is_none())
+                    else {
+                        // No one, or one still resuming: lost like any
+                        // datagram, and sent again.
                         self.stats.unknown_destination += 1;
                         continue;
                     };
@@ -384,6 +402,10 @@ impl Engine {
             return true;
         }
         let mut busy = take_submissions(c, book, rails.len(), stats, now);
+        if c.resuming.is_some() {
+            // The core waits for everything the application resubmits.
+            return busy;
+        }
         if c.core.poll_timeout().is_some_and(|t| t <= now) {
             c.core.handle_timeout(now);
             busy = true;
@@ -440,7 +462,50 @@ impl Engine {
 }
 
 /// Bytes a record adds to a payload at most (kind, ids, length).
-const RECORD_OVERHEAD: usize = 32;
+const RECORD_OVERHEAD: usize = 48;
+/// How far ahead of the highest sequence number sent the backup records
+/// its high-water mark: a block write per this many segments.
+const SENT_MARGIN: u64 = 1024;
+
+/// The marks of a stream no block was ever written for: nothing was sent.
+const FRESH: StreamMarks = StreamMarks {
+    peer_incarnation: 0,
+    max_datagram: 0,
+    epoch: 1,
+    settled_msg: 0,
+    settled_seq: 0,
+    sent_upto: 0,
+    tx_pn: 1,
+};
+
+/// What an application resubmits for one peer when it resumes.
+#[derive(Debug, Default)]
+struct Resumed {
+    failed_upto: u64,
+    taken: Option<Taken>,
+    first_id: Option<u64>,
+    messages: Vec<Bytes>,
+}
+
+/// The configuration of an application's core: the engine's, in fragment
+/// mode (the commit point at the application), messages bounded by what
+/// one ring record holds.
+fn client_config(engine: &Config, largest: usize) -> Config {
+    Config { max_message_len: engine.max_message_len.min(largest), deliver_fragments: true, ..engine.clone() }
+}
+
+/// The backup blocks a dead engine left: per peer, its slot and the marks
+/// of the first of its two blocks that reads whole.
+fn read_backups(region: &ClientRegion) -> BTreeMap<NodeId, (usize, Option<StreamBackup>)> {
+    let mut found = BTreeMap::new();
+    for slot in 0..region.backups.len() / 2 {
+        let pair = [&region.backups[2 * slot], &region.backups[2 * slot + 1]];
+        if let Some(b) = pair.iter().find_map(|b| b.read().ok().flatten()) {
+            found.insert(b.peer, (slot, Some(b)));
+        }
+    }
+    found
+}
 
 /// The source and destination node of a datagram, from the fixed header
 /// (docs/PROTOCOL.md): only to pick the core, which checks everything.
@@ -460,49 +525,83 @@ fn take_submissions(
     stats: &mut EngineStats,
     now: Instant,
 ) -> bool {
+    // Out of `c` while it is read, so handling may change `c`.
+    let mut record = std::mem::take(&mut c.record);
     let mut taken = 0;
     while taken < SUBMISSIONS_PER_TURN && c.closing.is_none() {
         if !c.stalled {
-            match c.region.submissions.pop(&mut c.record) {
+            match c.region.submissions.pop(&mut record) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(e) => return c.broke(stats, &format!("submission ring: {e}")),
-            }
-        }
-        let s = match Submission::decode(&c.record) {
-            Ok(s) => s,
-            Err(e) => return c.broke(stats, &format!("submission: {e}")),
-        };
-        match s {
-            Submission::Send { id, peer, payload } => match c.core.send(now, peer, payload) {
-                Ok(m) if m.seq == id => c.stalled = false,
-                Ok(m) => {
-                    return c
-                        .broke(stats, &format!("send id {id} to {peer}, the stream's next is {}", m.seq));
-                }
-                Err(SendError::WouldBlock) => {
-                    c.stalled = true;
+                Err(e) => {
+                    c.broke(stats, &format!("submission ring: {e}"));
                     break;
                 }
-                Err(e) => return c.broke(stats, &format!("send {id} to {peer}: {e}")),
-            },
-            Submission::AddPeer { node, rails: addrs } => {
-                let addrs: Vec<_> = addrs.iter().take(rails).collect();
-                if book.insert(node, &addrs).is_err() {
-                    return c.broke(stats, "the engine's address book is full");
-                }
-                let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
-                if let Err(e) = c.core.set_paths(node, &ids) {
-                    return c.broke(stats, &format!("add peer {node}: {e}"));
-                }
-            }
-            Submission::Close { linger_ns } => {
-                c.closing = Some(now + Duration::from_nanos(linger_ns));
             }
         }
-        taken += 1;
+        match take(c, &record, book, rails, now) {
+            Ok(true) => taken += 1,
+            Ok(false) => break,
+            Err(why) => {
+                c.broke(stats, &why);
+                break;
+            }
+        }
     }
-    taken > 0
+    c.record = record;
+    taken > 0 || c.gone
+}
+
+/// One submission: `Ok(false)` if the core has no room for it yet (it
+/// stays, `stalled`), an error if the application broke the protocol.
+fn take(
+    c: &mut Attached,
+    record: &[u8],
+    book: &mut Book,
+    rails: usize,
+    now: Instant,
+) -> Result<bool, String> {
+    let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
+    match s {
+        Submission::Send { id, peer, payload } if c.resuming.is_some() => {
+            if !c.resumed_message(peer, id, payload) {
+                return Err(format!("resuming: message {id} to {peer} out of order"));
+            }
+        }
+        Submission::Resume { peer, failed_upto, taken } => {
+            let r = c.resuming.get_or_insert_with(BTreeMap::new).entry(peer).or_default();
+            (r.failed_upto, r.taken) = (failed_upto, taken);
+        }
+        Submission::ResumeEnd => c.resume(now)?,
+        Submission::Send { id, peer, payload } => match c.core.send(now, peer, payload) {
+            Ok(m) if m.seq == id => c.stalled = false,
+            Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
+            Err(SendError::WouldBlock) => {
+                c.stalled = true;
+                return Ok(false);
+            }
+            Err(e) => return Err(format!("send {id} to {peer}: {e}")),
+        },
+        Submission::AddPeer { node, rails: addrs } => {
+            let addrs: Vec<_> = addrs.iter().take(rails).collect();
+            book.insert(node, &addrs).map_err(|_| "the engine's address book is full".to_string())?;
+            if !c.backups.contains_key(&node) {
+                let used: Vec<usize> = c.backups.values().map(|(slot, _)| *slot).collect();
+                let slot = (0..).find(|s| !used.contains(s)).expect("a free slot");
+                if 2 * slot + 1 >= c.region.backups.len() {
+                    return Err("more peers than the region has backup blocks for".into());
+                }
+                c.backups.insert(node, (slot, None));
+            }
+            c.rails.insert(node, addrs.len());
+            if c.resuming.is_none() {
+                let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
+                c.core.set_paths(node, &ids).map_err(|e| format!("add peer {node}: {e}"))?;
+            }
+        }
+        Submission::Close { linger_ns } => c.closing = Some(now + Duration::from_nanos(linger_ns)),
+    }
+    Ok(true)
 }
 
 /// Publish completions in their order: a held one first, then failures
@@ -521,6 +620,8 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
         }
     }
     out.resize(64, 0);
+    // Failures first: a failure the application was told of is never
+    // undone by a restore (docs/ENGINE.md, "Restore").
     while let Some(event) = c.core.poll_event() {
         let (failed, reason) = match event {
             Event::PeerUnreachable { failed } => (failed, FailReason::PeerUnreachable),
@@ -540,7 +641,12 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
         }
         any = true;
     }
+    // The backup before the marks it covers: the application lets go of a
+    // message only once a new engine could not need it.
     let peers: Vec<NodeId> = c.core.peers().collect();
+    for &peer in &peers {
+        c.back_up(peer);
+    }
     for peer in peers {
         let below = c.core.settled_below(peer).unwrap_or(0);
         let last = c.settled.entry(peer).or_insert(0);
@@ -553,13 +659,21 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
             any = true;
         }
     }
-    while let Some(d) = c.core.recv() {
-        let seq = c.delivered.entry(d.from).or_insert(0);
+    // Fragments as they came; taking each is the commit point, so one is
+    // taken only when the ring has room for it.
+    while let Some(len) = c.core.next_delivery_len() {
+        if !c.region.completions.fits(len + RECORD_OVERHEAD) {
+            break;
+        }
+        let Some(d) = c.core.recv() else { break };
+        let Some(fragment) = d.fragment else {
+            warn!(node = c.node, "a whole message from a core in fragment mode");
+            continue;
+        };
         out.resize(d.message.len() + RECORD_OVERHEAD, 0);
-        let n = Completion::Delivery { from: d.from, seq: *seq, payload: &d.message }
+        let n = Completion::Delivery { from: d.from, fragment, payload: &d.message }
             .encode(out)
-            .expect("sized for the message");
-        *seq += 1;
+            .expect("sized for the fragment");
         any = true;
         if !c.push_or_hold(&out[..n]) {
             return any;
@@ -580,6 +694,9 @@ fn transmit(
 ) -> usize {
     let mut sent = 0;
     while let Some(t) = c.core.poll_transmit(now, tx) {
+        // Record before send: the datagram may carry a sequence number past
+        // the backed-up high-water mark.
+        c.back_up(t.dst);
         let (Some(addr), Some(rail)) =
             (t.to_addr.or_else(|| book.addr(t.dst, t.rail)), rails.get_mut(t.rail as usize))
         else {
@@ -602,6 +719,101 @@ fn transmit(
 }
 
 impl Attached {
+    /// Write `peer`'s marks to its backup blocks if they moved: both
+    /// blocks in turn, so a crash tears at most one and the other holds
+    /// the marks before or after. The sent high-water is written ahead by
+    /// `SENT_MARGIN`, so most datagrams need no write.
+    fn back_up(&mut self, peer: NodeId) {
+        let (Some(m), Some((slot, last))) = (self.core.stream_marks(peer), self.backups.get_mut(&peer))
+        else {
+            return;
+        };
+        let mut b = StreamBackup {
+            peer,
+            epoch: m.epoch,
+            peer_incarnation: m.peer_incarnation,
+            max_datagram: m.max_datagram as u32,
+            tx_pn_hi: (m.tx_pn >> 32) as u32 + 1,
+            settled_msg: m.settled_msg,
+            settled_seq: m.settled_seq,
+            sent_upto: 0,
+        };
+        b.sent_upto = match last {
+            Some(l) if l.epoch == b.epoch && l.sent_upto >= m.sent_upto => l.sent_upto,
+            _ => m.sent_upto + SENT_MARGIN,
+        };
+        if *last == Some(b) {
+            return;
+        }
+        self.region.backups[2 * *slot].write(&b);
+        self.region.backups[2 * *slot + 1].write(&b);
+        *last = Some(b);
+    }
+
+    /// A message given again while resuming: the next of its peer's.
+    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8]) -> bool {
+        let Some(r) = self.resuming.as_mut().and_then(|r| r.get_mut(&peer)) else { return false };
+        let next = r.first_id.unwrap_or(id) + r.messages.len() as u64;
+        if id != next {
+            return false;
+        }
+        r.first_id.get_or_insert(id);
+        r.messages.push(Bytes::copy_from_slice(payload));
+        true
+    }
+
+    /// Everything resubmitted: rebuild the core from the backup blocks and
+    /// what the application kept (docs/ENGINE.md, "Restore").
+    fn resume(&mut self, now: Instant) -> Result<(), String> {
+        let resumed = self.resuming.take().unwrap_or_default();
+        let mut streams = Vec::new();
+        for (peer, r) in resumed {
+            let last = self.recovered.get(&peer).and_then(|(_, b)| *b);
+            let mut marks = last.map_or(FRESH, |b| StreamMarks {
+                peer_incarnation: b.peer_incarnation,
+                max_datagram: b.max_datagram as usize,
+                epoch: b.epoch,
+                settled_msg: b.settled_msg,
+                settled_seq: b.settled_seq,
+                sent_upto: b.sent_upto,
+                tx_pn: u64::from(b.tx_pn_hi) << 32,
+            });
+            if r.failed_upto > marks.settled_msg {
+                // The dead engine abandoned the stream and told the
+                // application before its block said so: go on as it would
+                // have, on the next epoch, after what failed.
+                marks = StreamMarks {
+                    epoch: marks.epoch.wrapping_add(1),
+                    settled_msg: r.failed_upto,
+                    settled_seq: 0,
+                    sent_upto: 0,
+                    ..marks
+                };
+            }
+            let first = r.first_id.unwrap_or(marks.settled_msg);
+            if first > marks.settled_msg {
+                return Err(format!(
+                    "resuming {peer}: messages from {first}, the backup needs {}",
+                    marks.settled_msg
+                ));
+            }
+            let skip = (marks.settled_msg - first) as usize;
+            let messages = r.messages.into_iter().skip(skip).collect();
+            let taken =
+                r.taken.filter(|t| t.incarnation == marks.peer_incarnation).map(|t| (t.epoch, t.next));
+            let rails = (0..self.rails.get(&peer).copied().unwrap_or(1) as RailId).collect();
+            streams.push(ResumedStream { peer, rails, marks, messages, failures: Vec::new(), taken });
+        }
+        let config = self.core.config().clone();
+        let mut core = Core::resume(config, self.node, self.core.incarnation(), streams, now)
+            .map_err(|e| e.to_string())?;
+        core.seed_secrets(entropy().map_err(|e| format!("entropy: {e}"))?);
+        info!(node = self.node, unsettled = core.unsettled(), "application resumed from its backup");
+        self.core = core;
+        self.settled.clear();
+        Ok(())
+    }
+
     /// Push a completion, or hold it for the next turn; false if held.
     fn push_or_hold(&mut self, record: &[u8]) -> bool {
         match self.region.completions.push(record) {

@@ -26,4 +26,4 @@ pub mod records;
 pub use client::{Client, ClientOptions};
 pub use engine::{Engine, EngineOptions, EngineStats, MAX_CLIENTS};
 pub use error::EngineError;
-pub use records::{Completion, RecordError, Submission};
+pub use records::{Completion, RecordError, Submission, Taken};

@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use tether_proto::{FailReason, FailedMessages, NodeId, MAX_RAILS};
+use tether_proto::{FailReason, FailedMessages, Fragment, NodeId, MAX_RAILS};
 use thiserror::Error;
 
 /// Why a record was refused.
@@ -43,6 +43,14 @@ pub enum Submission<'a> {
     AddPeer { node: NodeId, rails: Rails },
     /// The application is leaving: settle what it sent within `linger_ns`.
     Close { linger_ns: u64 },
+    /// After the engine died, to the new one: where the application
+    /// stands in `peer`'s stream (`None`: nothing taken from it), sent
+    /// after the peer's `AddPeer` and before its unsettled messages are
+    /// sent again with their ids (docs/ENGINE.md, "Restore").
+    /// `failed_upto`: one past the last message it was told failed.
+    Resume { peer: NodeId, failed_upto: u64, taken: Option<Taken> },
+    /// Every `Resume` and message has been given: restore.
+    ResumeEnd,
 }
 
 /// A peer's addresses, one per rail, at most `MAX_RAILS`, inline.
@@ -70,11 +78,20 @@ impl Rails {
     }
 }
 
+/// Where an application stands in a peer's stream: the life and epoch of
+/// it, and the next fragment it expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub incarnation: u64,
+    pub epoch: u32,
+    pub next: u64,
+}
+
 /// From an engine to its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion<'a> {
     /// A message from `from`, the `seq`-th of its stream to us.
-    Delivery { from: NodeId, seq: u64, payload: &'a [u8] },
+    Delivery { from: NodeId, fragment: Fragment, payload: &'a [u8] },
     /// Every message to `peer` with an application id below `below` is
     /// acknowledged (ids are assigned in order per peer).
     Settled { peer: NodeId, below: u64 },
@@ -86,6 +103,8 @@ mod kind {
     pub const SEND: u8 = 1;
     pub const ADD_PEER: u8 = 2;
     pub const CLOSE: u8 = 3;
+    pub const RESUME: u8 = 4;
+    pub const RESUME_END: u8 = 5;
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
@@ -227,6 +246,21 @@ impl<'a> Submission<'a> {
                 o.put(&[kind::CLOSE])?;
                 o.put(&linger_ns.to_le_bytes())?;
             }
+            Submission::Resume { peer, failed_upto, taken } => {
+                o.put(&[kind::RESUME])?;
+                o.put(&peer.to_le_bytes())?;
+                o.put(&failed_upto.to_le_bytes())?;
+                match taken {
+                    None => o.put(&[0])?,
+                    Some(t) => {
+                        o.put(&[1])?;
+                        o.put(&t.incarnation.to_le_bytes())?;
+                        o.put(&t.epoch.to_le_bytes())?;
+                        o.put(&t.next.to_le_bytes())?;
+                    }
+                }
+            }
+            Submission::ResumeEnd => o.put(&[kind::RESUME_END])?,
         }
         Ok(o.at)
     }
@@ -250,6 +284,16 @@ impl<'a> Submission<'a> {
                 Submission::AddPeer { node, rails }
             }
             kind::CLOSE => Submission::Close { linger_ns: i.u64()? },
+            kind::RESUME => {
+                let (peer, failed_upto) = (i.u32()?, i.u64()?);
+                let taken = match i.u8()? {
+                    0 => None,
+                    1 => Some(Taken { incarnation: i.u64()?, epoch: i.u32()?, next: i.u64()? }),
+                    _ => return Err(RecordError::BadField("resume: taken flag")),
+                };
+                Submission::Resume { peer, failed_upto, taken }
+            }
+            kind::RESUME_END => Submission::ResumeEnd,
             k => return Err(RecordError::UnknownKind(k)),
         };
         i.end()?;
@@ -262,10 +306,15 @@ impl<'a> Completion<'a> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut o = Out { buf, at: 0 };
         match self {
-            Completion::Delivery { from, seq, payload } => {
+            Completion::Delivery { from, fragment: f, payload } => {
                 o.put(&[kind::DELIVERY])?;
                 o.put(&from.to_le_bytes())?;
-                o.put(&seq.to_le_bytes())?;
+                o.put(&f.incarnation.to_le_bytes())?;
+                o.put(&f.epoch.to_le_bytes())?;
+                o.put(&f.seq.to_le_bytes())?;
+                let flags = u8::from(f.first) | u8::from(f.last) << 1 | u8::from(f.total_len.is_some()) << 2;
+                o.put(&[flags])?;
+                o.put(&f.total_len.unwrap_or(0).to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
             }
             Completion::Settled { peer, below } => {
@@ -290,7 +339,24 @@ impl<'a> Completion<'a> {
         let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
         let mut i = In { rest };
         let c = match k {
-            kind::DELIVERY => Completion::Delivery { from: i.u32()?, seq: i.u64()?, payload: i.bytes()? },
+            kind::DELIVERY => {
+                let (from, incarnation, epoch, seq, flags, total) =
+                    (i.u32()?, i.u64()?, i.u32()?, i.u64()?, i.u8()?, i.u32()?);
+                // Canonical: no unknown flag, no length where none is said.
+                if flags > 7 || (flags & 4 == 0 && total != 0) {
+                    return Err(RecordError::BadField("delivery flags"));
+                }
+                let total_len = (flags & 4 != 0).then_some(total);
+                let fragment = Fragment {
+                    incarnation,
+                    epoch,
+                    seq,
+                    first: flags & 1 != 0,
+                    last: flags & 2 != 0,
+                    total_len,
+                };
+                Completion::Delivery { from, fragment, payload: i.bytes()? }
+            }
             kind::SETTLED => Completion::Settled { peer: i.u32()?, below: i.u64()? },
             kind::FAILED => {
                 let failed =
@@ -330,6 +396,13 @@ mod tests {
                 Submission::Send { id, peer, payload: &payload },
                 Submission::AddPeer { node: peer, rails: Rails::new(&addrs).unwrap() },
                 Submission::Close { linger_ns: linger },
+                Submission::Resume { peer, failed_upto: id, taken: None },
+                Submission::Resume {
+                    peer,
+                    failed_upto: linger,
+                    taken: Some(Taken { incarnation: id, epoch: peer, next: linger }),
+                },
+                Submission::ResumeEnd,
             ];
             let mut buf = vec![0u8; 1024];
             for s in all {
@@ -347,12 +420,23 @@ mod tests {
         #[test]
         fn completions_round_trip(
             from in any::<u32>(), seq in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300),
-            mut range in any::<[u64; 3]>(), code in 1u8..=3,
+            mut range in any::<[u64; 3]>(), code in 1u8..=4, flags in 0u8..8, total in any::<u32>(),
         ) {
             range.sort_unstable();
             let failed = FailedMessages { peer: from, first: range[0], in_doubt_end: range[1], end: range[2] };
             let all = [
-                Completion::Delivery { from, seq, payload: &payload },
+                Completion::Delivery {
+                    from,
+                    fragment: Fragment {
+                        incarnation: seq ^ 1,
+                        epoch: from,
+                        seq,
+                        first: flags & 1 != 0,
+                        last: flags & 2 != 0,
+                        total_len: (flags & 4 != 0).then_some(total),
+                    },
+                    payload: &payload,
+                },
                 Completion::Settled { peer: from, below: seq },
                 Completion::Failed { failed, reason: reason(code).unwrap() },
             ];

@@ -36,7 +36,10 @@ impl Running {
     }
 
     fn start_in(dir: PathBuf, rails: usize, config: Config) -> Self {
-        let binds = vec!["127.0.0.1:0".parse().unwrap(); rails];
+        Self::start_at(dir, vec!["127.0.0.1:0".parse().unwrap(); rails], config)
+    }
+
+    fn start_at(dir: PathBuf, binds: Vec<SocketAddr>, config: Config) -> Self {
         let mut engine = Engine::bind(EngineOptions { config, ..EngineOptions::new(&dir, binds) }).unwrap();
         let addrs = engine.rail_addrs();
         let stop = engine.stop_flag();
@@ -55,12 +58,23 @@ impl Running {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()
     }
+
+    /// Stop the engine (its applications see their connection close, as
+    /// on a crash) and start a new one on the same directory and ports.
+    fn restart(&mut self) {
+        self.stop();
+        let new = Running::start_at(self.dir.clone(), self.addrs.clone(), Config::default());
+        let mut old = std::mem::replace(self, new);
+        old.dir = PathBuf::new();
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -148,7 +162,7 @@ fn attachments_that_cannot_be_are_refused_with_the_reason() {
     let _r = tether_shm::ClientRegion::create(&region, header).unwrap();
     let mut conn =
         std::os::unix::net::UnixStream::connect(tether_engine::attach::socket_path(&engine.dir)).unwrap();
-    tether_engine::attach::write_request(&mut conn, &region).unwrap();
+    tether_engine::attach::write_request(&mut conn, &region, tether_engine::attach::Mode::Fresh).unwrap();
     let reply = tether_engine::attach::read_reply(&mut conn).unwrap();
     assert!(matches!(&reply, Err(why) if why.contains("not in the engine's directory")), "{reply:?}");
     std::fs::remove_dir_all(&elsewhere).unwrap();
@@ -196,12 +210,13 @@ fn applications_detach_by_closing_or_by_dying() {
     assert_eq!(stats.bad_submissions, 0);
 }
 
-/// The engine going away is an error the application sees at once, not a
-/// hang.
+/// The engine going away, with no recovery asked for, is an error the
+/// application sees at once, not a hang.
 #[test]
 fn an_application_learns_its_engine_is_gone() {
     let mut engine = Running::start(1);
-    let mut a = engine.attach(1);
+    let options = ClientOptions { recovery: None, ..ClientOptions::default() };
+    let mut a = Client::attach(&engine.dir, 1, options).unwrap();
     a.add_peer_rails(2, &engine.addrs).unwrap();
     engine.stop();
     let started = std::time::Instant::now();
@@ -240,4 +255,53 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("not within 10 s");
+}
+
+/// An engine dies mid-stream (the sender's, then the receiver's) and a new
+/// one takes its place on the same ports: from the applications' backups
+/// it resumes every stream where it was. Every message arrives once, in
+/// order, every one is reported delivered, and each application is told of
+/// the outage.
+#[test]
+fn a_new_engine_resumes_where_the_dead_one_stopped() {
+    for restart_sender in [true, false] {
+        let (mut e1, mut e2) = (Running::start(1), Running::start(1));
+        let (mut a, mut b) = (e1.attach(1), e2.attach(2));
+        a.add_peer_rails(2, &e2.addrs).unwrap();
+        b.add_peer_rails(1, &e1.addrs).unwrap();
+        let sizes = [8, 3000, 70_000, 1];
+        let count = 3000;
+        let mut got = Vec::new();
+        for i in 0..count {
+            a.send(2, &msg(i, sizes[i % 4]), WAIT).unwrap();
+            if i == count / 3 {
+                if restart_sender {
+                    e1.restart()
+                } else {
+                    e2.restart()
+                }
+            }
+            while let Some(d) = b.try_recv().unwrap() {
+                got.push(d);
+            }
+        }
+        while got.len() < count {
+            got.push(b.recv(WAIT).unwrap());
+        }
+        for (i, d) in got.iter().enumerate() {
+            assert!(
+                d.message[..] == msg(i, sizes[i % 4])[..],
+                "message {i} differs (sender restarted: {restart_sender})"
+            );
+        }
+        a.flush(WAIT).unwrap();
+        for seq in 0..count as u64 {
+            assert_eq!(a.message_state(MessageId { peer: 2, seq }), MessageState::Delivered, "message {seq}");
+        }
+        let restarted = if restart_sender { &mut a } else { &mut b };
+        let recovered = std::iter::from_fn(|| restarted.poll_event().unwrap())
+            .find(|e| matches!(e, Event::EngineRecovered { .. }));
+        assert!(recovered.is_some(), "the application was told of the outage");
+        assert!(b.try_recv().unwrap().is_none(), "nothing more, nothing twice");
+    }
 }

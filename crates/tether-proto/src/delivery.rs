@@ -56,6 +56,11 @@ impl DeliveryQueue {
         self.queue.push_back(d);
     }
 
+    /// The next delivery's length in bytes.
+    pub fn front_len(&self) -> Option<usize> {
+        self.queue.front().map(|d| d.message.len())
+    }
+
     pub fn pop(&mut self) -> Option<Delivery> {
         let d = self.queue.pop_front()?;
         self.bytes -= d.message.len() + DELIVERY_COST;

@@ -914,6 +914,13 @@ impl Endpoint {
         Some(d)
     }
 
+    /// The length of what `recv` would return next: an engine takes it
+    /// only once its application's ring has room (in fragment mode taking
+    /// is the commit point).
+    pub fn next_delivery_len(&self) -> Option<usize> {
+        self.deliveries.front_len()
+    }
+
     /// The delivery queue is at its limit: new data waits unacknowledged
     /// until the application reads (the commit point's back-pressure).
     pub fn delivery_queue_full(&self) -> bool {

@@ -124,6 +124,14 @@ pub enum Event {
         /// The messages that failed (the peer is `failed.peer`).
         failed: FailedMessages,
     },
+    /// The engine process serving this endpoint died or hung and a new one
+    /// took its place from the endpoint's backup (docs/ENGINE.md): nothing
+    /// was lost or repeated, and the peers saw a pause. Never raised by the
+    /// core itself; an engine's client reports it.
+    EngineRecovered {
+        /// From noticing the engine gone to the new one taking over.
+        outage: core::time::Duration,
+    },
     /// A peer previously reported unreachable acknowledged again.
     PeerReachable {
         /// The node heard from again.

@@ -32,56 +32,64 @@ pub trait BlockBody: Sized {
 
 /// One stream's host-side backup (Zhou et al. [FTGM] section 4.2: what the
 /// host keeps so a restarted card resumes without loss or duplicates):
-/// enough for a new engine to restore the stream, not reset it.
+/// with the messages the application keeps, enough for a new engine to
+/// restore the stream toward `peer`, not reset it (docs/ENGINE.md,
+/// "Restore"; `tether_proto::StreamMarks`). The receive side needs no
+/// block: the application knows where it stands in every peer's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StreamBackup {
     pub peer: u32,
-    /// The stream's epoch (it changes when messages are abandoned).
+    /// The send stream's epoch (it changes when messages are abandoned).
     pub epoch: u32,
-    /// This node's incarnation, and the peer's as last agreed.
-    pub incarnation: u64,
+    /// The peer's incarnation as the handshake proved it (0: no session).
     pub peer_incarnation: u64,
-    /// The next sequence number to assign: written before a datagram
-    /// carrying a new one leaves (record before send), never reused.
-    pub next_seq: u64,
-    /// Cumulative acknowledgement received: everything below is settled.
-    pub acked_upto: u64,
-    /// Sequence below which everything was published to the application
-    /// (the commit point): a retransmission of one of them is a duplicate.
-    pub delivered_upto: u64,
+    /// The datagram size agreed with the peer (0: none yet): unsettled
+    /// messages are cut again at the fragment size it implies.
+    pub max_datagram: u32,
+    /// The packet number's high 32 bits, plus one: a restored engine
+    /// starts past every packet number the dead one may have used.
+    pub tx_pn_hi: u32,
+    /// The first unsettled message, and where it starts in the stream.
+    pub settled_msg: u64,
+    pub settled_seq: u64,
+    /// Every sequence number below this may have been sent: written before
+    /// a datagram carrying a higher one leaves (record before send).
+    pub sent_upto: u64,
 }
 
 impl BlockBody for StreamBackup {
     fn encode(&self) -> [u8; BLOCK_BODY] {
         let mut b = [0u8; BLOCK_BODY];
-        b[0..4].copy_from_slice(&self.peer.to_le_bytes());
-        b[4..8].copy_from_slice(&self.epoch.to_le_bytes());
-        for (i, w) in
-            [self.incarnation, self.peer_incarnation, self.next_seq, self.acked_upto, self.delivered_upto]
-                .into_iter()
-                .enumerate()
+        for (i, w) in [self.peer, self.epoch, self.max_datagram, self.tx_pn_hi].into_iter().enumerate() {
+            b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, w) in [self.peer_incarnation, self.settled_msg, self.settled_seq, self.sent_upto]
+            .into_iter()
+            .enumerate()
         {
-            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         b
     }
 
     fn decode(b: &[u8; BLOCK_BODY]) -> Result<Self, ShmError> {
-        let word = |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().expect("8 bytes"));
+        let half = |i: usize| u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        let word = |i: usize| u64::from_le_bytes(b[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"));
         let s = StreamBackup {
-            peer: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
-            epoch: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
-            incarnation: word(0),
-            peer_incarnation: word(1),
-            next_seq: word(2),
-            acked_upto: word(3),
-            delivered_upto: word(4),
+            peer: half(0),
+            epoch: half(1),
+            max_datagram: half(2),
+            tx_pn_hi: half(3),
+            peer_incarnation: word(0),
+            settled_msg: word(1),
+            settled_seq: word(2),
+            sent_upto: word(3),
         };
-        if s.incarnation == 0 {
-            return Err(ShmError::BadField("incarnation 0"));
+        if s.settled_seq > s.sent_upto {
+            return Err(ShmError::BadField("settled beyond what was sent"));
         }
-        if s.acked_upto > s.next_seq {
-            return Err(ShmError::BadField("acknowledged beyond the next sequence"));
+        if s.max_datagram > u16::MAX as u32 {
+            return Err(ShmError::BadField("datagram size"));
         }
         Ok(s)
     }

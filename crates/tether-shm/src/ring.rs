@@ -176,6 +176,23 @@ impl Ring {
         self.len() == 0
     }
 
+    /// Producer: whether a record of `len` bytes would be taken now (the
+    /// consumer's position read afresh). For a producer that must not take
+    /// a record from where it is kept before the ring has room for it.
+    pub fn fits(&mut self, len: usize) -> bool {
+        if len > self.max_record() {
+            return false;
+        }
+        let need = RECORD_HEADER + pad16(len);
+        let tail = self.position(TAIL_AT).load(Ordering::Relaxed);
+        let to_end = self.capacity as usize - (tail & (self.capacity - 1)) as usize;
+        let pad = if need > to_end { to_end } else { 0 };
+        self.seen_head = self.position(HEAD_AT).load(Ordering::Acquire);
+        self.capacity
+            .checked_sub(tail.wrapping_sub(self.seen_head))
+            .is_some_and(|free| pad + need <= free as usize)
+    }
+
     /// Producer: append `record`; `Full` if the consumer has not made room.
     pub fn push(&mut self, record: &[u8]) -> Result<(), ShmError> {
         if record.len() > self.max_record() {

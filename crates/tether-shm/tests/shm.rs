@@ -212,15 +212,16 @@ fn attaching_checks_the_ring() {
     assert_eq!(Ring::attach(region, 64).unwrap().capacity(), 4096);
 }
 
-fn backup(next_seq: u64) -> StreamBackup {
+fn backup(sent_upto: u64) -> StreamBackup {
     StreamBackup {
         peer: 2,
         epoch: 1,
-        incarnation: 77,
         peer_incarnation: 88,
-        next_seq,
-        acked_upto: next_seq / 2,
-        delivered_upto: 5,
+        max_datagram: 1472,
+        tx_pn_hi: 1,
+        settled_msg: 3,
+        settled_seq: sent_upto / 2,
+        sent_upto,
     }
 }
 
@@ -249,7 +250,7 @@ fn a_block_reads_back_whole_or_says_why_not() {
         assert!(!matches!(got, Ok(Some(b)) if b != backup(12)), "byte {at} damaged and trusted");
     }
     // Fields that cannot be: refused even under a good checksum.
-    b.write(&StreamBackup { acked_upto: 20, next_seq: 10, ..backup(10) });
+    b.write(&StreamBackup { settled_seq: 20, sent_upto: 10, ..backup(10) });
     assert!(matches!(b.read(), Err(ShmError::BadField(_))));
 }
 
