@@ -99,6 +99,7 @@ fn applications_go_on_through_engines_killed_with_sigkill() {
     assert_eq!(a.message_state(MessageId { peer: 2, seq: 999 }), MessageState::Delivered);
     // kill -9 the receiving side's engine mid-stream, then the sending
     // side's; each time a new engine takes over from the backups.
+    let check = |i: usize, got: &[u8]| assert!(got == &msg(i, sizes[i % 3])[..], "message {i} differs");
     for (round, kill_receiver) in [(1, true), (2, false)] {
         let base = 1000 * round;
         let mut got = 0;
@@ -112,23 +113,12 @@ fn applications_go_on_through_engines_killed_with_sigkill() {
                 }
             }
             while let Some(d) = b.try_recv().unwrap() {
-                assert_eq!(
-                    &d.message[..],
-                    &msg(base + got, sizes[(base + got) % 3])[..],
-                    "message {}",
-                    base + got
-                );
+                check(base + got, &d.message);
                 got += 1;
             }
         }
         while got < 1000 {
-            let d = b.recv(WAIT).unwrap();
-            assert_eq!(
-                &d.message[..],
-                &msg(base + got, sizes[(base + got) % 3])[..],
-                "message {}",
-                base + got
-            );
+            check(base + got, &b.recv(WAIT).unwrap().message);
             got += 1;
         }
         a.flush(WAIT).unwrap();
