@@ -5,9 +5,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use tether::{AuthKind, ClusterKey, Config};
-use tether_engine::{Engine, EngineOptions};
+use tether_engine::{supervise, Engine, EngineOptions, Incident, Watch};
 
 use crate::args;
 use crate::net::{auth_kind, key_file};
@@ -32,6 +34,21 @@ pub struct EngineOpts {
     /// With --key-file: aes-256-gmac, aes-256-gcm or chacha20-poly1305.
     #[arg(long, default_value = "aes-256-gmac", value_parser = auth_kind, requires = "key_file")]
     pub auth: AuthKind,
+    /// A heartbeat still this long (the engine awake), or a sleep this far
+    /// past its wake-up time, is a hang: the engine is killed and replaced.
+    #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
+    pub hang_after_us: u64,
+    /// Run the engine in this process, with no supervisor to replace it.
+    #[arg(long)]
+    pub unsupervised: bool,
+}
+
+/// Set by SIGINT or SIGTERM: the supervisor stops its engine and exits.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
 }
 
 /// This user's engine directory in /dev/shm.
@@ -46,14 +63,61 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         key: o.key_file.clone().map(|k| k.with_auth(o.auth)),
         ..Config::default()
     };
-    let mut engine = Engine::bind(EngineOptions { config, ..EngineOptions::new(&dir, o.binds.clone()) })?;
-    let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();
-    println!(
-        "tether engine: pid {} serving {} on rails {}",
-        std::process::id(),
-        dir.display(),
-        rails.join(", ")
-    );
-    engine.run()?;
+    let options = EngineOptions::new(&dir, o.binds.clone());
+    let options = EngineOptions { config, ..options };
+    if o.unsupervised {
+        let mut engine = Engine::bind(options)?;
+        let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();
+        println!(
+            "tether engine: pid {} serving {} on rails {}",
+            std::process::id(),
+            dir.display(),
+            rails.join(", ")
+        );
+        engine.run()?;
+        return Ok(());
+    }
+    // SAFETY: installs a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let watch = Watch { hang_after: Duration::from_micros(o.hang_after_us), ..Watch::default() };
+    let start = Instant::now();
+    let mut rails = String::new();
+    let mut first = true;
+    let stamp = |start: Instant| format!("{:>10.3} ms", start.elapsed().as_secs_f64() * 1e3);
+    supervise(options, watch, &STOP, |incident| {
+        use std::io::Write;
+        match incident {
+            Incident::Serving { rails: bound } => {
+                rails = bound.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+            }
+            Incident::Started { pid } if first => {
+                first = false;
+                println!(
+                    "tether engine: pid {pid} (supervisor {}) serving {} on rails {rails}",
+                    std::process::id(),
+                    dir.display(),
+                );
+            }
+            Incident::Started { pid } => println!("{} engine {pid} started", stamp(start)),
+            Incident::Died { pid, status } => println!("{} engine {pid} died: {status}", stamp(start)),
+            Incident::Hung { pid, still } => {
+                println!(
+                    "{} engine {pid} hung: heartbeat still for {:.3} ms",
+                    stamp(start),
+                    still.as_secs_f64() * 1e3
+                )
+            }
+            Incident::Fenced { pid } => println!("{} engine {pid} fenced (killed and reaped)", stamp(start)),
+            Incident::Replaced { old, new, after } => println!(
+                "{} engine {new} replaced {old}, {:.3} ms after the incident was detected",
+                stamp(start),
+                after.as_secs_f64() * 1e3
+            ),
+        }
+        let _ = std::io::stdout().flush();
+    })?;
     Ok(())
 }

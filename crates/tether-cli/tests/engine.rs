@@ -1,8 +1,11 @@
 //! `tether engine` as the process it is meant to be: two engines, each a
 //! `tether engine` process, with an application attached to each (this
-//! test process), exchanging verified messages; then one engine is killed
-//! with SIGKILL mid-stream and a new one started on its ports resumes
-//! from the applications' backups: nothing lost, nothing twice.
+//! test process), exchanging verified messages while engines are killed
+//! with SIGKILL or stopped with SIGSTOP mid-stream. A new engine (started
+//! by hand, or by the supervisor) resumes from the applications' backups:
+//! nothing lost, nothing twice, no application restarted.
+
+#![allow(clippy::disallowed_methods)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -19,33 +22,45 @@ struct EngineProcess {
     child: Child,
     dir: PathBuf,
     rails: Vec<SocketAddr>,
+    /// The supervisor's report, line by line (supervised engines).
+    timeline: std::sync::mpsc::Receiver<String>,
 }
 
 impl EngineProcess {
-    fn start(name: &str, rails: usize) -> Self {
+    fn start(name: &str, rails: usize, supervised: bool) -> Self {
         let dir = PathBuf::from(format!("/dev/shm/tether-test-cli-{}-{name}", std::process::id()));
-        Self::start_at(dir, &vec!["127.0.0.1:0".parse().unwrap(); rails])
+        Self::start_at(dir, &vec!["127.0.0.1:0".parse().unwrap(); rails], supervised)
     }
 
     /// kill -9, then a new `tether engine` on the same directory and ports.
     fn kill_and_restart(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-        let new = Self::start_at(self.dir.clone(), &self.rails);
+        let new = Self::start_at(self.dir.clone(), &self.rails, false);
         let mut old = std::mem::replace(self, new);
         old.dir = PathBuf::new();
     }
 
-    fn start_at(dir: PathBuf, binds: &[SocketAddr]) -> Self {
+    fn start_at(dir: PathBuf, binds: &[SocketAddr], supervised: bool) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tether"));
         cmd.arg("engine").arg("--dir").arg(&dir);
+        if !supervised {
+            cmd.arg("--unsupervised");
+        }
         for b in binds {
             cmd.args(["--bind", &b.to_string()]);
         }
         let mut child = cmd.stdout(Stdio::piped()).spawn().expect("tether engine starts");
         // "tether engine: pid P serving DIR on rails A, B"
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        out.read_line(&mut line).unwrap();
+        let (tx, timeline) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
         let rails = line
             .split(" on rails ")
             .nth(1)
@@ -54,7 +69,7 @@ impl EngineProcess {
             .split(", ")
             .map(|a| a.parse().unwrap())
             .collect();
-        EngineProcess { child, dir, rails }
+        EngineProcess { child, dir, rails, timeline }
     }
 
     fn attach(&self, node: u32) -> Client {
@@ -78,7 +93,7 @@ fn msg(i: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn applications_go_on_through_engines_killed_with_sigkill() {
-    let (mut e1, mut e2) = (EngineProcess::start("a", 2), EngineProcess::start("b", 2));
+    let (mut e1, mut e2) = (EngineProcess::start("a", 2, false), EngineProcess::start("b", 2, false));
     let (mut a, mut b) = (e1.attach(1), e2.attach(2));
     assert_eq!(a.engine_pid(), e1.child.id(), "attached to the engine process, not to itself");
     a.add_peer_rails(2, &e2.rails).unwrap();
@@ -132,4 +147,59 @@ fn applications_go_on_through_engines_killed_with_sigkill() {
             .any(|e| matches!(e, tether::Event::EngineRecovered { .. }))
     };
     assert!(told(&mut a) && told(&mut b), "both applications were told of their engine's outage");
+}
+
+/// Supervised engines (the default): the applications' engines are killed
+/// with SIGKILL and stopped with SIGSTOP mid-stream, each side in turn;
+/// the supervisor sees the death at once and the hang by the heartbeat,
+/// fences the hung engine, and starts another, which resumes from the
+/// backups. The stream goes on exact and the supervisors' timelines show
+/// every incident.
+#[test]
+fn supervisors_replace_engines_that_die_or_hang() {
+    let (e1, e2) = (EngineProcess::start("sa", 1, true), EngineProcess::start("sb", 1, true));
+    let (mut a, mut b) = (e1.attach(1), e2.attach(2));
+    a.add_peer_rails(2, &e2.rails).unwrap();
+    b.add_peer_rails(1, &e1.rails).unwrap();
+    let sizes = [8, 1000, 20_000];
+    let per_round = 600;
+    let faults =
+        [(libc::SIGKILL, false), (libc::SIGSTOP, true), (libc::SIGKILL, true), (libc::SIGSTOP, false)];
+    let mut next = 0;
+    for (round, &(signal, sender)) in faults.iter().enumerate() {
+        let base = round * per_round;
+        for i in base..base + per_round {
+            a.send(2, &msg(i, sizes[i % 3]), WAIT).unwrap();
+            if i == base + per_round / 3 {
+                let pid = if sender { a.engine_pid() } else { b.engine_pid() };
+                // SAFETY: a signal to the engine process this test started.
+                assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+            }
+            while let Some(d) = b.try_recv().unwrap() {
+                assert!(d.message[..] == msg(next, sizes[next % 3])[..], "message {next} differs");
+                next += 1;
+            }
+        }
+        while next < base + per_round {
+            let d = b.recv(WAIT).unwrap_or_else(|e| panic!("round {round}: message {next}: {e}"));
+            assert!(d.message[..] == msg(next, sizes[next % 3])[..], "message {next} differs");
+            next += 1;
+        }
+    }
+    a.flush(WAIT).unwrap();
+    for seq in 0..(faults.len() * per_round) as u64 {
+        assert_eq!(a.message_state(MessageId { peer: 2, seq }), MessageState::Delivered, "message {seq}");
+    }
+    assert!(b.try_recv().unwrap().is_none(), "nothing twice");
+    for (e, name) in [(&e1, "sender"), (&e2, "receiver")] {
+        let lines: Vec<String> = e.timeline.try_iter().collect();
+        let text = lines.join("\n");
+        assert!(text.contains("died: killed by signal 9"), "{name}'s supervisor saw the kill:\n{text}");
+        assert!(text.contains("hung: heartbeat still"), "{name}'s supervisor saw the hang:\n{text}");
+        assert!(text.contains("fenced"), "{name}'s hung engine was fenced:\n{text}");
+        // At least the two struck; a starved engine (two cores, many
+        // processes) may be taken for hung and replaced too, at no cost
+        // but the pause.
+        assert!(text.matches("replaced").count() >= 2, "{name}: engines replaced:\n{text}");
+    }
 }

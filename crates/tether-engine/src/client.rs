@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -107,9 +109,9 @@ impl Default for ClientOptions {
     }
 }
 
-/// An application attached to an engine: the endpoint `node`, served by
-/// the engine process.
-pub struct Client {
+/// An application's attachment to its engine, driven by the application's
+/// calls and by the watcher (see [`Client`]).
+struct Attachment {
     node: NodeId,
     region: ClientRegion,
     dir: PathBuf,
@@ -131,7 +133,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("node", &self.node).field("engine_pid", &self.engine_pid).finish()
+        f.debug_struct("Client").field("node", &self.node).field("engine_pid", &self.engine_pid()).finish()
     }
 }
 
@@ -140,12 +142,19 @@ fn default_incarnation() -> u64 {
     (now.as_nanos() as u64).max(1)
 }
 
+/// A fresh secret from the kernel's random source.
+fn entropy() -> std::io::Result<[u8; tether_shm::SECRET_LEN]> {
+    use std::io::Read;
+    let mut seed = [0u8; tether_shm::SECRET_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    Ok(seed)
+}
+
 /// Regions created by this process so far, for unique names.
 static REGIONS: AtomicU64 = AtomicU64::new(0);
 
-impl Client {
-    /// Create a region in the engine's directory `dir` and attach as `node`.
-    pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
+impl Attachment {
+    fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
         let ring = options.ring_bytes.next_power_of_two().clamp(64 << 10, 1 << 30) as u32;
         let header = ClientHeader {
             version: LAYOUT_VERSION,
@@ -160,6 +169,7 @@ impl Client {
         let n = REGIONS.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("client-{node}-{}-{n}.shm", std::process::id()));
         let region = ClientRegion::create(&path, header)?;
+        region.control.set_secret(&entropy()?);
         let result = Self::connect(dir, &path, attach::Mode::Fresh);
         let (conn, engine_pid) = match result {
             Ok(ok) => ok,
@@ -168,7 +178,7 @@ impl Client {
                 return Err(e);
             }
         };
-        Ok(Client {
+        Ok(Attachment {
             node,
             region,
             dir: dir.to_owned(),
@@ -195,10 +205,6 @@ impl Client {
         let pid = attach::read_reply(&mut conn)?.map_err(EngineError::Refused)?;
         conn.set_nonblocking(true)?;
         Ok((conn, pid))
-    }
-
-    pub fn node(&self) -> NodeId {
-        self.node
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -333,12 +339,6 @@ impl Client {
     /// Wait until every message sent is settled (acknowledged or failed).
     pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
         self.wait(timeout, |c| (c.unsettled() == 0).then_some(()))
-    }
-
-    /// Ask the engine to finish: it keeps driving up to `linger` for what
-    /// is unsettled, then detaches. Returns once it has.
-    pub fn close(mut self, linger: Duration) -> Result<(), EngineError> {
-        self.close_within(linger)
     }
 
     fn close_within(&mut self, linger: Duration) -> Result<(), EngineError> {
@@ -537,7 +537,7 @@ impl Client {
     }
 }
 
-impl Drop for Client {
+impl Drop for Attachment {
     fn drop(&mut self) {
         // Messages accepted are given their chance, as by an embedded
         // endpoint (an application that dies instead loses them, as it would).
@@ -547,5 +547,154 @@ impl Drop for Client {
         // The region is the application's: it goes with it. The engine
         // sees the connection close and detaches.
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// An application attached to an engine: the endpoint `node`, served by
+/// the engine process.
+///
+/// A watcher thread sleeps on the connection to the engine while the
+/// application is away; if the engine dies or is replaced, the watcher
+/// resumes with the new one at once (docs/ENGINE.md, "Restore"), so what
+/// the application sent is delivered even if it never calls in again.
+pub struct Client {
+    node: NodeId,
+    inner: Arc<Mutex<Attachment>>,
+    stop: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl Client {
+    /// Create a region in the engine's directory `dir` and attach as `node`.
+    pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
+        let inner = Arc::new(Mutex::new(Attachment::attach(dir, node, options)?));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (weak, flag) = (Arc::downgrade(&inner), stop.clone());
+        let watcher = std::thread::Builder::new()
+            .name(format!("tether-watch-{node}"))
+            .spawn(move || watch(weak, flag))?;
+        Ok(Client { node, inner, stop, watcher: Some(watcher) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Attachment> {
+        // A panic in a call leaves the attachment as consistent as the
+        // records it reached; nothing in it depends on the caller.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.lock().incarnation()
+    }
+
+    /// The engine process serving this endpoint now.
+    pub fn engine_pid(&self) -> u32 {
+        self.lock().engine_pid()
+    }
+
+    /// The largest message this endpoint can send or receive.
+    pub fn max_message_len(&self) -> usize {
+        self.lock().max_message_len()
+    }
+
+    /// `node` is at `addrs[i]` on the engine's rail `i`.
+    pub fn add_peer_rails(&mut self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), EngineError> {
+        self.lock().add_peer_rails(node, addrs)
+    }
+
+    /// Send `msg` to `peer`: its id, at once. Waits (up to `timeout`;
+    /// `None` waits as long as it takes) only while the submission ring is
+    /// full, which happens when the engine's send buffer for the peer is.
+    pub fn send(
+        &mut self,
+        peer: NodeId,
+        msg: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<MessageId, EngineError> {
+        self.lock().send(peer, msg, timeout)
+    }
+
+    /// A delivery if one is waiting.
+    pub fn try_recv(&mut self) -> Result<Option<Delivery>, EngineError> {
+        self.lock().try_recv()
+    }
+
+    /// The next delivery, waiting up to `timeout` (`None`: for ever).
+    pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
+        self.lock().recv(timeout)
+    }
+
+    /// The next failure report or recovery, if one is waiting.
+    pub fn poll_event(&mut self) -> Result<Option<Event>, EngineError> {
+        self.lock().poll_event()
+    }
+
+    /// Where a sent message stands.
+    pub fn message_state(&mut self, id: MessageId) -> MessageState {
+        self.lock().message_state(id)
+    }
+
+    /// Messages sent and not yet settled, over every peer.
+    pub fn unsettled(&mut self) -> u64 {
+        self.lock().unsettled()
+    }
+
+    /// Wait until every message sent is settled (acknowledged or failed).
+    pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
+        self.lock().flush(timeout)
+    }
+
+    /// Ask the engine to finish: it keeps driving up to `linger` for what
+    /// is unsettled, then detaches. Returns once it has.
+    pub fn close(mut self, linger: Duration) -> Result<(), EngineError> {
+        self.stop_watching();
+        self.lock().close_within(linger)
+    }
+
+    fn stop_watching(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // The attachment lingers and goes when the last reference does.
+        self.stop_watching();
+    }
+}
+
+/// How often the watcher looks again at a connection it sleeps on (one
+/// replaced by a recovery, or a stop request).
+const WATCH_SLICE: Duration = Duration::from_millis(20);
+
+/// The watcher: sleep until the engine's end of the connection closes,
+/// then resume with a new engine (unless the application is already at
+/// it, holding the attachment, in which case its own call does).
+fn watch(inner: Weak<Mutex<Attachment>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let Some(strong) = inner.upgrade() else { return };
+        let fd = {
+            let a = strong.lock().unwrap_or_else(|e| e.into_inner());
+            if a.engine_gone || a.closed {
+                return;
+            }
+            a.conn.as_raw_fd()
+        };
+        drop(strong);
+        let mut pollfd = [libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 }];
+        if attach::sleep_on(&mut pollfd, WATCH_SLICE).is_err() || pollfd[0].revents == 0 {
+            continue;
+        }
+        let Some(strong) = inner.upgrade() else { return };
+        let mut a = strong.lock().unwrap_or_else(|e| e.into_inner());
+        // The closed connection is noticed and the recovery run here; an
+        // error is the application's to see on its next call.
+        let _ = a.check_engine();
     }
 }

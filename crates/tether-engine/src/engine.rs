@@ -129,22 +129,25 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     stats: EngineStats,
     idle_since: Option<StdInstant>,
+    /// The supervisor's watch on this engine.
+    heartbeat: Option<Heartbeat>,
+    /// The socket file is this engine's to remove when it stops.
+    owns_socket: bool,
 }
 
-impl std::fmt::Debug for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("dir", &self.options.dir)
-            .field("rails", &self.rail_addrs())
-            .field("clients", &self.clients())
-            .finish()
-    }
+/// What an engine listens on: the rendezvous socket and one UDP socket per
+/// rail. A supervisor binds them once and hands them to each engine it
+/// starts.
+#[derive(Debug)]
+pub struct EngineSockets {
+    listener: UnixListener,
+    rails: Vec<UdpTransport>,
 }
 
-impl Engine {
+impl EngineSockets {
     /// Take the directory (created mode 0700 if missing; it must be this
-    /// user's and no one else's), bind the socket and every rail.
-    pub fn bind(options: EngineOptions) -> Result<Self, EngineError> {
+    /// user's and no one else's to write), bind the socket and every rail.
+    pub fn bind(options: &EngineOptions) -> Result<Self, EngineError> {
         if options.binds.is_empty() || options.binds.len() > MAX_RAILS {
             return Err(EngineError::Rails { given: options.binds.len(), max: MAX_RAILS });
         }
@@ -165,9 +168,114 @@ impl Engine {
             .iter()
             .map(|&b| UdpTransport::bind(b, AddressBook::new()))
             .collect::<Result<Vec<_>, _>>()?;
+        Ok(EngineSockets { listener, rails })
+    }
+
+    /// The address each rail is bound at.
+    pub fn rail_addrs(&self) -> Vec<SocketAddr> {
+        self.rails.iter().filter_map(|r| r.local_addr()).collect()
+    }
+}
+
+/// The engine's heartbeat (Zhou et al. [FTGM] section 3.1, the watchdog's
+/// counter): a word it advances on every turn of its loop, and the moment
+/// it means to wake by when it sleeps, in a region its supervisor maps.
+/// Standing still while not asleep, or asleep past its wake-up time, is a
+/// hang.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    region: Arc<tether_shm::Region>,
+}
+
+impl Heartbeat {
+    /// Bytes a heartbeat takes.
+    pub const LEN: usize = 64;
+
+    /// The heartbeat in `region` (at least `LEN` bytes, shared).
+    pub fn new(region: Arc<tether_shm::Region>) -> Self {
+        assert!(region.len() >= Self::LEN, "a heartbeat needs its cache line");
+        Heartbeat { region }
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: words 0 and 1 of a mapping of at least 64 bytes, 8-aligned
+        // (a mapping is page-aligned); it lives as long as `self.region`.
+        unsafe { &*(self.region.as_ptr().add(8 * i) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Turns of the loop so far.
+    pub fn beats(&self) -> u64 {
+        self.word(0).load(Ordering::Acquire)
+    }
+
+    /// The monotonic time (`monotonic_ns`) the engine, asleep, means to
+    /// wake by; 0 while awake.
+    pub fn asleep_until(&self) -> u64 {
+        self.word(1).load(Ordering::Acquire)
+    }
+
+    fn beat(&self) {
+        self.word(0).fetch_add(1, Ordering::Release);
+    }
+
+    fn sleeping(&self, until_ns: u64) {
+        self.word(1).store(until_ns, Ordering::Release);
+    }
+
+    /// The longest the engine may sleep: its supervisor tells a hang from
+    /// a sleep no sooner than the sleep's end, so this bounds detection.
+    pub fn max_sleep(&self) -> Duration {
+        Duration::from_nanos(self.word(2).load(Ordering::Relaxed))
+    }
+
+    /// Before an engine starts: awake, no beats, sleeps bounded by `max`.
+    pub fn reset(&self, max_sleep: Duration) {
+        self.word(0).store(0, Ordering::Relaxed);
+        self.word(1).store(0, Ordering::Relaxed);
+        self.word(2).store(max_sleep.as_nanos() as u64, Ordering::Release);
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the node.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("dir", &self.options.dir)
+            .field("rails", &self.rail_addrs())
+            .field("clients", &self.clients())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Take the directory (created mode 0700 if missing; it must be this
+    /// user's and no one else's), bind the socket and every rail.
+    pub fn bind(options: EngineOptions) -> Result<Self, EngineError> {
+        let sockets = EngineSockets::bind(&options)?;
+        let mut engine = Engine::with_sockets(options, sockets, None);
+        engine.owns_socket = true;
+        Ok(engine)
+    }
+
+    /// An engine over sockets bound before (by a supervisor that keeps them
+    /// across engines, so datagrams and attachments wait in them while an
+    /// engine is replaced), advancing `heartbeat` if given.
+    pub fn with_sockets(
+        options: EngineOptions,
+        sockets: EngineSockets,
+        heartbeat: Option<Heartbeat>,
+    ) -> Self {
         let slot = options.config.max_datagram;
+        let EngineSockets { listener, rails } = sockets;
         info!(dir = %options.dir.display(), rails = ?rails.iter().map(|r| r.local_addr()).collect::<Vec<_>>(), "engine up");
-        Ok(Engine {
+        Engine {
             rx: RecvBatch::new(BATCH, slot),
             tx: vec![0; slot],
             scratch: Vec::new(),
@@ -179,8 +287,10 @@ impl Engine {
             stop: Arc::new(AtomicBool::new(false)),
             stats: EngineStats::default(),
             idle_since: None,
+            heartbeat,
+            owns_socket: false,
             options,
-        })
+        }
     }
 
     /// The address each rail is bound at (port 0 resolved).
@@ -230,13 +340,18 @@ impl Engine {
         for c in self.clients.drain(..) {
             info!(node = c.node, "engine stopping: detached");
         }
-        let _ = std::fs::remove_file(attach::socket_path(&self.options.dir));
+        if self.owns_socket {
+            let _ = std::fs::remove_file(attach::socket_path(&self.options.dir));
+        }
         Ok(())
     }
 
     /// One turn of the loop; true if it did anything.
     pub fn turn(&mut self) -> bool {
         self.stats.turns += 1;
+        if let Some(h) = &self.heartbeat {
+            h.beat();
+        }
         let mut busy = self.accept();
         let now = self.now();
         busy |= self.receive(now) > 0;
@@ -352,7 +467,7 @@ impl Engine {
         let largest = region.submissions.max_record().min(region.completions.max_record()) - RECORD_OVERHEAD;
         let config = client_config(&self.options.config, largest);
         let mut core = Core::new(config, h.node, h.incarnation).map_err(|e| e.to_string())?;
-        core.seed_secrets(entropy().map_err(|e| format!("entropy: {e}"))?);
+        core.seed_secrets(region.control.secret());
         Ok((region, core, cred.pid, mode))
     }
 
@@ -361,6 +476,9 @@ impl Engine {
         let mut total = 0;
         for (rail, transport) in self.rails.iter_mut().enumerate() {
             while let Ok(n) = transport.recv_batch(&mut self.rx) {
+                if let Some(h) = &self.heartbeat {
+                    h.beat();
+                }
                 for (i, (_, datagram)) in self.rx.iter().enumerate() {
                     let (Some(addr), Some((src, dst))) = (self.rx.addr(i), peek_nodes(datagram)) else {
                         continue;
@@ -392,7 +510,8 @@ impl Engine {
 
     /// Everything for one application this turn; true if anything happened.
     fn serve(&mut self, i: usize, now: Instant) -> bool {
-        let Engine { clients, book, rails, tx, scratch, stats, .. } = self;
+        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, .. } = self;
+        let beat = heartbeat.as_ref();
         let c = &mut clients[i];
         c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
         if attach::check(&mut c.conn) == Doorbell::Closed {
@@ -401,7 +520,7 @@ impl Engine {
             c.gone = true;
             return true;
         }
-        let mut busy = take_submissions(c, book, rails.len(), stats, now);
+        let mut busy = take_submissions(c, book, rails.len(), stats, now, beat);
         if c.resuming.is_some() {
             // The core waits for everything the application resubmits.
             return busy;
@@ -415,7 +534,7 @@ impl Engine {
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
         }
-        busy |= transmit(c, book, rails, tx, stats, now) > 0;
+        busy |= transmit(c, book, rails, tx, stats, now, beat) > 0;
         if let Some(deadline) = c.closing {
             if c.core.unsettled() == 0 || now >= deadline {
                 info!(node = c.node, unsettled = c.core.unsettled(), "application closed");
@@ -443,13 +562,22 @@ impl Engine {
             .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).min())
             .min()
             .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));
-        let timeout = deadline.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
+        let mut timeout = deadline.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
+        if let Some(h) = &self.heartbeat {
+            timeout = timeout.min(h.max_sleep().max(Duration::from_micros(100)));
+        }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + self.rails.len() + self.clients.len());
         let fd = |fd: i32| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         fds.push(fd(self.listener.as_raw_fd()));
         fds.extend(self.rails.iter().filter_map(|r| r.raw_fd()).map(fd));
         fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
+        if let Some(h) = &self.heartbeat {
+            h.sleeping(monotonic_ns() + timeout.as_nanos() as u64);
+        }
         let slept = attach::sleep_on(&mut fds, timeout);
+        if let Some(h) = &self.heartbeat {
+            h.sleeping(0);
+        }
         self.lower_flags();
         Ok(slept?)
     }
@@ -524,11 +652,14 @@ fn take_submissions(
     rails: usize,
     stats: &mut EngineStats,
     now: Instant,
+    beat: Option<&Heartbeat>,
 ) -> bool {
     // Out of `c` while it is read, so handling may change `c`.
     let mut record = std::mem::take(&mut c.record);
     let mut taken = 0;
     while taken < SUBMISSIONS_PER_TURN && c.closing.is_none() {
+        // Long work is progress, not a hang: the heartbeat says so.
+        beat.inspect(|h| h.beat());
         if !c.stalled {
             match c.region.submissions.pop(&mut record) {
                 Ok(true) => {}
@@ -691,9 +822,11 @@ fn transmit(
     tx: &mut [u8],
     stats: &mut EngineStats,
     now: Instant,
+    beat: Option<&Heartbeat>,
 ) -> usize {
     let mut sent = 0;
     while let Some(t) = c.core.poll_transmit(now, tx) {
+        beat.inspect(|h| h.beat());
         // Record before send: the datagram may carry a sequence number past
         // the backed-up high-water mark.
         c.back_up(t.dst);
@@ -798,16 +931,19 @@ impl Attached {
                 ));
             }
             let skip = (marks.settled_msg - first) as usize;
-            let messages = r.messages.into_iter().skip(skip).collect();
+            let messages: Vec<Bytes> = r.messages.into_iter().skip(skip).collect();
             let taken =
                 r.taken.filter(|t| t.incarnation == marks.peer_incarnation).map(|t| (t.epoch, t.next));
             let rails = (0..self.rails.get(&peer).copied().unwrap_or(1) as RailId).collect();
+            debug!(node = self.node, peer, ?marks, ?taken, messages = messages.len(), "resuming a stream");
             streams.push(ResumedStream { peer, rails, marks, messages, failures: Vec::new(), taken });
         }
         let config = self.core.config().clone();
         let mut core = Core::resume(config, self.node, self.core.incarnation(), streams, now)
             .map_err(|e| e.to_string())?;
-        core.seed_secrets(entropy().map_err(|e| format!("entropy: {e}"))?);
+        // The application's secret: a handshake the dead engine began is
+        // finished by this one (its cookies check).
+        core.seed_secrets(self.region.control.secret());
         info!(node = self.node, unsettled = core.unsettled(), "application resumed from its backup");
         self.core = core;
         self.settled.clear();
@@ -854,12 +990,4 @@ fn prepare_dir(dir: &Path) -> Result<(), EngineError> {
         )));
     }
     Ok(())
-}
-
-/// 32 bytes from the kernel's random source (the handshake's secrets).
-fn entropy() -> std::io::Result<[u8; 32]> {
-    use std::io::Read;
-    let mut seed = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
-    Ok(seed)
 }

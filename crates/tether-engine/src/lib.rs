@@ -8,10 +8,11 @@
 //! - [`attach`]: the rendezvous on the engine's Unix socket, which then
 //!   carries only doorbells and the news of either side dying;
 //! - [`Engine`]: the engine's loop (`tether engine`);
-//! - [`Client`]: an application's side.
+//! - [`Client`]: an application's side;
+//! - [`supervise`]: the supervisor that replaces an engine that died or
+//!   hung.
 //!
-//! Still to come (docs/ENGINE.md, "Next, in order"): the backup and
-//! restore, the commit point at the completion ring, the supervisor.
+//! Still to come: docs/ENGINE.md, "Next, in order".
 
 // An I/O crate: it reads clocks and runs a process's loop.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -22,8 +23,10 @@ mod client;
 mod engine;
 mod error;
 pub mod records;
+mod supervisor;
 
 pub use client::{Client, ClientOptions};
-pub use engine::{Engine, EngineOptions, EngineStats, MAX_CLIENTS};
+pub use engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
 pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission, Taken};
+pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};

@@ -264,7 +264,8 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
 /// the outage.
 #[test]
 fn a_new_engine_resumes_where_the_dead_one_stopped() {
-    for restart_sender in [true, false] {
+    for (restart_sender, at) in [(true, 1000), (false, 1000), (false, 0), (true, 0), (false, 3), (false, 200)]
+    {
         let (mut e1, mut e2) = (Running::start(1), Running::start(1));
         let (mut a, mut b) = (e1.attach(1), e2.attach(2));
         a.add_peer_rails(2, &e2.addrs).unwrap();
@@ -274,7 +275,7 @@ fn a_new_engine_resumes_where_the_dead_one_stopped() {
         let mut got = Vec::new();
         for i in 0..count {
             a.send(2, &msg(i, sizes[i % 4]), WAIT).unwrap();
-            if i == count / 3 {
+            if i == at {
                 if restart_sender {
                     e1.restart()
                 } else {

@@ -142,6 +142,9 @@ unsafe impl Sync for Control {}
 const ENGINE_ASLEEP: usize = 0;
 const CLIENT_WAITING: usize = 4;
 const HEARTBEAT: usize = 8;
+const SECRET: usize = 16;
+/// Bytes of the endpoint's handshake secret.
+pub const SECRET_LEN: usize = 32;
 
 impl Control {
     fn at(region: Arc<Region>, at: usize) -> Result<Self, ShmError> {
@@ -172,6 +175,28 @@ impl Control {
     pub fn heartbeat(&self) -> &AtomicU64 {
         // SAFETY: as `word`, 8-aligned.
         unsafe { &*(self.base.add(HEARTBEAT) as *const AtomicU64) }
+    }
+
+    /// The endpoint's handshake secret (its cookies and nonces), chosen by
+    /// the application when it lays the region out, so every engine that
+    /// serves it answers the same: a handshake begun with a dead engine is
+    /// finished with the new one. Not checksummed: damage makes cookies
+    /// fail to check, which costs a new handshake, never a false one.
+    pub fn secret(&self) -> [u8; SECRET_LEN] {
+        let mut out = [0u8; SECRET_LEN];
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: bytes 16..48 of the line checked in `at`.
+            *b = unsafe { self.base.add(SECRET + i).read_volatile() };
+        }
+        out
+    }
+
+    /// Set the secret (the application, before it attaches).
+    pub fn set_secret(&self, secret: &[u8; SECRET_LEN]) {
+        for (i, &b) in secret.iter().enumerate() {
+            // SAFETY: as in `secret`.
+            unsafe { self.base.add(SECRET + i).write_volatile(b) };
+        }
     }
 
     /// Raise `flag`, then check `work` once more: true if there is work

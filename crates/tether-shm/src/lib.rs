@@ -29,7 +29,7 @@ mod region;
 mod ring;
 
 pub use block::{Block, BlockBody, StreamBackup, BLOCK_BODY};
-pub use client::{ClientHeader, ClientRegion, Control, LAYOUT_VERSION, MAX_STREAMS};
+pub use client::{ClientHeader, ClientRegion, Control, LAYOUT_VERSION, MAX_STREAMS, SECRET_LEN};
 pub use error::ShmError;
 pub use region::Region;
 pub use ring::{Ring, RING_HEADER};

@@ -1,0 +1,193 @@
+//! The supervisor (Zhou et al. [FTGM] section 3: the fault-tolerance
+//! daemon and the watchdog; docs/ENGINE.md): it binds the engine's sockets
+//! once, runs the engine in a child process, and replaces it when it dies
+//! or hangs.
+//!
+//! - Death is seen at once: the supervisor is the parent (`waitpid`).
+//! - A hang is the heartbeat standing still while the engine is not asleep,
+//!   or an engine asleep past the moment it meant to wake, for longer than
+//!   `hang_after`. The hung engine is fenced (SIGKILL, then waited for)
+//!   before a new one starts, so two engines never serve the same regions.
+//! - The sockets outlive every engine: datagrams and attachments that
+//!   arrive while one is replaced wait in them for the next. Applications
+//!   see their connection close and resume with the new engine from their
+//!   backups (`Client`, "Restore" in docs/ENGINE.md).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tether_shm::Region;
+
+use crate::engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, Heartbeat};
+use crate::EngineError;
+
+/// How the supervisor watches.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    /// A heartbeat still for this long (awake), or a sleep this far past
+    /// its wake-up time, is a hang.
+    pub hang_after: Duration,
+    /// How often the supervisor looks.
+    pub every: Duration,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch { hang_after: Duration::from_millis(5), every: Duration::from_micros(250) }
+    }
+}
+
+/// What happened to an engine, as the supervisor saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incident {
+    /// The sockets are bound (once, for every engine to come).
+    Serving { rails: Vec<std::net::SocketAddr> },
+    /// An engine started.
+    Started { pid: u32 },
+    /// It exited or was killed; `status` says how.
+    Died { pid: u32, status: String },
+    /// Its heartbeat stood still for `still` (and it was not asleep).
+    Hung { pid: u32, still: Duration },
+    /// A hung engine killed and waited for: it can touch nothing more.
+    Fenced { pid: u32 },
+    /// A new engine took over, `after` the incident was detected.
+    Replaced { old: u32, new: u32, after: Duration },
+}
+
+/// How long a new engine is watched with more patience.
+const STARTUP: Duration = Duration::from_millis(50);
+
+/// The file the heartbeat lives in, in the engine's directory.
+pub const HEARTBEAT_FILE: &str = "engine.heartbeat";
+
+/// Supervise engines for `options` until `stop` is set: each incident is
+/// reported as it happens. Call from a single-threaded process (it forks).
+pub fn supervise(
+    options: EngineOptions,
+    watch: Watch,
+    stop: &AtomicBool,
+    mut report: impl FnMut(&Incident),
+) -> Result<(), EngineError> {
+    let sockets = EngineSockets::bind(&options)?;
+    report(&Incident::Serving { rails: sockets.rail_addrs() });
+    let heartbeat =
+        Heartbeat::new(Arc::new(Region::create(&options.dir.join(HEARTBEAT_FILE), Heartbeat::LEN)?));
+    let mut replacing: Option<(u32, Instant)> = None;
+    let result = loop {
+        let pid = spawn(&options, &sockets, &heartbeat)?;
+        match replacing.take() {
+            Some((old, since)) => report(&Incident::Replaced { old, new: pid, after: since.elapsed() }),
+            None => report(&Incident::Started { pid }),
+        }
+        match watch_over(pid, &heartbeat, watch, stop) {
+            Outcome::Stopped => break Ok(()),
+            Outcome::Died(status) => report(&Incident::Died { pid, status }),
+            Outcome::Hung(still) => {
+                report(&Incident::Hung { pid, still });
+                fence(pid);
+                report(&Incident::Fenced { pid });
+            }
+        }
+        replacing = Some((pid, Instant::now()));
+    };
+    let _ = std::fs::remove_file(crate::attach::socket_path(&options.dir));
+    let _ = std::fs::remove_file(options.dir.join(HEARTBEAT_FILE));
+    result
+}
+
+/// Start an engine in a child process over the supervisor's sockets.
+fn spawn(
+    options: &EngineOptions,
+    sockets: &EngineSockets,
+    heartbeat: &Heartbeat,
+) -> Result<u32, EngineError> {
+    // SAFETY: the caller is single-threaded (see `supervise`), so the child
+    // is a whole copy of it; the child never returns from this branch.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    if pid == 0 {
+        // The engine does not outlive its supervisor: nobody would replace
+        // it, and nobody could stop it but by its pid.
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // SAFETY: the child's own copy of the sockets (the fork duplicated
+        // the descriptors); the parent's copy is never used in the child,
+        // and the child exits without unwinding, so nothing drops twice.
+        let sockets = unsafe { std::ptr::read(sockets) };
+        let mut engine = Engine::with_sockets(options.clone(), sockets, Some(heartbeat.clone()));
+        let code = match engine.run() {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!(error = %e, "engine failed");
+                1
+            }
+        };
+        // SAFETY: ends the child at once, as it must after fork.
+        unsafe { libc::_exit(code) };
+    }
+    Ok(pid as u32)
+}
+
+enum Outcome {
+    Stopped,
+    Died(String),
+    Hung(Duration),
+}
+
+/// Watch the engine `pid` until it dies, hangs, or the supervisor stops.
+fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) -> Outcome {
+    let started = Instant::now();
+    let (mut beats, mut since) = (heartbeat.beats(), started);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            fence(pid);
+            return Outcome::Stopped;
+        }
+        std::thread::sleep(watch.every);
+        let mut status = 0;
+        // SAFETY: waits for our own child without blocking.
+        if unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) } == pid as i32 {
+            return Outcome::Died(describe(status));
+        }
+        let now = heartbeat.beats();
+        if now != beats {
+            (beats, since) = (now, Instant::now());
+            continue;
+        }
+        // A new engine starting, perhaps taking over many applications on a
+        // loaded machine, is given four times as long for its first
+        // STARTUP: a false hang would only start another to do the same.
+        let patience = if started.elapsed() < STARTUP { 4 * watch.hang_after } else { watch.hang_after };
+        let asleep_until = heartbeat.asleep_until();
+        let hung = if asleep_until == 0 {
+            since.elapsed() > patience
+        } else {
+            monotonic_ns() > asleep_until + patience.as_nanos() as u64
+        };
+        if hung {
+            return Outcome::Hung(since.elapsed());
+        }
+    }
+}
+
+/// Kill `pid` and wait until it is gone: only then may another engine map
+/// what it mapped.
+fn fence(pid: u32) {
+    // SAFETY: our own child; SIGKILL cannot be caught, the wait reaps it.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid as i32, &mut status, 0);
+    }
+}
+
+fn describe(status: i32) -> String {
+    if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    }
+}
