@@ -131,6 +131,13 @@ struct Attachment {
     linger: Duration,
 }
 
+/// What one look of a wait found.
+enum Look<R> {
+    Ready(R),
+    Yield,
+    Sleep(Duration),
+}
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("node", &self.node).field("engine_pid", &self.engine_pid()).finish()
@@ -312,11 +319,6 @@ impl Attachment {
         Ok(self.deliveries.pop_front())
     }
 
-    /// The next delivery, waiting up to `timeout` (`None`: for ever).
-    pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
-        self.wait(timeout, |c| c.deliveries.pop_front())
-    }
-
     /// The next failure report, if one is waiting.
     pub fn poll_event(&mut self) -> Result<Option<Event>, EngineError> {
         self.take_completions()?;
@@ -336,11 +338,6 @@ impl Attachment {
         self.peers.values().map(|p| p.next - p.settled).sum()
     }
 
-    /// Wait until every message sent is settled (acknowledged or failed).
-    pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
-        self.wait(timeout, |c| (c.unsettled() == 0).then_some(()))
-    }
-
     fn close_within(&mut self, linger: Duration) -> Result<(), EngineError> {
         if self.engine_gone {
             return Ok(());
@@ -358,36 +355,35 @@ impl Attachment {
         Err(EngineError::Timeout)
     }
 
-    /// Spin, then sleep on the doorbell, until `ready` gives something.
-    fn wait<R>(
+    /// One look of a wait that began at `start`: done, or whether to yield
+    /// the core or sleep (the flag that asks the engine to ring raised) and
+    /// for how long. The caller does either without holding anything, so
+    /// other threads' calls go on meanwhile.
+    fn look<R>(
         &mut self,
+        start: StdInstant,
         timeout: Option<Duration>,
-        mut ready: impl FnMut(&mut Self) -> Option<R>,
-    ) -> Result<R, EngineError> {
-        let start = StdInstant::now();
-        loop {
-            self.take_completions()?;
-            if let Some(r) = ready(self) {
-                return Ok(r);
-            }
-            let waited = start.elapsed();
-            if timeout.is_some_and(|t| waited >= t) {
-                return Err(EngineError::Timeout);
-            }
-            if waited < self.spin {
-                // Yield, not spin: the engine may be waiting for this core.
-                std::thread::yield_now();
-                continue;
-            }
-            self.check_engine()?;
-            let completions = &self.region.completions;
-            if Control::before_sleep(self.region.control.client_waiting(), || !completions.is_empty()) {
-                continue;
-            }
-            let left = timeout.map_or(Duration::from_millis(100), |t| t.saturating_sub(waited));
-            self.sleep(left.min(Duration::from_millis(100)));
-            self.region.control.client_waiting().store(0, Ordering::SeqCst);
+        ready: &mut impl FnMut(&mut Self) -> Option<R>,
+    ) -> Result<Look<R>, EngineError> {
+        self.take_completions()?;
+        if let Some(r) = ready(self) {
+            return Ok(Look::Ready(r));
         }
+        let waited = start.elapsed();
+        if timeout.is_some_and(|t| waited >= t) {
+            return Err(EngineError::Timeout);
+        }
+        if waited < self.spin {
+            // Yield, not spin: the engine may be waiting for this core.
+            return Ok(Look::Yield);
+        }
+        self.check_engine()?;
+        let completions = &self.region.completions;
+        if Control::before_sleep(self.region.control.client_waiting(), || !completions.is_empty()) {
+            return Ok(Look::Yield);
+        }
+        let left = timeout.map_or(Duration::from_millis(100), |t| t.saturating_sub(waited));
+        Ok(Look::Sleep(left.min(Duration::from_millis(100))))
     }
 
     fn sleep(&mut self, d: Duration) {
@@ -601,7 +597,7 @@ impl Client {
     }
 
     /// `node` is at `addrs[i]` on the engine's rail `i`.
-    pub fn add_peer_rails(&mut self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), EngineError> {
+    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), EngineError> {
         self.lock().add_peer_rails(node, addrs)
     }
 
@@ -609,7 +605,7 @@ impl Client {
     /// `None` waits as long as it takes) only while the submission ring is
     /// full, which happens when the engine's send buffer for the peer is.
     pub fn send(
-        &mut self,
+        &self,
         peer: NodeId,
         msg: &[u8],
         timeout: Option<Duration>,
@@ -618,40 +614,77 @@ impl Client {
     }
 
     /// A delivery if one is waiting.
-    pub fn try_recv(&mut self) -> Result<Option<Delivery>, EngineError> {
+    pub fn try_recv(&self) -> Result<Option<Delivery>, EngineError> {
         self.lock().try_recv()
     }
 
     /// The next delivery, waiting up to `timeout` (`None`: for ever).
-    pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
-        self.lock().recv(timeout)
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
+        self.wait(timeout, |c| c.deliveries.pop_front())
     }
 
     /// The next failure report or recovery, if one is waiting.
-    pub fn poll_event(&mut self) -> Result<Option<Event>, EngineError> {
+    pub fn poll_event(&self) -> Result<Option<Event>, EngineError> {
         self.lock().poll_event()
     }
 
     /// Where a sent message stands.
-    pub fn message_state(&mut self, id: MessageId) -> MessageState {
+    pub fn message_state(&self, id: MessageId) -> MessageState {
         self.lock().message_state(id)
     }
 
     /// Messages sent and not yet settled, over every peer.
-    pub fn unsettled(&mut self) -> u64 {
+    pub fn unsettled(&self) -> u64 {
         self.lock().unsettled()
     }
 
     /// Wait until every message sent is settled (acknowledged or failed).
-    pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
-        self.lock().flush(timeout)
+    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), EngineError> {
+        self.wait(timeout, |c| (c.unsettled() == 0).then_some(()))
+    }
+
+    /// Wait until message `id` is delivered or failed.
+    pub fn wait_settled(
+        &self,
+        id: MessageId,
+        timeout: Option<Duration>,
+    ) -> Result<MessageState, EngineError> {
+        self.tracker().wait_settled(id, timeout)
+    }
+
+    /// Where this endpoint's sent messages stand, for as long as the
+    /// endpoint lives (a message's handle holds one).
+    pub fn tracker(&self) -> Tracker {
+        Tracker(Arc::downgrade(&self.inner))
+    }
+
+    /// Spin, then sleep, until `ready` gives something, holding the
+    /// attachment only while looking: other threads' calls (a send while
+    /// another thread waits to receive) go on meanwhile.
+    fn wait<R>(
+        &self,
+        timeout: Option<Duration>,
+        ready: impl FnMut(&mut Attachment) -> Option<R>,
+    ) -> Result<R, EngineError> {
+        wait_unlocked(&self.inner, timeout, ready)
     }
 
     /// Ask the engine to finish: it keeps driving up to `linger` for what
     /// is unsettled, then detaches. Returns once it has.
     pub fn close(mut self, linger: Duration) -> Result<(), EngineError> {
+        self.shut(linger)
+    }
+
+    /// `close`, for an owner that cannot give the client away (a wrapper
+    /// with a destructor of its own): the client does nothing afterwards.
+    pub fn shut(&mut self, linger: Duration) -> Result<(), EngineError> {
         self.stop_watching();
         self.lock().close_within(linger)
+    }
+
+    /// Wait for the next failure report or recovery.
+    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Event, EngineError> {
+        self.wait(timeout, |c| c.events.pop_front())
     }
 
     fn stop_watching(&mut self) {
@@ -666,6 +699,71 @@ impl Drop for Client {
     fn drop(&mut self) {
         // The attachment lingers and goes when the last reference does.
         self.stop_watching();
+    }
+}
+
+/// Where an endpoint's sent messages stand; answers `Unknown` once the
+/// endpoint is gone.
+#[derive(Clone)]
+pub struct Tracker(Weak<Mutex<Attachment>>);
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker").field("alive", &(self.0.strong_count() > 0)).finish()
+    }
+}
+
+impl Tracker {
+    /// Where message `id` stands.
+    pub fn message_state(&self, id: MessageId) -> MessageState {
+        match self.0.upgrade() {
+            Some(a) => a.lock().unwrap_or_else(|e| e.into_inner()).message_state(id),
+            None => MessageState::Unknown,
+        }
+    }
+
+    /// Wait until message `id` is delivered or failed.
+    pub fn wait_settled(
+        &self,
+        id: MessageId,
+        timeout: Option<Duration>,
+    ) -> Result<MessageState, EngineError> {
+        let Some(a) = self.0.upgrade() else { return Ok(MessageState::Unknown) };
+        wait_unlocked(&a, timeout, |c| match c.message_state(id) {
+            MessageState::Pending => None,
+            settled => Some(settled),
+        })
+    }
+}
+
+/// `Attachment::wait`, locking the attachment only to look.
+fn wait_unlocked<R>(
+    inner: &Mutex<Attachment>,
+    timeout: Option<Duration>,
+    mut ready: impl FnMut(&mut Attachment) -> Option<R>,
+) -> Result<R, EngineError> {
+    let lock = || inner.lock().unwrap_or_else(|e| e.into_inner());
+    let start = StdInstant::now();
+    loop {
+        let sleep = {
+            let mut a = lock();
+            match a.look(start, timeout, &mut ready)? {
+                Look::Ready(r) => return Ok(r),
+                Look::Yield => None,
+                // A handle of its own on the connection: the attachment's
+                // may be replaced (a recovery) while this thread sleeps.
+                Look::Sleep(d) => Some((a.conn.try_clone()?, d)),
+            }
+        };
+        match sleep {
+            None => std::thread::yield_now(),
+            Some((conn, d)) => {
+                let mut fd = [libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+                // A failed sleep is a short one: the caller looks again.
+                let _ = attach::sleep_on(&mut fd, d);
+                lock().region.control.client_waiting().store(0, Ordering::SeqCst);
+            }
+        }
     }
 }
 

@@ -25,7 +25,7 @@ mod error;
 pub mod records;
 mod supervisor;
 
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, Tracker};
 pub use engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
 pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission, Taken};

@@ -189,7 +189,7 @@ fn attachments_that_cannot_be_are_refused_with_the_reason() {
 #[test]
 fn applications_detach_by_closing_or_by_dying() {
     let mut engine = Running::start(1);
-    let (mut a, mut b) = (engine.attach(1), engine.attach(2));
+    let (a, b) = (engine.attach(1), engine.attach(2));
     a.add_peer_rails(2, &engine.addrs).unwrap();
     b.add_peer_rails(1, &engine.addrs).unwrap();
     for i in 0..200 {
@@ -216,7 +216,7 @@ fn applications_detach_by_closing_or_by_dying() {
 fn an_application_learns_its_engine_is_gone() {
     let mut engine = Running::start(1);
     let options = ClientOptions { recovery: None, ..ClientOptions::default() };
-    let mut a = Client::attach(&engine.dir, 1, options).unwrap();
+    let a = Client::attach(&engine.dir, 1, options).unwrap();
     a.add_peer_rails(2, &engine.addrs).unwrap();
     engine.stop();
     let started = std::time::Instant::now();
@@ -230,7 +230,7 @@ fn an_application_learns_its_engine_is_gone() {
 fn failures_reach_the_application_exactly() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
     let engine = Running::start_in(scratch_dir(), 1, config);
-    let mut a = engine.attach(1);
+    let a = engine.attach(1);
     // Nobody listens there.
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     a.add_peer_rails(9, &[silent.local_addr().unwrap()]).unwrap();

@@ -3,8 +3,10 @@
 //! at `build`.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tether_engine::ClientOptions;
 use tether_fault::FaultPlan;
 use tether_io::{AddressBook, Transport, UdpTransport};
 use tether_proto::{Config, NodeId, RailId, MAX_RAILS};
@@ -37,6 +39,11 @@ pub struct Builder {
     rails: Vec<Rail>,
     peers: Vec<(NodeId, Vec<SocketAddr>)>,
     options: Options,
+    /// Attach to the engine serving this directory instead of running the
+    /// protocol here.
+    engine: Option<PathBuf>,
+    /// Options given that only an embedded endpoint has, by name.
+    embedded_only: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -60,7 +67,14 @@ impl std::fmt::Debug for Builder {
 
 impl Builder {
     pub(crate) fn new(node: NodeId) -> Self {
-        Builder { node, rails: Vec::new(), peers: Vec::new(), options: Options::default() }
+        Builder {
+            node,
+            rails: Vec::new(),
+            peers: Vec::new(),
+            options: Options::default(),
+            engine: None,
+            embedded_only: Vec::new(),
+        }
     }
 
     /// Add a rail: a UDP socket bound at `addr` (port 0 picks a free one;
@@ -88,21 +102,35 @@ impl Builder {
         self
     }
 
+    /// Run the protocol in the node's engine process instead of this one:
+    /// attach to the `tether engine` serving `dir` (its `--dir`). The engine
+    /// owns the rails, the protocol configuration and fault injection;
+    /// this process keeps what it sent until it is settled, so the engine
+    /// can die or hang and be replaced with nothing lost
+    /// (`Event::EngineRecovered`). docs/ENGINE.md.
+    pub fn engine(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.engine = Some(dir.into());
+        self
+    }
+
     /// All options at once (replaces any set before).
     pub fn options(mut self, options: Options) -> Self {
         self.options = options;
+        self.embedded_only.push("options (all at once)");
         self
     }
 
     /// The protocol configuration (checked at `build`).
     pub fn config(mut self, config: Config) -> Self {
         self.options.config = config;
+        self.embedded_only.push("the protocol configuration");
         self
     }
 
     /// Who drives the protocol while the application is away.
     pub fn progress(mut self, progress: Progress) -> Self {
         self.options.progress = progress;
+        self.embedded_only.push("progress");
         self
     }
 
@@ -122,12 +150,14 @@ impl Builder {
     /// Faults to inject on every rail and into the application's calls.
     pub fn faults(mut self, plan: FaultPlan) -> Self {
         self.options.faults = plan;
+        self.embedded_only.push("fault injection");
         self
     }
 
     /// Faults for one rail instead of the endpoint-wide plan there.
     pub fn rail_faults(mut self, rail: RailId, plan: FaultPlan) -> Self {
         self.options.rail_faults.push((rail, plan));
+        self.embedded_only.push("fault injection");
         self
     }
 
@@ -141,6 +171,9 @@ impl Builder {
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.
     pub fn build(self) -> Result<Endpoint, Error> {
+        if let Some(dir) = &self.engine {
+            return self.attach(dir);
+        }
         if self.rails.is_empty() || self.rails.len() > MAX_RAILS {
             return Err(Error::Rails { given: self.rails.len() });
         }
@@ -155,6 +188,29 @@ impl Builder {
             })
             .collect::<Result<Vec<Box<dyn Transport + Send>>, Error>>()?;
         let ep = Endpoint::with_rails(self.node, rails, self.options)?;
+        for (node, addrs) in &self.peers {
+            ep.add_peer_rails(*node, addrs)?;
+        }
+        Ok(ep)
+    }
+
+    /// `build` with an engine: refuse what the engine owns, attach, learn
+    /// the peers.
+    fn attach(&self, dir: &Path) -> Result<Endpoint, Error> {
+        if !self.rails.is_empty() {
+            return Err(Error::EngineOwns { what: "a rail (bind, transport)" });
+        }
+        if let Some(&what) = self.embedded_only.first() {
+            return Err(Error::EngineOwns { what });
+        }
+        let defaults = ClientOptions::default();
+        let options = ClientOptions {
+            incarnation: self.options.incarnation,
+            spin: self.options.spin,
+            linger: self.options.linger,
+            ..defaults
+        };
+        let ep = Endpoint::attached(self.node, dir, options, self.options.linger)?;
         for (node, addrs) in &self.peers {
             ep.add_peer_rails(*node, addrs)?;
         }

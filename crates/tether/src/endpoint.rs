@@ -26,6 +26,7 @@ use tether_proto::{
     PathInfo, RailId, SendError, Stats, MAX_RAILS,
 };
 
+use crate::attached::Attached;
 use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::waiter::Waiter;
@@ -88,7 +89,7 @@ impl Default for Options {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     driver: Mutex<Driver>,
     waiter: Waiter,
     clock: Clock,
@@ -142,20 +143,37 @@ impl Drop for Active<'_> {
 /// lost with the endpoint. Call `close` to choose the bound and learn the
 /// outcome.
 pub struct Endpoint {
+    inner: Inner,
+    linger: Duration,
+}
+
+/// Where the protocol runs for an endpoint.
+enum Inner {
+    Embedded(Embedded),
+    /// In a `tether engine` process on this node (`Builder::engine`).
+    Engine(Attached),
+}
+
+/// The embedded engine: the core, the sockets and the progress thread in
+/// this process.
+struct Embedded {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    linger: Duration,
 }
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let d = self.shared.lock();
+        let Inner::Embedded(e) = &self.inner else {
+            let Inner::Engine(a) = &self.inner else { unreachable!() };
+            return f.debug_struct("Endpoint").field("engine", a).finish();
+        };
+        let d = e.shared.lock();
         f.debug_struct("Endpoint")
             .field("node", &d.core.node())
             .field("incarnation", &d.core.incarnation())
             .field("rails", &d.rail_count())
             .field("peers", &d.core.peers().collect::<Vec<_>>())
-            .field("progress_thread", &self.thread.is_some())
+            .field("progress_thread", &e.thread.is_some())
             .finish()
     }
 }
@@ -166,7 +184,14 @@ pub struct SendHandle {
     id: Option<MessageId>,
     /// Set when an injected operation fault decided the outcome.
     injected: Option<FailReason>,
-    shared: Arc<Shared>,
+    owner: Owner,
+}
+
+/// The endpoint a handle asks.
+#[derive(Clone)]
+pub(crate) enum Owner {
+    Embedded(Arc<Shared>),
+    Engine(tether_engine::Tracker),
 }
 
 impl std::fmt::Debug for SendHandle {
@@ -176,6 +201,10 @@ impl std::fmt::Debug for SendHandle {
 }
 
 impl SendHandle {
+    pub(crate) fn new(id: Option<MessageId>, injected: Option<FailReason>, owner: Owner) -> Self {
+        SendHandle { id, injected, owner }
+    }
+
     /// The message's number in its stream; `None` when an injected
     /// operation fault kept it from ever entering one.
     pub fn id(&self) -> Option<MessageId> {
@@ -187,7 +216,10 @@ impl SendHandle {
     pub fn state(&self) -> MessageState {
         match (self.injected, self.id) {
             (Some(reason), _) => MessageState::Failed(reason),
-            (None, Some(id)) => self.shared.lock().core.message_state(id),
+            (None, Some(id)) => match &self.owner {
+                Owner::Embedded(shared) => shared.lock().core.message_state(id),
+                Owner::Engine(t) => t.message_state(id),
+            },
             (None, None) => MessageState::Unknown,
         }
     }
@@ -195,10 +227,13 @@ impl SendHandle {
     /// Block until the message is delivered or failed, or `timeout` passes.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<MessageState, Error> {
         let (None, Some(id)) = (self.injected, self.id) else { return Ok(self.state()) };
-        block_on(&self.shared, timeout, |d| match d.core.message_state(id) {
-            MessageState::Pending => None,
-            settled => Some(settled),
-        })
+        match &self.owner {
+            Owner::Embedded(shared) => block_on(shared, timeout, |d| match d.core.message_state(id) {
+                MessageState::Pending => None,
+                settled => Some(settled),
+            }),
+            Owner::Engine(t) => t.wait_settled(id, timeout).map_err(Error::from),
+        }
     }
 }
 
@@ -320,28 +355,36 @@ impl Endpoint {
                 )
             }
         };
-        Ok(Endpoint { shared, thread, linger: options.linger })
+        Ok(Endpoint { inner: Inner::Embedded(Embedded { shared, thread }), linger: options.linger })
     }
 
-    /// This endpoint's node id.
-    pub fn node(&self) -> NodeId {
+    /// Attach to the engine serving `dir` as `node` (`Builder::engine`).
+    pub(crate) fn attached(
+        node: NodeId,
+        dir: &std::path::Path,
+        options: tether_engine::ClientOptions,
+        linger: Duration,
+    ) -> Result<Self, Error> {
+        Ok(Endpoint { inner: Inner::Engine(Attached::attach(dir, node, options)?), linger })
+    }
+}
+
+/// The endpoint's calls (see each one's description on `Endpoint`), with
+/// the protocol in this process.
+impl Embedded {
+    fn node(&self) -> NodeId {
         self.shared.lock().core.node()
     }
 
-    /// The local socket address, for transports that have one.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    fn local_addr(&self) -> Option<SocketAddr> {
         self.shared.lock().transport().local_addr()
     }
 
-    /// Learn (or change) the address a peer is reached at (over rail 0).
-    pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
+    fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
         self.add_peer_rails(node, &[addr])
     }
 
-    /// Learn the addresses a peer is reached at, one per rail (`addrs[i]`
-    /// over rail `i`): the address book per rail, and the core's paths.
-    /// With two or more, the paths' health is tracked and data fails over.
-    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+    fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
         let mut d = self.shared.lock();
         if addrs.is_empty() || addrs.len() > d.rail_count() {
             return Err(Error::PeerRails { given: addrs.len(), rails: d.rail_count() });
@@ -354,28 +397,20 @@ impl Endpoint {
         Ok(())
     }
 
-    /// This endpoint's clock, as the core reads it (event times are on it).
-    pub fn now(&self) -> Instant {
+    fn now(&self) -> Instant {
         self.shared.clock.now()
     }
 
-    /// The paths to `peer`, one per rail: state, RTT, counters.
-    pub fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
+    fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
         self.shared.lock().core.paths(peer)
     }
 
-    /// The local address of each rail.
-    pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+    fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
         let d = self.shared.lock();
         (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
     }
 
-    /// Queue a message and put it on the wire at once if the window allows.
-    /// Never blocks: a full send buffer is `Error::Send(SendError::WouldBlock)`.
-    /// With `api` fault rules, the call may instead fail at once with a
-    /// typed transport error (an invocation fault) or return a handle that
-    /// reports `Failed(OperationFault)` (an operation fault).
-    pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
+    fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
         let now = self.shared.clock.now();
         let injected = match d.api_fault(now) {
@@ -385,7 +420,7 @@ impl Endpoint {
                 return Ok(SendHandle {
                     id: None,
                     injected: Some(FailReason::OperationFault),
-                    shared: self.shared.clone(),
+                    owner: Owner::Embedded(self.shared.clone()),
                 })
             }
             // The status says failed, yet the message goes: the application
@@ -395,11 +430,10 @@ impl Endpoint {
         d.learn_peer(peer);
         let id = d.core.send(now, peer, msg)?;
         d.transmit(now);
-        Ok(SendHandle { id: Some(id), injected, shared: self.shared.clone() })
+        Ok(SendHandle { id: Some(id), injected, owner: Owner::Embedded(self.shared.clone()) })
     }
 
-    /// Like `send`, but waits for room in the send buffer.
-    pub fn send_blocking(
+    fn send_blocking(
         &self,
         peer: NodeId,
         msg: &[u8],
@@ -421,12 +455,10 @@ impl Endpoint {
             d.transmit(now);
             Some(r)
         })??;
-        Ok(SendHandle { id: Some(id), injected: None, shared: shared.clone() })
+        Ok(SendHandle { id: Some(id), injected: None, owner: Owner::Embedded(shared.clone()) })
     }
 
-    /// The next delivered message, if one is waiting. Drives progress once
-    /// when no progress thread does.
-    pub fn try_recv(&self) -> Option<Delivery> {
+    fn try_recv(&self) -> Option<Delivery> {
         let mut d = self.shared.lock();
         if self.thread.is_none() {
             d.step(self.shared.clock.now());
@@ -434,8 +466,7 @@ impl Endpoint {
         d.core.recv()
     }
 
-    /// Wait for the next delivered message.
-    pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+    fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
         // Fast path: a message already queued costs one lock, nothing more.
         if let Some(d) = self.shared.lock().core.recv() {
             return Ok(d);
@@ -443,41 +474,33 @@ impl Endpoint {
         block_on(&self.shared, timeout, |d| d.core.recv())
     }
 
-    /// The next event (peer unreachable, restarted or reachable again, a
-    /// path's state changing, a failover), if one is waiting.
-    pub fn poll_event(&self) -> Option<Event> {
+    fn poll_event(&self) -> Option<Event> {
         self.shared.lock().core.poll_event()
     }
 
-    /// Wait for the next event (peer unreachable, restarted, reachable).
-    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
+    fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
         block_on(&self.shared, timeout, |d| d.core.poll_event())
     }
 
-    /// One non-blocking step of progress (the polling mode's engine).
-    pub fn progress(&self) {
+    fn progress(&self) {
         let mut d = self.shared.lock();
         let now = self.shared.clock.now();
         d.step(now);
     }
 
-    /// Wait until everything sent has been acknowledged or failed.
-    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+    fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         block_on(&self.shared, timeout, |d| d.core.is_idle().then_some(()))
     }
 
-    /// Where a sent message stands (as its handle's `state`).
-    pub fn message_state(&self, id: MessageId) -> MessageState {
+    fn message_state(&self, id: MessageId) -> MessageState {
         self.shared.lock().core.message_state(id)
     }
 
-    /// The protocol's counters: traffic, retransmissions, and every drop by reason.
-    pub fn stats(&self) -> Stats {
+    fn stats(&self) -> Stats {
         self.shared.lock().core.stats().clone()
     }
 
-    /// Faults injected so far by this endpoint's fault plan, every side.
-    pub fn fault_counters(&self) -> FaultCounters {
+    fn fault_counters(&self) -> FaultCounters {
         let mut c = self.shared.lock().api_fault_counters();
         for f in &self.shared.faults {
             c.accumulate(&f.snapshot());
@@ -485,30 +508,217 @@ impl Endpoint {
         c
     }
 
-    /// Switch the fault plan off (`false`) or back on, on every side.
-    pub fn set_faults_enabled(&self, on: bool) {
+    fn set_faults_enabled(&self, on: bool) {
         self.shared.lock().set_api_faults_enabled(on);
         for f in &self.shared.faults {
             f.set_enabled(on);
         }
     }
 
-    /// Rail 0's fault injector, for its trace and completion statuses.
-    pub fn fault_handle(&self) -> Option<FaultHandle> {
+    fn fault_handle(&self) -> Option<FaultHandle> {
         self.shared.faults.first().cloned()
     }
 
-    /// Bytes held in send buffers and delivery queues: back to zero when
-    /// everything sent has been acknowledged and everything delivered read.
-    pub fn buffered(&self) -> (usize, usize) {
+    fn buffered(&self) -> (usize, usize) {
         let d = self.shared.lock();
         let peers: usize = d.core.peers().map(|p| d.core.buffered_bytes(p)).sum();
         (peers, d.core.pending_deliveries())
     }
 
+    fn rtt(&self, peer: NodeId) -> Option<Duration> {
+        self.shared.lock().core.rtt(peer)
+    }
+}
+
+impl Endpoint {
+    /// This endpoint's node id.
+    pub fn node(&self) -> NodeId {
+        match &self.inner {
+            Inner::Embedded(e) => e.node(),
+            Inner::Engine(a) => a.node(),
+        }
+    }
+
+    /// The local socket address, for transports that have one.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.inner {
+            Inner::Embedded(e) => e.local_addr(),
+            Inner::Engine(a) => a.local_addr(),
+        }
+    }
+
+    /// Learn (or change) the address a peer is reached at (over rail 0).
+    pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.add_peer(node, addr),
+            Inner::Engine(a) => a.add_peer(node, addr),
+        }
+    }
+
+    /// Learn the addresses a peer is reached at, one per rail (`addrs[i]`
+    /// over rail `i`): the address book per rail, and the core's paths.
+    /// With two or more, the paths' health is tracked and data fails over.
+    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.add_peer_rails(node, addrs),
+            Inner::Engine(a) => a.add_peer_rails(node, addrs),
+        }
+    }
+
+    /// This endpoint's clock, as the core reads it (event times are on it).
+    pub fn now(&self) -> Instant {
+        match &self.inner {
+            Inner::Embedded(e) => e.now(),
+            Inner::Engine(a) => a.now(),
+        }
+    }
+
+    /// The paths to `peer`, one per rail: state, RTT, counters.
+    pub fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
+        match &self.inner {
+            Inner::Embedded(e) => e.paths(peer),
+            Inner::Engine(a) => a.paths(peer),
+        }
+    }
+
+    /// The local address of each rail.
+    pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+        match &self.inner {
+            Inner::Embedded(e) => e.rail_addrs(),
+            Inner::Engine(a) => a.rail_addrs(),
+        }
+    }
+
+    /// Queue a message and put it on the wire at once if the window allows.
+    /// Never blocks: a full send buffer is `Error::Send(SendError::WouldBlock)`.
+    /// With `api` fault rules, the call may instead fail at once with a
+    /// typed transport error (an invocation fault) or return a handle that
+    /// reports `Failed(OperationFault)` (an operation fault).
+    pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.send(peer, msg),
+            Inner::Engine(a) => a.send(peer, msg),
+        }
+    }
+
+    /// Like `send`, but waits for room in the send buffer.
+    pub fn send_blocking(
+        &self,
+        peer: NodeId,
+        msg: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<SendHandle, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.send_blocking(peer, msg, timeout),
+            Inner::Engine(a) => a.send_blocking(peer, msg, timeout),
+        }
+    }
+
+    /// The next delivered message, if one is waiting. Drives progress once
+    /// when no progress thread does.
+    pub fn try_recv(&self) -> Option<Delivery> {
+        match &self.inner {
+            Inner::Embedded(e) => e.try_recv(),
+            Inner::Engine(a) => a.try_recv(),
+        }
+    }
+
+    /// Wait for the next delivered message.
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.recv(timeout),
+            Inner::Engine(a) => a.recv(timeout),
+        }
+    }
+
+    /// The next event (peer unreachable, restarted or reachable again, a
+    /// path's state changing, a failover), if one is waiting.
+    pub fn poll_event(&self) -> Option<Event> {
+        match &self.inner {
+            Inner::Embedded(e) => e.poll_event(),
+            Inner::Engine(a) => a.poll_event(),
+        }
+    }
+
+    /// Wait for the next event (peer unreachable, restarted, reachable).
+    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.next_event(timeout),
+            Inner::Engine(a) => a.next_event(timeout),
+        }
+    }
+
+    /// One non-blocking step of progress (the polling mode's engine).
+    pub fn progress(&self) {
+        match &self.inner {
+            Inner::Embedded(e) => e.progress(),
+            Inner::Engine(a) => a.progress(),
+        }
+    }
+
+    /// Wait until everything sent has been acknowledged or failed.
+    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.flush(timeout),
+            Inner::Engine(a) => a.flush(timeout),
+        }
+    }
+
+    /// Where a sent message stands (as its handle's `state`).
+    pub fn message_state(&self, id: MessageId) -> MessageState {
+        match &self.inner {
+            Inner::Embedded(e) => e.message_state(id),
+            Inner::Engine(a) => a.message_state(id),
+        }
+    }
+
+    /// The protocol's counters: traffic, retransmissions, and every drop by reason.
+    pub fn stats(&self) -> Stats {
+        match &self.inner {
+            Inner::Embedded(e) => e.stats(),
+            Inner::Engine(a) => a.stats(),
+        }
+    }
+
+    /// Faults injected so far by this endpoint's fault plan, every side.
+    pub fn fault_counters(&self) -> FaultCounters {
+        match &self.inner {
+            Inner::Embedded(e) => e.fault_counters(),
+            Inner::Engine(a) => a.fault_counters(),
+        }
+    }
+
+    /// Switch the fault plan off (`false`) or back on, on every side.
+    pub fn set_faults_enabled(&self, on: bool) {
+        match &self.inner {
+            Inner::Embedded(e) => e.set_faults_enabled(on),
+            Inner::Engine(a) => a.set_faults_enabled(on),
+        }
+    }
+
+    /// Rail 0's fault injector, for its trace and completion statuses.
+    pub fn fault_handle(&self) -> Option<FaultHandle> {
+        match &self.inner {
+            Inner::Embedded(e) => e.fault_handle(),
+            Inner::Engine(a) => a.fault_handle(),
+        }
+    }
+
+    /// Bytes held in send buffers and delivery queues: back to zero when
+    /// everything sent has been acknowledged and everything delivered read.
+    pub fn buffered(&self) -> (usize, usize) {
+        match &self.inner {
+            Inner::Embedded(e) => e.buffered(),
+            Inner::Engine(a) => a.buffered(),
+        }
+    }
+
     /// The smoothed round trip to `peer`, once measured.
     pub fn rtt(&self, peer: NodeId) -> Option<Duration> {
-        self.shared.lock().core.rtt(peer)
+        match &self.inner {
+            Inner::Embedded(e) => e.rtt(peer),
+            Inner::Engine(a) => a.rtt(peer),
+        }
     }
 }
 
@@ -518,12 +728,21 @@ impl Endpoint {
     /// as events and in their handles' states as usual); then stop the
     /// progress thread. `Err(Error::Lingered { unsettled })` when the bound
     /// passed first: those messages' fate is unknown and stays so.
+    /// With an engine, the engine drives for up to `linger`, then the
+    /// application detaches.
     pub fn close(mut self, linger: Duration) -> Result<(), Error> {
-        let out = self.linger_for(linger);
-        self.stop();
-        out
+        match &mut self.inner {
+            Inner::Embedded(e) => {
+                let out = e.linger_for(linger);
+                e.stop();
+                out
+            }
+            Inner::Engine(a) => a.close(linger),
+        }
     }
+}
 
+impl Embedded {
     fn linger_for(&self, linger: Duration) -> Result<(), Error> {
         let start = StdInstant::now();
         match block_on(&self.shared, Some(linger), |d| (d.core.unsettled() == 0).then_some(())) {
@@ -554,13 +773,15 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        if self.thread.is_some() || !self.shared.stop.load(Ordering::SeqCst) {
+        // An engine's client lingers as it goes (`ClientOptions::linger`).
+        let Inner::Embedded(e) = &mut self.inner else { return };
+        if e.thread.is_some() || !e.shared.stop.load(Ordering::SeqCst) {
             // Accepted messages get their chance before the sockets close
             // (the type's docs); a failure to settle them in time is not
             // reportable from a destructor.
-            let _ = self.linger_for(self.linger);
+            let _ = e.linger_for(self.linger);
         }
-        self.stop();
+        e.stop();
     }
 }
 

@@ -52,6 +52,18 @@ pub enum Error {
     /// The endpoint is shutting down.
     #[error("endpoint closed")]
     Closed,
+    /// The node's engine process could not be attached to, or is gone for
+    /// good (no new one within `ClientOptions::recovery`).
+    #[error("engine: {0}")]
+    Engine(tether_engine::EngineError),
+    /// What was asked does not apply to an endpoint attached to an engine
+    /// (the engine owns the rails, the protocol configuration and the fault
+    /// injection: `tether engine` sets them).
+    #[error("{what} is the engine's to set (tether engine), not an attached endpoint's")]
+    EngineOwns {
+        /// The builder option that was given.
+        what: &'static str,
+    },
     /// An operating-system call failed (thread or eventfd creation).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -30,6 +30,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 #![warn(missing_docs)]
 
+mod attached;
 mod builder;
 mod clock;
 mod driver;

@@ -1,0 +1,166 @@
+//! An endpoint whose protocol runs in the node's `tether engine` process
+//! (docs/ENGINE.md; Zhou et al. [FTGM], the engine in the role of their
+//! network card): the `Endpoint` calls, answered through the shared-memory
+//! rings of a `tether_engine::Client`. The engine owns the sockets, the
+//! core and its timers; this process keeps the host-side backup (every
+//! unsettled message, where it stands in each stream), so an engine that
+//! dies or hangs is replaced with nothing lost and the application only
+//! sees an `Event::EngineRecovered`.
+//!
+//! What the engine keeps to itself is not reported here yet: paths, round
+//! trips, the core's counters and buffers (`paths` is empty, `rtt` `None`,
+//! `stats` and `buffered` zero). Fault injection belongs to the engine's
+//! side (`tether engine`), not to the application's calls.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tether_engine::{Client, ClientOptions, EngineError};
+use tether_io::FaultHandle;
+use tether_proto::{Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats};
+
+use crate::clock::Clock;
+use crate::endpoint::{Owner, SendHandle};
+use crate::faults::FaultCounters;
+use crate::Error;
+
+pub(crate) struct Attached {
+    client: Client,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached")
+            .field("node", &self.client.node())
+            .field("engine_pid", &self.client.engine_pid())
+            .finish()
+    }
+}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Timeout => Error::TimedOut,
+            EngineError::Send(s) => Error::Send(s),
+            EngineError::UnknownPeer(n) => Error::Send(SendError::UnknownPeer(n)),
+            EngineError::Transport(t) => Error::Transport(t),
+            EngineError::Config(c) => Error::Config(c),
+            other => Error::Engine(other),
+        }
+    }
+}
+
+impl Attached {
+    pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, Error> {
+        Ok(Attached { client: Client::attach(dir, node, options)?, clock: Clock::new() })
+    }
+
+    fn handle(&self, id: MessageId) -> SendHandle {
+        SendHandle::new(Some(id), None, Owner::Engine(self.client.tracker()))
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.client.node()
+    }
+
+    /// The engine's sockets are its own.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
+        self.add_peer_rails(node, &[addr])
+    }
+
+    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+        Ok(self.client.add_peer_rails(node, addrs)?)
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    pub fn paths(&self, _peer: NodeId) -> Vec<PathInfo> {
+        Vec::new()
+    }
+
+    pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+        Vec::new()
+    }
+
+    /// Never waits: a full submission ring is `WouldBlock`, as a full send
+    /// buffer is for an embedded endpoint.
+    pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
+        match self.client.send(peer, msg, Some(Duration::ZERO)) {
+            Ok(id) => Ok(self.handle(id)),
+            Err(EngineError::Timeout) => Err(Error::Send(SendError::WouldBlock)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn send_blocking(
+        &self,
+        peer: NodeId,
+        msg: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<SendHandle, Error> {
+        Ok(self.handle(self.client.send(peer, msg, timeout)?))
+    }
+
+    /// An engine gone for good is reported by the blocking calls; here it
+    /// is simply nothing to receive.
+    pub fn try_recv(&self) -> Option<Delivery> {
+        self.client.try_recv().ok().flatten()
+    }
+
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+        Ok(self.client.recv(timeout)?)
+    }
+
+    pub fn poll_event(&self) -> Option<Event> {
+        self.client.poll_event().ok().flatten()
+    }
+
+    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
+        Ok(self.client.next_event(timeout)?)
+    }
+
+    /// The engine drives the protocol.
+    pub fn progress(&self) {}
+
+    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        Ok(self.client.flush(timeout)?)
+    }
+
+    pub fn message_state(&self, id: MessageId) -> MessageState {
+        self.client.message_state(id)
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats::default()
+    }
+
+    pub fn fault_counters(&self) -> FaultCounters {
+        FaultCounters::default()
+    }
+
+    pub fn set_faults_enabled(&self, _on: bool) {}
+
+    pub fn fault_handle(&self) -> Option<FaultHandle> {
+        None
+    }
+
+    pub fn buffered(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    pub fn rtt(&self, _peer: NodeId) -> Option<Duration> {
+        None
+    }
+
+    pub fn close(&mut self, linger: Duration) -> Result<(), Error> {
+        Ok(self.client.shut(linger)?)
+    }
+}
