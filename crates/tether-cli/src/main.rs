@@ -10,7 +10,9 @@ mod bench;
 mod campaign;
 mod demo;
 mod detection;
+mod engine_bench;
 mod engine_cmd;
+mod engine_proc;
 mod model;
 mod net;
 mod pattern;
@@ -105,6 +107,11 @@ enum BenchWhat {
     /// one-way latency and 8 B throughput against a cache line bounced
     /// between two cores and bare words through a ring.
     Shm(shm_bench::ShmOpts),
+    /// The engine process (Zhou et al. [FTGM]): 8 B round trip and 64 KiB
+    /// stream through two `tether engine` processes against embedded
+    /// endpoints, two applications on one engine, and recovery from engines
+    /// killed (SIGKILL) and hung (SIGSTOP) during a verified stream.
+    Engine(engine_bench::EngineBenchOpts),
 }
 
 fn main() {
@@ -179,7 +186,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         Command::Pingpong(o) | Command::Stream(o) => check_net(o, m),
         Command::Bench(o) => match (&o.what, m.subcommand()) {
             (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
-            (Some(BenchWhat::Auth(_) | BenchWhat::Shm(_)), _) => Ok(()),
+            (Some(BenchWhat::Auth(_) | BenchWhat::Shm(_) | BenchWhat::Engine(_)), _) => Ok(()),
             _ => check_bench(&o.net, m),
         },
         Command::Demo(o) => demo::check(o),
@@ -436,6 +443,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Checksum(c)) => return run_bench_checksum(c),
         Some(BenchWhat::Auth(a)) => return run_bench_auth(a),
         Some(BenchWhat::Shm(s)) => return run_bench_shm(s),
+        Some(BenchWhat::Engine(e)) => return run_bench_engine(e),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
@@ -553,6 +561,10 @@ fn measured<R: serde::Serialize>(
 
 fn run_bench_shm(o: &shm_bench::ShmOpts) -> anyhow::Result<()> {
     measured(o.json, |say| shm_bench::run(o, say), |r| table::shm(r, o))
+}
+
+fn run_bench_engine(o: &engine_bench::EngineBenchOpts) -> anyhow::Result<()> {
+    measured(o.json, |say| engine_bench::run(o, &default_net(), say), |r| table::engine(r, o))
 }
 
 fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {

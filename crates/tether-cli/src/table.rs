@@ -643,3 +643,76 @@ pub fn model(m: &crate::model::ModelReport) {
         );
     }
 }
+
+pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::EngineBenchOpts) {
+    println!(
+        "tether bench engine: two `tether engine` processes on loopback, an application attached to each; \
+         {} runs, median (min-max) of the runs' medians",
+        o.runs
+    );
+    let mut t = table(&["", "raw socket", "embedded", "engine process", "engine / embedded"]);
+    t.add_row(vec![
+        "8 B round trip us".into(),
+        spread(&r.rtt_raw_us, 2),
+        spread(&r.rtt_embedded_us, 2),
+        spread(&r.rtt_engine_us, 2),
+        spread(&r.rtt_ratio, 2),
+    ]);
+    t.add_row(vec![
+        "64 KiB stream MB/s".into(),
+        "-".into(),
+        spread(&r.stream_embedded_mb_s, 0),
+        spread(&r.stream_engine_mb_s, 0),
+        spread(&r.stream_ratio, 2),
+    ]);
+    right(&mut t);
+    println!("{t}");
+    println!(
+        "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s",
+        spread(&r.same_node_one_way_us, 2),
+        spread(&r.same_node_m_msgs_s, 3)
+    );
+    let v = &r.recovery;
+    if v.kills + v.hangs == 0 {
+        return;
+    }
+    println!(
+        "\nrecovery: a verified stream of {} B messages, one every {} us, for {:.1} s; {} engines killed \
+         (SIGKILL) and {} stopped (SIGSTOP, threshold {} us), each the sender's or the receiver's at random",
+        1000, o.pace_us, v.seconds, v.kills, v.hangs, o.hang_after_us
+    );
+    let mut t = table(&["ms", "median", "p99", "min", "max", "n"]);
+    let row = |t: &mut Table, name: &str, s: &Option<Summary>| {
+        if let Some(s) = s {
+            t.add_row(vec![
+                name.to_string(),
+                format!("{:.3}", s.median),
+                format!("{:.3}", s.p99),
+                format!("{:.3}", s.min),
+                format!("{:.3}", s.max),
+                s.n.to_string(),
+            ]);
+        }
+    };
+    row(&mut t, "kill -9 to first new message delivered", &v.kill_recovery_ms);
+    row(&mut t, "SIGSTOP to hang reported", &v.hang_detection_ms);
+    row(&mut t, "heartbeat still when declared hung", &v.hang_still_ms);
+    row(&mut t, "SIGSTOP to first new message delivered", &v.hang_recovery_ms);
+    right(&mut t);
+    println!("{t}");
+    println!(
+        "messages {}, delivered {}, lost {}, duplicated {}, corrupted {}, not reported delivered {}; \
+         applications told EngineRecovered: sender {}, receiver {}; replacements no fault caused {} \
+         (and {} during the cost runs)",
+        v.messages,
+        v.delivered,
+        v.lost,
+        v.duplicated,
+        v.corrupted,
+        v.not_reported_delivered,
+        v.recovered_events_sender,
+        v.recovered_events_receiver,
+        v.spurious_replacements,
+        v.cost_replacements
+    );
+}

@@ -158,7 +158,7 @@ fn applications_go_on_through_engines_killed_with_sigkill() {
 #[test]
 fn supervisors_replace_engines_that_die_or_hang() {
     let (e1, e2) = (EngineProcess::start("sa", 1, true), EngineProcess::start("sb", 1, true));
-    let (mut a, mut b) = (e1.attach(1), e2.attach(2));
+    let (a, b) = (e1.attach(1), e2.attach(2));
     a.add_peer_rails(2, &e2.rails).unwrap();
     b.add_peer_rails(1, &e1.rails).unwrap();
     let sizes = [8, 1000, 20_000];

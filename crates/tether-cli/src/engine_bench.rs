@@ -1,0 +1,528 @@
+//! `tether bench engine`: what running the protocol in an engine process
+//! costs, and how fast a node recovers when that process dies or hangs
+//! (docs/ENGINE.md; Zhou et al. [FTGM], sections 5 and 6, whose figures
+//! are the bars: ~1.7 s recovery, +0.25 us send overhead).
+//!
+//! Two `tether engine` processes on loopback, each with an application
+//! attached (this process), against two embedded endpoints and the raw
+//! socket in the same run:
+//!
+//! - cost: 8 B round trip and 64 KiB stream, engine against embedded (and
+//!   the round trip against a raw spin loop); two applications on one
+//!   engine: 8 B one-way latency and message rate;
+//! - recovery: a verified stream, one message every `--pace-us`, while the
+//!   sending or the receiving engine is killed with SIGKILL or stopped with
+//!   SIGSTOP at random moments. Recovery is from the signal to the delivery
+//!   of the first message the sender submitted after it (so it includes up
+//!   to one pacing interval and one one-way trip); a hang's detection is
+//!   from the signal to the supervisor's report of it.
+//!
+//! Every message is checked: lost, duplicated and corrupted are counted.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use serde::Serialize;
+use tether::{Event, MessageId, MessageState};
+use tether_engine::Client;
+
+use crate::args;
+use crate::engine_proc::{EngineProcess, Line};
+use crate::net::{loopback, NetOpts};
+use crate::summary::Summary;
+use crate::{pattern, pingpong, stream};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+const WARMUP: u64 = 200;
+const STREAM_SIZE: usize = 64 * 1024;
+const RECOVERY_SIZE: usize = 1000;
+const A: u32 = 1;
+const B: u32 = 2;
+
+#[derive(Debug, Clone, Args)]
+pub struct EngineBenchOpts {
+    /// Measurements of each cost figure (raw, embedded and engine in turn).
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<usize>(1, 1000, "", ""))]
+    pub runs: usize,
+    /// Round trips per latency measurement.
+    #[arg(long, default_value_t = 5_000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 100_000_000, "", ""))]
+    pub round_trips: u64,
+    /// 64 KiB messages per stream measurement.
+    #[arg(long, default_value_t = 2_000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 100_000_000, "", ""))]
+    pub stream_messages: u64,
+    /// 8 B messages per rate measurement between two applications on one engine.
+    #[arg(long, default_value_t = 200_000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 1_000_000_000, "", ""))]
+    pub small_messages: u64,
+    /// Engines killed with SIGKILL during the verified stream (each 60 to
+    /// 120 ms after the previous fault's recovery).
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = args::int_in::<usize>(0, 100_000, "", ""))]
+    pub kills: usize,
+    /// Engines stopped with SIGSTOP during the verified stream.
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = args::int_in::<usize>(0, 100_000, "", ""))]
+    pub hangs: usize,
+    /// The supervisors' hang threshold (`tether engine --hang-after-us`).
+    #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
+    pub hang_after_us: u64,
+    /// One message of the verified stream every this many microseconds.
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 1_000_000, "", ""))]
+    pub pace_us: u64,
+    /// Seed of the moments faults strike and of which engine they strike.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EngineReport {
+    /// 8 B round trip, us: medians of the runs.
+    pub rtt_raw_us: Summary,
+    pub rtt_embedded_us: Summary,
+    pub rtt_engine_us: Summary,
+    /// Engine over embedded, per run.
+    pub rtt_ratio: Summary,
+    /// 64 KiB stream, MB/s.
+    pub stream_embedded_mb_s: Summary,
+    pub stream_engine_mb_s: Summary,
+    pub stream_ratio: Summary,
+    /// Two applications on one engine: 8 B one-way latency (round trip / 2), us.
+    pub same_node_one_way_us: Summary,
+    /// ... and 8 B messages a second, millions.
+    pub same_node_m_msgs_s: Summary,
+    pub recovery: RecoveryReport,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    pub kills: usize,
+    pub hangs: usize,
+    /// From SIGKILL to the first message submitted after it delivered, ms.
+    pub kill_recovery_ms: Option<Summary>,
+    /// From SIGSTOP to the same, ms.
+    pub hang_recovery_ms: Option<Summary>,
+    /// From SIGSTOP to the supervisor's report of the hang, ms.
+    pub hang_detection_ms: Option<Summary>,
+    /// How long the heartbeat had stood still when the hang was declared, ms.
+    pub hang_still_ms: Option<Summary>,
+    /// Engines replaced that no fault struck (taken for hung on a busy machine).
+    pub spurious_replacements: usize,
+    /// Engines replaced during the cost measurements, before any fault.
+    pub cost_replacements: usize,
+    pub messages: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    /// Messages the sender's application was not told were delivered.
+    pub not_reported_delivered: u64,
+    /// `EngineRecovered` events each application was given.
+    pub recovered_events_sender: u64,
+    pub recovered_events_receiver: u64,
+    pub seconds: f64,
+}
+
+/// A fresh directory for one engine of this benchmark.
+fn engine_dir(name: &str) -> PathBuf {
+    let base =
+        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    base.join(format!("tether-bench-engine-{}-{name}", std::process::id()))
+}
+
+/// Two supervised engines on loopback, an application attached to each,
+/// each knowing the other.
+struct Pair2 {
+    e1: EngineProcess,
+    e2: EngineProcess,
+    a: Client,
+    b: Client,
+}
+
+fn engines(o: &EngineBenchOpts, name: &str) -> anyhow::Result<Pair2> {
+    let hang = o.hang_after_us.to_string();
+    let extra = ["--hang-after-us", hang.as_str()];
+    let e1 = EngineProcess::start(&engine_dir(&format!("{name}a")), &[loopback()], &extra)?;
+    let e2 = EngineProcess::start(&engine_dir(&format!("{name}b")), &[loopback()], &extra)?;
+    let (a, b) = (e1.attach(A)?, e2.attach(B)?);
+    a.add_peer_rails(B, &e2.rails)?;
+    b.add_peer_rails(A, &e1.rails)?;
+    Ok(Pair2 { e1, e2, a, b })
+}
+
+pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Result<EngineReport> {
+    let small = NetOpts { size: 8, ..net.clone() };
+    let bulk = NetOpts { size: STREAM_SIZE, ..net.clone() };
+    let (mut raw, mut emb, mut eng, mut ratio) = (vec![], vec![], vec![], vec![]);
+    let (mut s_emb, mut s_eng, mut s_ratio) = (vec![], vec![], vec![]);
+    let (mut one_way, mut rate) = (vec![], vec![]);
+    let mut cost_replacements = 0;
+    for r in 1..=o.runs {
+        // Each side measured alone on the machine: the engines (and their
+        // supervisors' watch) exist only while the engine side runs.
+        say(&format!("run {r}/{}: 8 B round trips, raw", o.runs));
+        raw.push(pingpong::raw_loopback(&small, o.round_trips)?.rtt_us.median);
+        say(&format!("run {r}/{}: 8 B round trips, embedded", o.runs));
+        let e = pingpong::reliable_loopback(&small, o.round_trips)?.rtt_us.median;
+        say(&format!("run {r}/{}: 64 KiB stream, embedded", o.runs));
+        let se = stream::reliable_loopback(&bulk, o.stream_messages)?.goodput_mb_s;
+        say(&format!("run {r}/{}: starting two tether engine processes", o.runs));
+        let p = engines(o, &format!("cost{r}"))?;
+        say(&format!("run {r}/{}: 8 B round trips, through two engines", o.runs));
+        let g = round_trips(&p.a, &p.b, B, o.round_trips)?;
+        say(&format!("run {r}/{}: 64 KiB stream, through two engines", o.runs));
+        let (sg, _) = stream_through(&p.a, &p.b, B, STREAM_SIZE, o.stream_messages)?;
+        say(&format!("run {r}/{}: two applications on one engine", o.runs));
+        let (w, m) = same_node(&p.e1, o)?;
+        cost_replacements += p.e1.replacements() + p.e2.replacements();
+        drop(p);
+        emb.push(e);
+        eng.push(g);
+        ratio.push(g / e);
+        s_emb.push(se);
+        s_eng.push(sg);
+        s_ratio.push(sg / se);
+        one_way.push(w);
+        rate.push(m);
+    }
+    let mut recovery = if o.kills + o.hangs > 0 {
+        say("starting two tether engine processes");
+        let p = engines(o, "recovery")?;
+        recover(o, &p, say)?
+    } else {
+        RecoveryReport::default()
+    };
+    recovery.cost_replacements = cost_replacements;
+    let s = |v: &[f64]| Summary::of(v).expect("runs >= 1");
+    Ok(EngineReport {
+        rtt_raw_us: s(&raw),
+        rtt_embedded_us: s(&emb),
+        rtt_engine_us: s(&eng),
+        rtt_ratio: s(&ratio),
+        stream_embedded_mb_s: s(&s_emb),
+        stream_engine_mb_s: s(&s_eng),
+        stream_ratio: s(&s_ratio),
+        same_node_one_way_us: s(&one_way),
+        same_node_m_msgs_s: s(&rate),
+        recovery,
+    })
+}
+
+/// `count` 8 B round trips from `a` to `peer` (`b`, echoing in a thread):
+/// the median round trip in microseconds.
+fn round_trips(a: &Client, b: &Client, peer: u32, count: u64) -> anyhow::Result<f64> {
+    let total = count + WARMUP;
+    std::thread::scope(|s| {
+        let echo = s.spawn(|| -> anyhow::Result<()> {
+            for _ in 0..total {
+                let d = b.recv(WAIT)?;
+                b.send(d.from, &d.message, WAIT)?;
+            }
+            Ok(())
+        });
+        let mut buf = [0u8; 8];
+        let mut samples = Vec::with_capacity(count as usize);
+        for i in 0..total {
+            pattern::fill(&mut buf, A, i);
+            let t0 = Instant::now();
+            a.send(peer, &buf, WAIT)?;
+            let d = a.recv(WAIT)?;
+            let rtt = t0.elapsed();
+            anyhow::ensure!(pattern::verify(&d.message, A, i), "round trip {i} came back changed");
+            if i >= WARMUP {
+                samples.push(rtt.as_secs_f64() * 1e6);
+            }
+        }
+        echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+        Ok(Summary::of(&samples).expect("count >= 1").median)
+    })
+}
+
+/// `count` messages of `size` from `a` to `peer` (`b`, in a thread), every
+/// one verified: MB/s and messages a second.
+fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) -> anyhow::Result<(f64, f64)> {
+    std::thread::scope(|s| {
+        let receiver = s.spawn(|| -> anyhow::Result<Instant> {
+            for i in 0..count {
+                let d = b.recv(WAIT)?;
+                anyhow::ensure!(
+                    d.message.len() == size && pattern::verify(&d.message, A, i),
+                    "stream message {i} arrived changed or out of order"
+                );
+            }
+            Ok(Instant::now())
+        });
+        let mut buf = vec![0u8; size];
+        let start = Instant::now();
+        for i in 0..count {
+            pattern::fill(&mut buf, A, i);
+            a.send(peer, &buf, WAIT)?;
+        }
+        let end = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+        a.flush(WAIT)?;
+        let secs = (end - start).as_secs_f64();
+        Ok((count as f64 * size as f64 / secs / 1e6, count as f64 / secs))
+    })
+}
+
+/// Two applications attached to one engine: 8 B one-way latency (us) and
+/// rate (millions of messages a second).
+fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64)> {
+    const C: u32 = 3;
+    const D: u32 = 4;
+    let (c, d) = (e.attach(C)?, e.attach(D)?);
+    c.add_peer_rails(D, &e.rails)?;
+    d.add_peer_rails(C, &e.rails)?;
+    // The round trip helper names the sender A in its pattern; C plays it.
+    let rtt = round_trips(&c, &d, D, o.round_trips)?;
+    let (_, per_s) = stream_through(&c, &d, D, 8, o.small_messages)?;
+    c.close(Duration::from_secs(1))?;
+    d.close(Duration::from_secs(1))?;
+    Ok((rtt / 2.0, per_s / 1e6))
+}
+
+/// Nanoseconds since `origin`, plus one (0 means "not yet").
+fn stamp(origin: Instant) -> u64 {
+    origin.elapsed().as_nanos() as u64 + 1
+}
+
+/// Where the verified stream stands, shared by its two threads and the
+/// thread that strikes the engines.
+struct Progress {
+    origin: Instant,
+    stop: AtomicBool,
+    /// Per message index: when it was submitted, when it was delivered.
+    submitted: Vec<AtomicU64>,
+    delivered: Vec<AtomicU64>,
+    sent: AtomicU64,
+}
+
+impl Progress {
+    /// The first message submitted after `t`, once there is one.
+    fn first_after(&self, t: u64, until: Instant) -> Option<usize> {
+        let mut i = 0;
+        while Instant::now() < until {
+            let sent = self.sent.load(Ordering::Acquire) as usize;
+            while i < sent {
+                if self.submitted[i].load(Ordering::Acquire) > t {
+                    return Some(i);
+                }
+                i += 1;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        None
+    }
+
+    /// When message `i` was delivered, waiting for it until `until`.
+    fn delivered_at(&self, i: usize, until: Instant) -> Option<u64> {
+        while Instant::now() < until {
+            match self.delivered[i].load(Ordering::Acquire) {
+                0 => std::thread::sleep(Duration::from_micros(50)),
+                t => return Some(t),
+            }
+        }
+        None
+    }
+}
+
+/// The receiver's tally of the verified stream.
+#[derive(Default)]
+struct Tally {
+    delivered: u64,
+    duplicated: u64,
+    lost: u64,
+    corrupted: u64,
+}
+
+/// The verified stream under engine kills and hangs.
+fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Result<RecoveryReport> {
+    let (e1, e2, a, b) = (&pair.e1, &pair.e2, &pair.a, &pair.b);
+    let pace = Duration::from_micros(o.pace_us);
+    // Room for the whole run at a generous 250 ms per fault.
+    let room = ((o.kills + o.hangs) as u128 * 250_000 / o.pace_us as u128 + 100_000) as usize;
+    let p = Arc::new(Progress {
+        origin: Instant::now(),
+        stop: AtomicBool::new(false),
+        submitted: (0..room).map(|_| AtomicU64::new(0)).collect(),
+        delivered: (0..room).map(|_| AtomicU64::new(0)).collect(),
+        sent: AtomicU64::new(0),
+    });
+    std::thread::scope(|s| {
+        let sender = {
+            let p = p.clone();
+            s.spawn(move || -> anyhow::Result<Vec<MessageId>> {
+                let mut buf = vec![0u8; RECOVERY_SIZE];
+                let mut ids = Vec::new();
+                let start = Instant::now();
+                for i in 0..room {
+                    if p.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    pattern::fill(&mut buf, A, i as u64);
+                    p.submitted[i].store(stamp(p.origin), Ordering::Release);
+                    ids.push(a.send(B, &buf, WAIT)?);
+                    p.sent.store(i as u64 + 1, Ordering::Release);
+                    let next = start + pace * (i as u32 + 1);
+                    if let Some(d) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(d);
+                    }
+                }
+                a.flush(WAIT)?;
+                Ok(ids)
+            })
+        };
+        let receiver = {
+            let p = p.clone();
+            s.spawn(move || -> anyhow::Result<Tally> {
+                let mut t = Tally::default();
+                let mut next = 0u64;
+                // Quiet looks after the stream stopped: what has not come in
+                // 10 s of quiet is not coming.
+                let mut quiet = 0;
+                loop {
+                    let d = match b.recv(Some(Duration::from_millis(50))) {
+                        Ok(d) => d,
+                        Err(tether_engine::EngineError::Timeout) => {
+                            let sent = p.sent.load(Ordering::Acquire);
+                            if p.stop.load(Ordering::Relaxed) {
+                                quiet += 1;
+                                if next >= sent || quiet > 200 {
+                                    return Ok(t);
+                                }
+                            }
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    let now = stamp(p.origin);
+                    let index = pattern::index_of(&d.message, A).unwrap_or(u64::MAX);
+                    if d.message.len() != RECOVERY_SIZE || !pattern::verify(&d.message, A, index) {
+                        t.corrupted += 1;
+                        continue;
+                    }
+                    if index < next {
+                        t.duplicated += 1;
+                        continue;
+                    }
+                    t.lost += index - next;
+                    t.delivered += 1;
+                    if let Some(slot) = p.delivered.get(index as usize) {
+                        slot.store(now, Ordering::Release);
+                    }
+                    next = index + 1;
+                }
+            })
+        };
+
+        // The faults, in a drawn order, each on a drawn side.
+        let mut rng = Pcg64Mcg::seed_from_u64(o.seed);
+        let mut faults: Vec<bool> = (0..o.kills).map(|_| true).chain((0..o.hangs).map(|_| false)).collect();
+        for i in (1..faults.len()).rev() {
+            faults.swap(i, rng.gen_range(0..=i));
+        }
+        let (mut kill_ms, mut hang_ms, mut detect_ms, mut still_ms) = (vec![], vec![], vec![], vec![]);
+        let mut spurious = 0;
+        let started = Instant::now();
+        let outcome = (|| -> anyhow::Result<()> {
+            for (n, &kill) in faults.iter().enumerate() {
+                if n % 10 == 0 {
+                    say(&format!("verified stream: fault {}/{} (kills and hangs)", n + 1, faults.len()));
+                }
+                // Past the new engine's first 50 ms, when the supervisor gives
+                // it four times the patience (docs/ENGINE.md): the steady state.
+                std::thread::sleep(Duration::from_micros(rng.gen_range(60_000..120_000)));
+                let victim = if rng.gen_bool(0.5) { e1 } else { e2 };
+                let t = stamp(p.origin);
+                let pid = victim.signal_engine(if kill { libc::SIGKILL } else { libc::SIGSTOP })?;
+                let lines = victim.await_replacement(pid, Duration::from_secs(10))?;
+                // Replacements of other engines on the way were not ours.
+                spurious += lines
+                    .iter()
+                    .filter(|(_, l)| matches!(l, Line::Replaced { old, .. } if *old != pid))
+                    .count();
+                if !kill {
+                    let hung = lines.iter().find_map(|(at, l)| match l {
+                        Line::Hung { still_ms } => Some((*at, *still_ms)),
+                        _ => None,
+                    });
+                    let Some((at, still)) = hung else {
+                        anyhow::bail!("engine {pid} was stopped but not reported hung (saw {lines:?})");
+                    };
+                    detect_ms.push(((at - p.origin).as_nanos() as f64 - t as f64) / 1e6);
+                    still_ms.push(still);
+                }
+                let until = Instant::now() + Duration::from_secs(10);
+                let first = p
+                    .first_after(t, until)
+                    .ok_or_else(|| anyhow::anyhow!("the sender stopped submitting"))?;
+                let at = p.delivered_at(first, until).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "delivery did not resume within 10 s of fault {} (message {first})",
+                        n + 1
+                    )
+                })?;
+                let ms = (at - t) as f64 / 1e6;
+                if kill {
+                    kill_ms.push(ms)
+                } else {
+                    hang_ms.push(ms)
+                }
+            }
+            Ok(())
+        })();
+        p.stop.store(true, Ordering::Relaxed);
+        let seconds = started.elapsed().as_secs_f64();
+        say("verified stream: draining");
+        let sent = sender.join().map_err(|_| anyhow::anyhow!("sender thread panicked"))?;
+        let received = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
+        outcome?;
+        let ids = sent?;
+        let tally = received?;
+        // Replacements reported after the last fault's were not ours either.
+        for e in [e1, e2] {
+            while let Some((_, l)) = e.next_line(Duration::from_millis(10)) {
+                spurious += matches!(Line::parse(&l), Line::Replaced { .. }) as usize;
+            }
+        }
+        let not_reported =
+            ids.iter().filter(|&&id| a.message_state(id) != MessageState::Delivered).count() as u64;
+        let recovered = |c: &Client| -> anyhow::Result<u64> {
+            let mut n = 0;
+            while let Some(e) = c.poll_event()? {
+                n += matches!(e, Event::EngineRecovered { .. }) as u64;
+            }
+            Ok(n)
+        };
+        let messages = ids.len() as u64;
+        Ok(RecoveryReport {
+            kills: o.kills,
+            hangs: o.hangs,
+            kill_recovery_ms: Summary::of(&kill_ms),
+            hang_recovery_ms: Summary::of(&hang_ms),
+            hang_detection_ms: Summary::of(&detect_ms),
+            hang_still_ms: Summary::of(&still_ms),
+            spurious_replacements: spurious,
+            cost_replacements: 0,
+            messages,
+            delivered: tally.delivered,
+            // Gaps seen, and whatever never came at all.
+            lost: tally.lost + messages.saturating_sub(tally.delivered + tally.lost),
+            duplicated: tally.duplicated,
+            corrupted: tally.corrupted,
+            not_reported_delivered: not_reported,
+            recovered_events_sender: recovered(a)?,
+            recovered_events_receiver: recovered(b)?,
+            seconds,
+        })
+    })
+}
