@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -178,11 +179,14 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         say(&format!("run {r}/{}: starting two tether engine processes", o.runs));
         let p = engines(o, &format!("cost{r}"))?;
         say(&format!("run {r}/{}: 8 B round trips, through two engines", o.runs));
-        let g = round_trips(&p.a, &p.b, B, o.round_trips)?;
+        let g = round_trips(&p.a, &p.b, B, o.round_trips).context("8 B round trips through two engines")?;
         say(&format!("run {r}/{}: 64 KiB stream, through two engines", o.runs));
-        let (sg, _) = stream_through(&p.a, &p.b, B, STREAM_SIZE, o.stream_messages)?;
+        let (sg, _) = stream_through(&p.a, &p.b, B, STREAM_SIZE, o.stream_messages)
+            .context("64 KiB stream through two engines")?;
         say(&format!("run {r}/{}: two applications on one engine", o.runs));
-        let (w, m) = same_node(&p.e1, o)?;
+        let (w, m) = same_node(&p.e1, o).with_context(|| {
+            format!("two applications on one engine ({} engines replaced meanwhile)", p.e1.replacements())
+        })?;
         cost_replacements += p.e1.replacements() + p.e2.replacements();
         drop(p);
         emb.push(e);
@@ -223,8 +227,8 @@ fn round_trips(a: &Client, b: &Client, peer: u32, count: u64) -> anyhow::Result<
     let total = count + WARMUP;
     std::thread::scope(|s| {
         let echo = s.spawn(|| -> anyhow::Result<()> {
-            for _ in 0..total {
-                let d = b.recv(WAIT)?;
+            for i in 0..total {
+                let d = b.recv(WAIT).with_context(|| format!("echo: round trip {i} of {total}"))?;
                 b.send(d.from, &d.message, WAIT)?;
             }
             Ok(())
@@ -235,7 +239,7 @@ fn round_trips(a: &Client, b: &Client, peer: u32, count: u64) -> anyhow::Result<
             pattern::fill(&mut buf, A, i);
             let t0 = Instant::now();
             a.send(peer, &buf, WAIT)?;
-            let d = a.recv(WAIT)?;
+            let d = a.recv(WAIT).with_context(|| format!("round trip {i} of {total}"))?;
             let rtt = t0.elapsed();
             anyhow::ensure!(pattern::verify(&d.message, A, i), "round trip {i} came back changed");
             if i >= WARMUP {
@@ -253,7 +257,7 @@ fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) ->
     std::thread::scope(|s| {
         let receiver = s.spawn(|| -> anyhow::Result<Instant> {
             for i in 0..count {
-                let d = b.recv(WAIT)?;
+                let d = b.recv(WAIT).with_context(|| format!("receiving message {i} of {count}"))?;
                 anyhow::ensure!(
                     d.message.len() == size && pattern::verify(&d.message, A, i),
                     "stream message {i} arrived changed or out of order"
@@ -265,7 +269,7 @@ fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) ->
         let start = Instant::now();
         for i in 0..count {
             pattern::fill(&mut buf, A, i);
-            a.send(peer, &buf, WAIT)?;
+            a.send(peer, &buf, WAIT).with_context(|| format!("sending message {i} of {count}"))?;
         }
         let end = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
         a.flush(WAIT)?;
@@ -283,8 +287,8 @@ fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64
     c.add_peer_rails(D, &e.rails)?;
     d.add_peer_rails(C, &e.rails)?;
     // The round trip helper names the sender A in its pattern; C plays it.
-    let rtt = round_trips(&c, &d, D, o.round_trips)?;
-    let (_, per_s) = stream_through(&c, &d, D, 8, o.small_messages)?;
+    let rtt = round_trips(&c, &d, D, o.round_trips).context("round trips")?;
+    let (_, per_s) = stream_through(&c, &d, D, 8, o.small_messages).context("8 B stream")?;
     c.close(Duration::from_secs(1))?;
     d.close(Duration::from_secs(1))?;
     Ok((rtt / 2.0, per_s / 1e6))
