@@ -37,8 +37,8 @@ fn exercise(plan: &FaultPlan) {
         inj.on_call(now);
         inj.on_send(now, (i % 3) as u32, &datagram[..(i as usize % 64)], |_, _| {});
         let _ = inj.on_recv_call(now);
-        inj.on_recv(now, Some(1), &datagram);
-        inj.drain_ready(now, |_, _| true);
+        inj.on_recv(now, Some(1), None, &datagram);
+        inj.drain_ready(now, |_, _, _| true);
     }
-    inj.drain_ready(Duration::from_secs(3600 * 24 * 365), |_, _| true);
+    inj.drain_ready(Duration::from_secs(3600 * 24 * 365), |_, _, _| true);
 }

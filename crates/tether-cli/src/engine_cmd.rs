@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use tether::faults::FaultPlan;
 use tether::{AuthKind, ClusterKey, Config};
 use tether_engine::{supervise, Engine, EngineOptions, Incident, Watch};
 
@@ -42,6 +43,14 @@ pub struct EngineOpts {
     /// Run the engine in this process, with no supervisor to replace it.
     #[arg(long)]
     pub unsupervised: bool,
+    /// A fault injected into what the rails receive, in the compact form
+    /// of `tether demo --fault` (e.g. `drop:p=0.05`); repeat for more.
+    /// Receive-side rules only [default: none].
+    #[arg(long = "fault", value_name = "RULE")]
+    pub faults: Vec<String>,
+    /// Seed of the fault draws (each rail draws its own stream from it).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
+    pub seed: u64,
 }
 
 /// Set by SIGINT or SIGTERM: the supervisor stops its engine and exits.
@@ -63,8 +72,9 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         key: o.key_file.clone().map(|k| k.with_auth(o.auth)),
         ..Config::default()
     };
+    let faults = FaultPlan::parse_rules(o.seed, &o.faults).map_err(|e| anyhow::anyhow!("--fault: {e}"))?;
     let options = EngineOptions::new(&dir, o.binds.clone());
-    let options = EngineOptions { config, ..options };
+    let options = EngineOptions { config, faults, ..options };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
         let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();

@@ -25,7 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
-use tether_io::{AddressBook, RecvBatch, Transport, TransportError, UdpTransport};
+use tether_fault::{node_seed, FaultCounters, FaultPlan, Side};
+use tether_io::{
+    AddressBook, FaultHandle, FaultyTransport, RecvBatch, Transport, TransportError, UdpTransport,
+};
 use tether_proto::{
     Config, Endpoint as Core, Event, FailReason, Instant, NodeId, RailId, ResumedStream, SendError,
     StreamMarks, MAX_RAILS,
@@ -62,11 +65,61 @@ pub struct EngineOptions {
     /// with nothing to do before it sleeps in `ppoll`; see
     /// `ClientOptions::spin` for why it yields.
     pub spin: Duration,
+    /// Faults injected into what every rail receives (the same plans an
+    /// embedded endpoint takes; receive-side rules only, since the engine
+    /// sends to addresses). Rail `r` draws from `node_seed(seed, r)`; a new
+    /// engine after a crash starts the plan again.
+    pub faults: FaultPlan,
 }
 
 impl EngineOptions {
     pub fn new(dir: impl Into<PathBuf>, binds: Vec<SocketAddr>) -> Self {
-        EngineOptions { dir: dir.into(), binds, config: Config::default(), spin: Duration::from_millis(1) }
+        EngineOptions {
+            dir: dir.into(),
+            binds,
+            config: Config::default(),
+            spin: Duration::from_millis(1),
+            faults: FaultPlan::default(),
+        }
+    }
+}
+
+/// A rail's socket, with the fault plan's injector in front of it when
+/// there is one.
+type Rail = Box<dyn Transport + Send>;
+
+/// Wrap each socket in the fault plan (none: the sockets as they are).
+fn rails_with_faults(
+    rails: Vec<UdpTransport>,
+    plan: &FaultPlan,
+) -> Result<(Vec<Rail>, Vec<FaultHandle>), EngineError> {
+    check_faults(plan)?;
+    let mut handles = Vec::new();
+    let mut out: Vec<Rail> = Vec::new();
+    for (r, udp) in rails.into_iter().enumerate() {
+        if plan.rules.is_empty() {
+            out.push(Box::new(udp));
+            continue;
+        }
+        let faulty = FaultyTransport::new(udp, plan, node_seed(plan.seed, r as u32))
+            .map_err(|e| EngineError::Faults(e.to_string()))?;
+        handles.push(faulty.handle());
+        out.push(Box::new(faulty));
+    }
+    Ok((out, handles))
+}
+
+/// The engine injects on receive only: it sends to addresses, which a
+/// send-side rule (keyed by destination node) cannot follow.
+fn check_faults(plan: &FaultPlan) -> Result<(), EngineError> {
+    plan.validate().map_err(|e| EngineError::Faults(e.to_string()))?;
+    match plan.rules.iter().position(|r| r.side != Side::Recv) {
+        Some(i) => Err(EngineError::Faults(format!(
+            "rule {} acts on {:?}: the engine injects faults on receive only",
+            i + 1,
+            plan.rules[i].side
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -119,7 +172,9 @@ struct Attached {
 pub struct Engine {
     options: EngineOptions,
     listener: UnixListener,
-    rails: Vec<UdpTransport>,
+    rails: Vec<Rail>,
+    /// The fault injectors' counters, one per faulted rail.
+    faults: Vec<FaultHandle>,
     book: Book,
     clients: Vec<Attached>,
     rx: RecvBatch,
@@ -148,6 +203,7 @@ impl EngineSockets {
     /// Take the directory (created mode 0700 if missing; it must be this
     /// user's and no one else's to write), bind the socket and every rail.
     pub fn bind(options: &EngineOptions) -> Result<Self, EngineError> {
+        check_faults(&options.faults)?;
         if options.binds.is_empty() || options.binds.len() > MAX_RAILS {
             return Err(EngineError::Rails { given: options.binds.len(), max: MAX_RAILS });
         }
@@ -259,7 +315,7 @@ impl Engine {
     /// user's and no one else's), bind the socket and every rail.
     pub fn bind(options: EngineOptions) -> Result<Self, EngineError> {
         let sockets = EngineSockets::bind(&options)?;
-        let mut engine = Engine::with_sockets(options, sockets, None);
+        let mut engine = Engine::with_sockets(options, sockets, None)?;
         engine.owns_socket = true;
         Ok(engine)
     }
@@ -271,16 +327,18 @@ impl Engine {
         options: EngineOptions,
         sockets: EngineSockets,
         heartbeat: Option<Heartbeat>,
-    ) -> Self {
+    ) -> Result<Self, EngineError> {
         let slot = options.config.max_datagram;
         let EngineSockets { listener, rails } = sockets;
         info!(dir = %options.dir.display(), rails = ?rails.iter().map(|r| r.local_addr()).collect::<Vec<_>>(), "engine up");
-        Engine {
+        let (rails, faults) = rails_with_faults(rails, &options.faults)?;
+        Ok(Engine {
             rx: RecvBatch::new(BATCH, slot),
             tx: vec![0; slot],
             scratch: Vec::new(),
             listener,
             rails,
+            faults,
             book: Book::default(),
             clients: Vec::new(),
             origin: StdInstant::now(),
@@ -290,7 +348,16 @@ impl Engine {
             heartbeat,
             owns_socket: false,
             options,
+        })
+    }
+
+    /// What the fault plan did to what the rails received, summed.
+    pub fn fault_counters(&self) -> FaultCounters {
+        let mut total = FaultCounters::default();
+        for h in &self.faults {
+            total.accumulate(&h.snapshot());
         }
+        total
     }
 
     /// The address each rail is bound at (port 0 resolved).
@@ -562,7 +629,9 @@ impl Engine {
             .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).min())
             .min()
             .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));
-        let mut timeout = deadline.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
+        // A datagram the fault plan holds back (delay, reorder) is due then.
+        let held = self.rails.iter().filter_map(|r| r.next_wakeup()).min();
+        let mut timeout = deadline.into_iter().chain(held).min().unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
         if let Some(h) = &self.heartbeat {
             timeout = timeout.min(h.max_sleep().max(Duration::from_micros(100)));
         }
@@ -818,7 +887,7 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
 fn transmit(
     c: &mut Attached,
     book: &Book,
-    rails: &mut [UdpTransport],
+    rails: &mut [Rail],
     tx: &mut [u8],
     stats: &mut EngineStats,
     now: Instant,

@@ -117,8 +117,9 @@ fn spawn(
         // the descriptors); the parent's copy is never used in the child,
         // and the child exits without unwinding, so nothing drops twice.
         let sockets = unsafe { std::ptr::read(sockets) };
-        let mut engine = Engine::with_sockets(options.clone(), sockets, Some(heartbeat.clone()));
-        let code = match engine.run() {
+        let run = Engine::with_sockets(options.clone(), sockets, Some(heartbeat.clone()))
+            .and_then(|mut engine| engine.run());
+        let code = match run {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %e, "engine failed");

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tether_engine::{Client, ClientOptions, Engine, EngineError, EngineOptions, EngineStats};
+use tether_fault::{FaultCounters, FaultPlan};
 use tether_proto::{Config, Event, MessageId, MessageState};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
@@ -20,7 +21,7 @@ struct Running {
     dir: PathBuf,
     addrs: Vec<SocketAddr>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<JoinHandle<EngineStats>>,
+    thread: Option<JoinHandle<(EngineStats, FaultCounters)>>,
 }
 
 static DIRS: AtomicU64 = AtomicU64::new(0);
@@ -40,12 +41,17 @@ impl Running {
     }
 
     fn start_at(dir: PathBuf, binds: Vec<SocketAddr>, config: Config) -> Self {
-        let mut engine = Engine::bind(EngineOptions { config, ..EngineOptions::new(&dir, binds) }).unwrap();
+        Self::start_with(EngineOptions { config, ..EngineOptions::new(dir, binds) })
+    }
+
+    fn start_with(options: EngineOptions) -> Self {
+        let dir = options.dir.clone();
+        let mut engine = Engine::bind(options).unwrap();
         let addrs = engine.rail_addrs();
         let stop = engine.stop_flag();
         let thread = std::thread::spawn(move || {
             engine.run().unwrap();
-            engine.stats()
+            (engine.stats(), engine.fault_counters())
         });
         Running { dir, addrs, stop, thread: Some(thread) }
     }
@@ -55,6 +61,11 @@ impl Running {
     }
 
     fn stop(&mut self) -> EngineStats {
+        self.stop_counting().0
+    }
+
+    /// Stop; what the engine did and what its fault plan did.
+    fn stop_counting(&mut self) -> (EngineStats, FaultCounters) {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()
     }
@@ -137,6 +148,62 @@ fn applications_on_two_engines_exchange_messages_over_two_rails() {
 
 /// What the engine must not take: a node already attached, a region
 /// outside its directory, a directory others could write.
+/// The engine takes the fault plans embedded endpoints take, on what its
+/// rails receive: every kind strikes, and the applications still get every
+/// message once, exact and in order (`exchange` checks).
+#[test]
+fn engines_deliver_exactly_through_the_faults_their_rails_receive() {
+    let rules = [
+        "drop:p=0.05",
+        "duplicate:p=0.05",
+        "modify:p=0.05,bits=1",
+        "reorder:p=0.05",
+        "delay:p=0.02,mean=200us",
+    ];
+    let start = |seed| {
+        let faults = FaultPlan::parse_rules(seed, &rules).unwrap();
+        Running::start_with(EngineOptions {
+            faults,
+            ..EngineOptions::new(scratch_dir(), vec!["127.0.0.1:0".parse().unwrap()])
+        })
+    };
+    let (mut e1, mut e2) = (start(1), start(2));
+    let (mut a, mut b) = (e1.attach(1), e2.attach(2));
+    a.add_peer_rails(2, &e2.addrs).unwrap();
+    b.add_peer_rails(1, &e1.addrs).unwrap();
+    exchange(&mut a, &mut b, 600);
+    exchange(&mut b, &mut a, 100);
+    drop((a, b));
+    for (side, e) in [("sender", &mut e1), ("receiver", &mut e2)] {
+        let (_, f) = e.stop_counting();
+        assert!(f.receives_seen > 100, "{side}: {f:?}");
+        for (what, n) in [
+            ("dropped", f.dropped),
+            ("duplicated", f.duplicated),
+            ("modified", f.modified),
+            ("reordered", f.reordered),
+            ("delayed", f.delayed),
+        ] {
+            assert!(n > 0, "{side}: nothing {what}: {f:?}");
+        }
+    }
+}
+
+#[test]
+fn a_fault_plan_the_engine_cannot_apply_is_refused() {
+    let plan = FaultPlan::parse_rules(1, &["drop:p=0.1,side=send"]).unwrap();
+    let options = EngineOptions {
+        faults: plan,
+        ..EngineOptions::new(scratch_dir(), vec!["127.0.0.1:0".parse().unwrap()])
+    };
+    let refused = Engine::bind(options);
+    assert!(
+        matches!(&refused, Err(EngineError::Faults(why)) if why.contains("receive only")),
+        "{:?}",
+        refused.err()
+    );
+}
+
 #[test]
 fn attachments_that_cannot_be_are_refused_with_the_reason() {
     let engine = Running::start(1);

@@ -14,6 +14,7 @@
 //! as `overflow`, as a full socket buffer would.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -141,8 +142,12 @@ struct Armed {
     countdown: Countdown,
 }
 
+/// A datagram held or ready, with where it came from: the node the
+/// transport knew it by and the address it arrived from, handed back with
+/// it so a fault changes when and what arrives, never who sent it.
 struct Slot {
     from: Option<u32>,
+    addr: Option<SocketAddr>,
     buf: Vec<u8>,
 }
 
@@ -373,9 +378,10 @@ impl Injector {
         failed
     }
 
-    /// A datagram that arrived from `from`. What comes of it, now or later,
+    /// A datagram that arrived from `from` (a node, if the transport knew
+    /// it) at `addr` (if it has addresses). What comes of it, now or later,
     /// is handed out by `drain_ready`.
-    pub fn on_recv(&mut self, now: Duration, from: Option<u32>, datagram: &[u8]) {
+    pub fn on_recv(&mut self, now: Duration, from: Option<u32>, addr: Option<SocketAddr>, datagram: &[u8]) {
         self.counters.receives_seen += 1;
         let now_ns = ns(now);
         let mut copies = 1u32;
@@ -412,7 +418,7 @@ impl Injector {
         }
         let mut held = None;
         for copy in 0..copies {
-            let Some(mut slot) = self.slot(from, datagram) else { break };
+            let Some(mut slot) = self.slot(from, addr, datagram) else { break };
             if let Some(m) = modify {
                 self.mangle(&mut slot.buf, m);
             }
@@ -446,7 +452,7 @@ impl Injector {
         }
     }
 
-    fn slot(&mut self, from: Option<u32>, datagram: &[u8]) -> Option<Slot> {
+    fn slot(&mut self, from: Option<u32>, addr: Option<SocketAddr>, datagram: &[u8]) -> Option<Slot> {
         if self.ready.len() + self.held.len() >= MAX_QUEUED {
             self.counters.overflow += 1;
             return None;
@@ -454,7 +460,7 @@ impl Injector {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(datagram);
-        Some(Slot { from, buf })
+        Some(Slot { from, addr, buf })
     }
 
     fn mangle(&mut self, buf: &mut Vec<u8>, how: Modify) {
@@ -481,8 +487,13 @@ impl Injector {
     }
 
     /// Hand out, in order, the datagrams whose time has come, while
-    /// `deliver` accepts them (it returns false when it has no room).
-    pub fn drain_ready(&mut self, now: Duration, mut deliver: impl FnMut(Option<u32>, &[u8]) -> bool) {
+    /// `deliver` accepts them (it returns false when it has no room), each
+    /// with the node and address it arrived from.
+    pub fn drain_ready(
+        &mut self,
+        now: Duration,
+        mut deliver: impl FnMut(Option<u32>, Option<SocketAddr>, &[u8]) -> bool,
+    ) {
         let now_ns = ns(now);
         let mut i = 0;
         while i < self.held.len() {
@@ -494,7 +505,7 @@ impl Injector {
             }
         }
         while let Some(slot) = self.ready.front() {
-            if !deliver(slot.from, &slot.buf) {
+            if !deliver(slot.from, slot.addr, &slot.buf) {
                 return;
             }
             let slot = self.ready.pop_front().expect("front exists");

@@ -36,13 +36,13 @@ fn receive(rule: Rule, n: u64) -> (Injector, Vec<Vec<u8>>) {
     let mut inj = Injector::new(&FaultPlan::new(11).with(rule)).unwrap();
     let mut out = Vec::new();
     for i in 0..n {
-        inj.on_recv(us(i), Some(1), &i.to_le_bytes());
-        inj.drain_ready(us(i), |_, d| {
+        inj.on_recv(us(i), Some(1), None, &i.to_le_bytes());
+        inj.drain_ready(us(i), |_, _, d| {
             out.push(d.to_vec());
             true
         });
     }
-    inj.drain_ready(Duration::from_secs(3600), |_, d| {
+    inj.drain_ready(Duration::from_secs(3600), |_, _, d| {
         out.push(d.to_vec());
         true
     });
@@ -183,15 +183,15 @@ fn other_recurrences_strike_at_their_rate() {
 fn delay_holds_for_the_drawn_time() {
     let rule = Rule::new(Fault::Delay(Spread::Fixed(Duration::from_millis(2))), Recurrence::EveryNth(1));
     let mut inj = Injector::new(&FaultPlan::new(1).with(rule)).unwrap();
-    inj.on_recv(us(0), None, b"late");
+    inj.on_recv(us(0), None, None, b"late");
     assert_eq!(inj.next_release(), Some(Duration::from_millis(2)));
     let mut got = Vec::new();
-    inj.drain_ready(us(1999), |_, d| {
+    inj.drain_ready(us(1999), |_, _, d| {
         got.push(d.to_vec());
         true
     });
     assert!(got.is_empty(), "released early");
-    inj.drain_ready(us(2000), |_, d| {
+    inj.drain_ready(us(2000), |_, _, d| {
         got.push(d.to_vec());
         true
     });
@@ -237,9 +237,9 @@ fn schedules_bursts_and_switches() {
     assert_eq!(receive(rule, 40_000).0.counters().dropped, 10_000);
     // Switched off at run time.
     let mut inj = Injector::new(&FaultPlan::new(1).with(Rule::drop(Recurrence::Probability(1.0)))).unwrap();
-    inj.on_recv(us(0), None, b"x");
+    inj.on_recv(us(0), None, None, b"x");
     inj.set_enabled(false);
-    inj.on_recv(us(1), None, b"y");
+    inj.on_recv(us(1), None, None, b"y");
     assert_eq!(inj.counters().dropped, 1);
     assert_eq!(inj.ready(), 1);
 }
@@ -249,15 +249,15 @@ fn holding_is_bounded_and_buffers_are_reused() {
     let rule = Rule::new(Fault::Delay(Spread::Fixed(Duration::from_secs(1))), Recurrence::Probability(1.0));
     let mut inj = Injector::new(&FaultPlan::new(1).with(rule)).unwrap();
     for i in 0..(tether_fault::MAX_QUEUED as u64 + 10) {
-        inj.on_recv(us(i), None, &[0; 100]);
+        inj.on_recv(us(i), None, None, &[0; 100]);
     }
     assert_eq!(inj.holding(), tether_fault::MAX_QUEUED);
     assert_eq!(inj.counters().overflow, 10);
-    inj.drain_ready(Duration::from_secs(2), |_, _| true);
+    inj.drain_ready(Duration::from_secs(2), |_, _, _| true);
     let buffers = inj.buffers();
     for i in 0..1000 {
-        inj.on_recv(Duration::from_secs(3) + us(i), None, &[0; 100]);
-        inj.drain_ready(Duration::from_secs(10), |_, _| true);
+        inj.on_recv(Duration::from_secs(3) + us(i), None, None, &[0; 100]);
+        inj.drain_ready(Duration::from_secs(10), |_, _, _| true);
     }
     assert_eq!(inj.buffers(), buffers, "steady state allocates no new buffers");
 }
@@ -273,8 +273,8 @@ fn same_seed_same_faults() {
         let mut inj = Injector::new(&plan).unwrap();
         let mut out = Vec::new();
         for i in 0u64..5000 {
-            inj.on_recv(us(i), None, &i.to_le_bytes());
-            inj.drain_ready(us(i), |_, d| {
+            inj.on_recv(us(i), None, None, &i.to_le_bytes());
+            inj.drain_ready(us(i), |_, _, d| {
                 out.push(d.to_vec());
                 true
             });
@@ -305,8 +305,8 @@ fn receive_calls_do_not_spend_datagram_rules() {
     assert_eq!(inj.counters().dropped, 0, "calls are not datagrams");
     let mut passed = 0;
     for i in 0..10u64 {
-        inj.on_recv(us(1000 + i), Some(1), &i.to_le_bytes());
-        inj.drain_ready(us(1000 + i), |_, _| {
+        inj.on_recv(us(1000 + i), Some(1), None, &i.to_le_bytes());
+        inj.drain_ready(us(1000 + i), |_, _, _| {
             passed += 1;
             true
         });

@@ -218,15 +218,15 @@ impl<T: Transport> Transport for FaultyTransport<T> {
                 Err(TransportError::WouldBlock) => 0,
                 Err(e) => return Err(e),
             };
-            for (from, d) in self.inner_batch.iter() {
-                self.injector.on_recv(now, from, d);
+            for (i, (from, d)) in self.inner_batch.iter().enumerate() {
+                self.injector.on_recv(now, from, self.inner_batch.addr(i), d);
             }
             if n > 0 {
                 self.publish();
             }
         }
         let before = self.injector.ready() + self.injector.holding();
-        self.injector.drain_ready(now, |from, d| batch.push(from, None, d));
+        self.injector.drain_ready(now, |from, addr, d| batch.push(from, addr, d));
         if before > 0 {
             self.publish();
         }

@@ -475,7 +475,7 @@ impl Links<'_> {
         let (now, elapsed) = (timeline.now(), timeline.elapsed());
         let id = ep.node();
         let i = self.nic(id, rail);
-        self.injectors[i].drain_ready(elapsed, |_, bytes| {
+        self.injectors[i].drain_ready(elapsed, |_, _, bytes| {
             ep.handle_datagram_on(now, rail, bytes);
             true
         });
@@ -537,7 +537,7 @@ impl Link<Ev> for Links<'_> {
         let elapsed = timeline.elapsed();
         if self.through_injector(elapsed) {
             let i = self.nic(ep.node(), rail);
-            self.injectors[i].on_recv(elapsed, Some(src), &bytes);
+            self.injectors[i].on_recv(elapsed, Some(src), None, &bytes);
             self.release(timeline, ep, rail);
         } else {
             ep.handle_datagram_on(timeline.now(), rail, &bytes);
