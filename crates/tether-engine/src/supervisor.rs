@@ -6,8 +6,16 @@
 //! - Death is seen at once: the supervisor is the parent (`waitpid`).
 //! - A hang is the heartbeat standing still while the engine is not asleep,
 //!   or an engine asleep past the moment it meant to wake, for longer than
-//!   `hang_after`. The hung engine is fenced (SIGKILL, then waited for)
-//!   before a new one starts, so two engines never serve the same regions.
+//!   `hang_after` - and the engine not merely waiting for a CPU. On a host
+//!   the engine shares its cores (the paper's watchdog runs on a card of
+//!   its own), so a still heartbeat is judged by the kernel's account of
+//!   the engine (`/proc/PID/stat`, `/proc/PID/schedstat`): stopped, or
+//!   blocked while it says it is awake, is a hang at once; runnable is a
+//!   hang only once it has had `hang_after / 4` of CPU time since it went
+//!   still without making a turn (a turn takes microseconds), so a busy
+//!   machine delays the verdict instead of replacing healthy engines. The
+//!   hung engine is fenced (SIGKILL, then waited for) before a new one
+//!   starts, so two engines never serve the same regions.
 //! - The sockets outlive every engine: datagrams and attachments that
 //!   arrive while one is replaced wait in them for the next. Applications
 //!   see their connection close and resume with the new engine from their
@@ -142,6 +150,7 @@ enum Outcome {
 fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) -> Outcome {
     let started = Instant::now();
     let (mut beats, mut since) = (heartbeat.beats(), started);
+    let mut first_late: Option<Scheduling> = None;
     loop {
         if stop.load(Ordering::Relaxed) {
             fence(pid);
@@ -155,7 +164,7 @@ fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) 
         }
         let now = heartbeat.beats();
         if now != beats {
-            (beats, since) = (now, Instant::now());
+            (beats, since, first_late) = (now, Instant::now(), None);
             continue;
         }
         // A new engine starting, perhaps taking over many applications on a
@@ -163,14 +172,59 @@ fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) 
         // STARTUP: a false hang would only start another to do the same.
         let patience = if started.elapsed() < STARTUP { 4 * watch.hang_after } else { watch.hang_after };
         let asleep_until = heartbeat.asleep_until();
-        let hung = if asleep_until == 0 {
+        let late = if asleep_until == 0 {
             since.elapsed() > patience
         } else {
             monotonic_ns() > asleep_until + patience.as_nanos() as u64
         };
-        if hung {
+        // Where the engine stood when it was first seen late: CPU time
+        // from then on, without a turn, is what convicts a runnable one.
+        if !late {
+            first_late = None;
+            continue;
+        }
+        let now_seen = Scheduling::of(pid);
+        let at = *first_late.get_or_insert(now_seen);
+        if is_hang(at, now_seen, watch.hang_after) {
             return Outcome::Hung(since.elapsed());
         }
+    }
+}
+
+/// What the kernel says of a process: its state letter (`/proc/PID/stat`)
+/// and the CPU time it has had (`/proc/PID/schedstat`), if readable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Scheduling {
+    state: Option<u8>,
+    cpu_ns: Option<u64>,
+}
+
+impl Scheduling {
+    fn of(pid: u32) -> Self {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        // "PID (COMM) S ...": COMM may hold spaces and parentheses, the
+        // state follows the last ')'.
+        let state = stat
+            .as_deref()
+            .and_then(|s| s.rsplit_once(')'))
+            .and_then(|(_, rest)| rest.trim_start().bytes().next());
+        let sched = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok();
+        let cpu_ns = sched.as_deref().and_then(|s| s.split_whitespace().next()?.parse().ok());
+        Scheduling { state, cpu_ns }
+    }
+}
+
+/// A late engine is hung unless it is only waiting for a CPU: stopped
+/// (SIGSTOP, a debugger), or not runnable while late (blocked where it
+/// never blocks), is a hang; runnable is one once it has had a quarter of
+/// `hang_after` of CPU time since first seen late without a turn. Without
+/// the kernel's account (no /proc), late is hung, as on a dedicated card.
+fn is_hang(first_late: Scheduling, now: Scheduling, hang_after: Duration) -> bool {
+    match (now.state, first_late.cpu_ns, now.cpu_ns) {
+        (Some(b'R'), Some(then), Some(cpu)) => cpu.saturating_sub(then) >= hang_after.as_nanos() as u64 / 4,
+        // Dead, not yet reaped: the next look reports the death.
+        (Some(b'Z' | b'X'), _, _) => false,
+        _ => true,
     }
 }
 
@@ -190,5 +244,53 @@ fn describe(status: i32) -> String {
         format!("killed by signal {}", libc::WTERMSIG(status))
     } else {
         format!("exited with status {}", libc::WEXITSTATUS(status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HANG: Duration = Duration::from_millis(4);
+
+    fn seen(state: u8, cpu_ms: u64) -> Scheduling {
+        Scheduling { state: Some(state), cpu_ns: Some(cpu_ms * 1_000_000) }
+    }
+
+    #[test]
+    fn a_late_engine_waiting_for_a_cpu_is_not_hung_until_it_has_had_one() {
+        // Runnable, and 0.5 ms of CPU since it went late: starved, not hung.
+        assert!(!is_hang(seen(b'R', 10), Scheduling { cpu_ns: Some(10_500_000), ..seen(b'R', 0) }, HANG));
+        // A whole quarter of the threshold on a CPU without a turn: hung.
+        assert!(is_hang(seen(b'R', 10), seen(b'R', 11), HANG));
+    }
+
+    #[test]
+    fn stopped_blocked_or_unknown_late_engines_are_hung() {
+        assert!(is_hang(seen(b'R', 10), seen(b'T', 10), HANG), "SIGSTOP");
+        assert!(is_hang(seen(b'R', 10), seen(b't', 10), HANG), "a debugger");
+        assert!(is_hang(seen(b'S', 10), seen(b'S', 10), HANG), "blocked while it says it is awake");
+        assert!(is_hang(seen(b'D', 10), seen(b'D', 10), HANG));
+        assert!(!is_hang(seen(b'R', 10), seen(b'Z', 10), HANG), "dead: reaped and reported as a death");
+        let unknown = Scheduling { state: None, cpu_ns: None };
+        assert!(is_hang(unknown, unknown, HANG), "no /proc: late is hung");
+    }
+
+    #[test]
+    fn the_kernel_account_of_a_process_is_read() {
+        let me = Scheduling::of(std::process::id());
+        assert!(me.state.is_some() && me.cpu_ns.is_some_and(|ns| ns > 0), "{me:?}");
+        assert_eq!(Scheduling::of(u32::MAX).state, None);
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Scheduling::of(child.id()).state != Some(b'T') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stopped = Scheduling::of(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(stopped.state, Some(b'T'), "a stopped process reads as stopped");
     }
 }
