@@ -66,6 +66,19 @@ pub struct DemoOpts {
     #[arg(long, value_name = "MS", allow_negative_numbers = true,
           value_parser = args::int_in::<u64>(0, 3_600_000, "ms", "at most an hour"))]
     pub cut_rail_at: Option<u64>,
+    /// Attach each node's application to a `tether engine` process of its
+    /// own (the engines inject the link faults), kill node 0's engine with
+    /// SIGKILL once node 0 has a third of its messages and stop node 1's
+    /// with SIGSTOP once node 1 has two thirds, and print what the
+    /// supervisors did.
+    #[arg(long)]
+    pub engine: bool,
+    /// With --engine: the engines' hang threshold (`tether engine
+    /// --hang-after-us`); on a busy machine a lower one replaces engines
+    /// that were only late.
+    #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
+    pub hang_after_us: u64,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -78,7 +91,14 @@ const MAX_NODES: u64 = 64;
 /// What the options cannot do together, refused before anything runs.
 pub fn check(o: &DemoOpts) -> anyhow::Result<()> {
     anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
-    plan(o)?;
+    anyhow::ensure!(
+        !(o.engine && o.cut_rail_at.is_some()),
+        "--cut-rail-at is not available with --engine (the engines inject on receive only)"
+    );
+    let plan = plan(o)?;
+    if let Some(i) = plan.rules.iter().position(|r| o.engine && r.side != tether::faults::Side::Recv) {
+        anyhow::bail!("--engine: the engines inject faults on receive only, and rule {} is not", i + 1);
+    }
     Ok(())
 }
 
@@ -109,6 +129,9 @@ pub struct DemoReport {
     pub nodes: Vec<NodeReport>,
     pub total: NodeReport,
     pub latency_us: Option<Summary>,
+    /// With --engine: what struck the engines and what their supervisors did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<crate::demo_engine::EngineRun>,
     pub seconds: f64,
     pub msgs_per_s: f64,
     pub mb_per_s: f64,
@@ -129,6 +152,8 @@ struct Check {
     next: Vec<u64>,
     report: NodeReport,
     latencies: Vec<f64>,
+    /// When each message was delivered (ns since the start), if asked.
+    delivered_at: Option<Vec<u64>>,
 }
 
 impl Check {
@@ -152,6 +177,9 @@ impl Check {
         self.report.delivered += 1;
         self.report.bytes_delivered += msg.len() as u64;
         let now_ns = origin.elapsed().as_nanos() as u64;
+        if let Some(at) = &mut self.delivered_at {
+            at.push(now_ns);
+        }
         self.latencies.push(now_ns.saturating_sub(sent_ns) as f64 / 1e3);
     }
 }
@@ -176,16 +204,21 @@ fn dead_rail_plan(base: &FaultPlan, at: Duration) -> anyhow::Result<FaultPlan> {
     Ok(plan)
 }
 
-/// The demo's receive-side faults, plus any given with `--fault`.
-fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
-    let rules = [
+/// The demo's receive-side faults in the compact form (what `--loss` and
+/// the rest say).
+fn link_rules(o: &DemoOpts) -> [String; 5] {
+    [
         format!("drop:p={}", o.loss),
         format!("duplicate:p={}", o.duplicate),
         format!("modify:p={},bits=1", o.corrupt),
         format!("reorder:p={}", o.reorder),
         format!("delay:p={},mean=200us", o.delay),
-    ];
-    let mut plan = FaultPlan::parse_rules(o.seed, &rules)?;
+    ]
+}
+
+/// The demo's receive-side faults, plus any given with `--fault`.
+fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
+    let mut plan = FaultPlan::parse_rules(o.seed, &link_rules(o))?;
     for r in &o.faults {
         let rule =
             FaultPlan::parse_rule(r, plan.rules.len()).map_err(|e| anyhow::anyhow!("--fault {r}: {e}"))?;
@@ -201,7 +234,15 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     // moment its endpoint is made, just after this, and so does every
     // rail timeline printed.
     let start = Instant::now();
-    let endpoints = if o.rails == 1 { single_rail_endpoints(o, &plan)? } else { rail_endpoints(o, &plan)? };
+    let mut engines = match o.engine {
+        true => Some(crate::demo_engine::Engines::start(o, &[&link_rules(o)[..], &o.faults[..]].concat())?),
+        false => None,
+    };
+    let endpoints = match &engines {
+        Some(e) => e.endpoints()?,
+        None if o.rails == 1 => single_rail_endpoints(o, &plan)?,
+        None => rail_endpoints(o, &plan)?,
+    };
 
     let total_expected = o.messages * (o.nodes as u64) * (o.nodes as u64 - 1);
     let bar = (!o.json).then(|| {
@@ -212,7 +253,8 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         );
         bar
     });
-    let delivered_total = Arc::new(AtomicU64::new(0));
+    // Messages delivered so far, per node.
+    let delivered_to: Arc<Vec<AtomicU64>> = Arc::new((0..o.nodes).map(|_| AtomicU64::new(0)).collect());
     let origin = Instant::now();
     let mut threads = Vec::new();
     for (node, ep) in endpoints.iter().enumerate() {
@@ -236,14 +278,19 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
             Ok(sent)
         });
         let expect = messages * (nodes as u64 - 1);
-        let delivered_total = delivered_total.clone();
+        let delivered_to = delivered_to.clone();
+        let record = o.engine;
         let receiver = std::thread::spawn(move || -> anyhow::Result<Check> {
-            let mut check =
-                Check { next: vec![0; nodes as usize], report: NodeReport::default(), latencies: Vec::new() };
+            let mut check = Check {
+                next: vec![0; nodes as usize],
+                report: NodeReport::default(),
+                latencies: Vec::new(),
+                delivered_at: record.then(Vec::new),
+            };
             while check.report.delivered < expect {
                 let d = ep_rx.recv(Some(Duration::from_secs(30)))?;
                 check.take(d.from, &d.message, origin);
-                delivered_total.fetch_add(1, Ordering::Relaxed);
+                delivered_to[node].fetch_add(1, Ordering::Relaxed);
             }
             Ok(check)
         });
@@ -252,10 +299,14 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     let mut checks = Vec::new();
     let mut sent = Vec::new();
     while threads.iter().any(|(s, r)| !s.is_finished() || !r.is_finished()) {
+        let delivered: Vec<u64> = delivered_to.iter().map(|d| d.load(Ordering::Relaxed)).collect();
         if let Some(bar) = &bar {
-            bar.set_position(delivered_total.load(Ordering::Relaxed));
+            bar.set_position(delivered.iter().sum());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let Some(e) = &mut engines {
+            e.strike(&delivered, o.messages * (o.nodes as u64 - 1), origin)?;
+        }
+        std::thread::sleep(Duration::from_millis(if engines.is_some() { 1 } else { 50 }));
     }
     let seconds = origin.elapsed().as_secs_f64();
     for (s, r) in threads {
@@ -265,6 +316,9 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     if let Some(bar) = &bar {
         bar.finish();
     }
+    let delivered_at: Vec<Vec<u64>> =
+        checks.iter_mut().map(|c| c.delivered_at.take().unwrap_or_default()).collect();
+    let engine = engines.as_mut().map(|e| e.report(origin, &delivered_at, &endpoints));
     let mut total = NodeReport::default();
     let mut latencies = Vec::new();
     let mut nodes = Vec::new();
@@ -302,6 +356,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         msgs_per_s: total.delivered as f64 / seconds,
         mb_per_s: total.bytes_delivered as f64 / seconds / 1e6,
         latency_us: Summary::of(&latencies),
+        engine,
         nodes,
         total,
         seconds,

@@ -107,6 +107,11 @@ impl EngineProcess {
         Ok(EngineProcess { child, dir: dir.to_path_buf(), rails, engine, timeline })
     }
 
+    /// The directory applications attach through.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The engine process serving now.
     pub fn engine_pid(&self) -> u32 {
         self.engine.load(Ordering::Relaxed)

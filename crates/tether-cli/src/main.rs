@@ -9,6 +9,7 @@ mod bandwidth;
 mod bench;
 mod campaign;
 mod demo;
+mod demo_engine;
 mod detection;
 mod engine_bench;
 mod engine_cmd;

@@ -43,8 +43,9 @@ fn spread(s: &Summary, digits: usize) -> String {
 
 pub fn demo(o: &DemoOpts, r: &DemoReport) {
     println!(
-        "tether demo: {} nodes all-to-all over UDP loopback, {} messages per stream; links drop {:.1}%, duplicate {:.1}%, corrupt {:.1}%, reorder {:.1}% (seed {})",
+        "tether demo: {} nodes all-to-all over UDP loopback{}, {} messages per stream; links drop {:.1}%, duplicate {:.1}%, corrupt {:.1}%, reorder {:.1}% (seed {})",
         o.nodes,
+        if o.engine { ", each application attached to a tether engine process of its own" } else { "" },
         o.messages,
         o.loss * 100.0,
         o.duplicate * 100.0,
@@ -65,6 +66,9 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "cksum fail",
         "injected drop/dup/modify/reorder/delay/inject",
     ]);
+    // With --engine the protocol's counters are in the engine processes,
+    // which do not report them to their applications yet.
+    let engine_owned = |v: String| if r.engine.is_some() { "-".to_string() } else { v };
     let row = |t: &mut Table, name: String, n: &NodeReport| {
         let i = &n.injected;
         t.add_row(vec![
@@ -75,13 +79,13 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
             n.duplicated.to_string(),
             n.corrupted.to_string(),
             n.failed.to_string(),
-            n.retransmits.to_string(),
-            n.duplicates_discarded.to_string(),
-            n.checksum_failures.to_string(),
-            format!(
+            engine_owned(n.retransmits.to_string()),
+            engine_owned(n.duplicates_discarded.to_string()),
+            engine_owned(n.checksum_failures.to_string()),
+            engine_owned(format!(
                 "{}/{}/{}/{}/{}/{}",
                 i.dropped, i.duplicated, i.modified, i.reordered, i.delayed, i.injected
-            ),
+            )),
         ]);
     };
     for n in &r.nodes {
@@ -94,7 +98,10 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
     if api + other > 0 {
         println!("faults injected: {}", faults(&r.total.injected));
     }
-    println!("{}", drops("the nodes", &r.total.drops));
+    match &r.engine {
+        Some(e) => engine_run(e),
+        None => println!("{}", drops("the nodes", &r.total.drops)),
+    }
     if let Some(l) = &r.latency_us {
         println!(
             "send-to-delivery time (us), queueing behind earlier messages included: median {:.1}  p99 {:.1}  min {:.1}  max {:.1}",
@@ -117,6 +124,36 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         } else {
             "FAILED: see the lost / duplicated / corrupted / failed columns"
         }
+    );
+}
+
+/// `tether demo --engine`: the engines' timeline and each strike followed
+/// to the first delivery after it.
+fn engine_run(e: &crate::demo_engine::EngineRun) {
+    println!("(-: counted inside the engine processes, not yet reported to their applications)");
+    println!("engine timeline (ms since the start):");
+    for ev in &e.timeline {
+        println!("  {:>10.3}  node {}  {}", ev.ms, ev.node, ev.what);
+    }
+    let mut t = table(&["node", "fault", "at ms", "detected +ms", "new engine +ms", "first delivery +ms"]);
+    let opt = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.3}"));
+    for r in &e.recoveries {
+        t.add_row(vec![
+            r.node.to_string(),
+            r.fault.to_string(),
+            format!("{:.3}", r.at_ms),
+            opt(r.detected_ms),
+            opt(r.replaced_ms),
+            opt(r.first_delivery_ms),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    let told: Vec<String> = e.told.iter().enumerate().map(|(n, c)| format!("node {n} {c}")).collect();
+    println!(
+        "EngineRecovered told: {}; engines replaced that the demo did not strike: {}",
+        told.join(", "),
+        e.unprovoked
     );
 }
 

@@ -190,6 +190,13 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("demo --loss 1.5".into(), "not a probability: must be between 0 and 1"),
         ("demo --cut-rail-at 100".into(), "--cut-rail-at needs --rails 2 or more"),
         ("demo --fault nope".into(), "--fault nope"),
+        ("demo --engine --rails 2 --cut-rail-at 100".into(), "not available with --engine"),
+        ("demo --engine --fault drop:p=0.1,side=send".into(), "the engines inject faults on receive only"),
+        (
+            "engine --unsupervised --dir /dev/shm/tether-bad-input --bind 127.0.0.1:0 --fault drop:p=0.1,side=send"
+                .into(),
+            "the engine injects faults on receive only",
+        ),
         ("frobnicate".into(), "unrecognized subcommand 'frobnicate'"),
     ];
     assert!(rows.len() >= 25);

@@ -203,3 +203,35 @@ fn supervisors_replace_engines_that_die_or_hang() {
         assert!(text.matches("replaced").count() >= 2, "{name}: engines replaced:\n{text}");
     }
 }
+
+/// `tether demo --engine`: every node's application on an engine process
+/// of its own, under the demo's link faults (injected by the engines), one
+/// engine killed with SIGKILL and another stopped with SIGSTOP: everything
+/// delivered once and exact, each strike followed by a new engine and a
+/// delivery after it, the endpoints told.
+#[test]
+fn the_demo_runs_on_engines_through_a_kill_and_a_hang() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["demo", "--engine", "--nodes", "3", "--messages", "300", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["ok"], true);
+    let total = &doc["total"];
+    assert_eq!(total["delivered"], 300 * 3 * 2);
+    for what in ["lost", "duplicated", "corrupted", "failed"] {
+        assert_eq!(total[what], 0, "{what}");
+    }
+    let engine = &doc["engine"];
+    let recoveries = engine["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 2, "{engine}");
+    for (r, (node, fault)) in recoveries.iter().zip([(0, "kill -9"), (1, "SIGSTOP")]) {
+        assert_eq!((r["node"].as_u64(), r["fault"].as_str()), (Some(node), Some(fault)), "{r}");
+        for figure in ["detected_ms", "replaced_ms", "first_delivery_ms"] {
+            assert!(r[figure].as_f64().is_some_and(|ms| ms >= 0.0), "{figure} in {r}");
+        }
+        assert!(engine["told"][node as usize].as_u64() >= Some(1), "node {node} was told: {engine}");
+    }
+}
