@@ -226,3 +226,119 @@ fn stream_survives_rail_cuts_between_two_hosts() {
     assert!(cuts >= 20, "the stream ended after {cuts} cuts: too short to time 20 failovers");
     assert!(gaps.len() >= 20, "{} failovers for {cuts} cuts", gaps.len());
 }
+
+/// A supervised `tether engine` run in namespace `ns`, serving `dir`; its
+/// supervisor's lines after the first are collected.
+struct NsEngine {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    timeline: std::sync::mpsc::Receiver<String>,
+}
+
+impl NsEngine {
+    fn start(ns: &str, dir: &str, bind: &str, extra: &[&str]) -> NsEngine {
+        use std::io::{BufRead, BufReader};
+        let mut child = tether_in(ns, &[&["engine", "--dir", dir, "--bind", bind], extra].concat())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("tether engine starts");
+        let mut out = BufReader::new(child.stdout.take().expect("piped"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("the engine's first line");
+        assert!(first.starts_with("tether engine: pid"), "unexpected first line: {first:?}");
+        let (tx, timeline) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        NsEngine { child, dir: dir.into(), timeline }
+    }
+}
+
+impl Drop for NsEngine {
+    fn drop(&mut self) {
+        // SIGTERM: the supervisor stops its engine and exits.
+        // SAFETY: a signal to the process this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The engine as a failure domain between two hosts: each namespace runs a
+/// supervised `tether engine` (dropping 1% of what it receives), this test
+/// process attaches an application to each (through the engine's directory,
+/// which the namespaces share), and streams verified messages from one to
+/// the other while the sending and the receiving engine are killed with
+/// SIGKILL, three times each. Every message arrives once, in order and
+/// exact, every one is reported delivered, and each supervisor saw its
+/// engines die and replaced them.
+#[test]
+fn engines_killed_between_two_hosts_lose_nothing() {
+    use tether::{MessageId, MessageState};
+    use tether_engine::{Client, ClientOptions};
+    let ns = match Netns::pair("e") {
+        Ok(ns) => ns,
+        Err(why) => {
+            skipped("engines_killed_between_two_hosts_lose_nothing", &why);
+            return;
+        }
+    };
+    let (na, nb) = (&ns.names[0], &ns.names[1]);
+    let dir = |side: &str| format!("/dev/shm/tether-test-netns-{}-{side}", std::process::id());
+    let faults = ["--fault", "drop:p=0.01", "--seed", "3"];
+    let ea = NsEngine::start(na, &dir("a"), "10.201.0.1:7600", &faults);
+    let eb = NsEngine::start(nb, &dir("b"), "10.201.0.2:7600", &faults);
+    let attach = |d: &str, node| {
+        Client::attach(std::path::Path::new(d), node, ClientOptions::default()).expect("attach")
+    };
+    let (a, b) = (attach(&dir("a"), 1), attach(&dir("b"), 2));
+    a.add_peer_rails(2, &["10.201.0.2:7600".parse().unwrap()]).unwrap();
+    b.add_peer_rails(1, &["10.201.0.1:7600".parse().unwrap()]).unwrap();
+    let wait = Some(Duration::from_secs(20));
+    let msg =
+        |i: usize| -> Vec<u8> { (0..[8, 1200, 9000][i % 3]).map(|j| (i * 131 + j * 7) as u8).collect() };
+    let count = 6000;
+    // Kill the receiving engine, then the sending one, in turn, each once
+    // the receiver has had its share, so every kill strikes a stream in
+    // flight. (How long recovery takes is `tether bench engine`'s to
+    // measure: what the receiver already holds arrives at once.)
+    let kills: Vec<usize> = (1..=6).map(|k| k * count / 7).collect();
+    let (mut next, mut struck) = (0, 0);
+    let mut receive = |d: tether::Delivery, next: &mut usize| {
+        assert!(d.from == 1 && d.message[..] == msg(*next)[..], "message {next} differs");
+        *next += 1;
+        if kills.get(struck) == Some(next) {
+            let pid = if struck % 2 == 0 { b.engine_pid() } else { a.engine_pid() };
+            // SAFETY: a signal to an engine process this test started.
+            assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+            struck += 1;
+        }
+    };
+    for i in 0..count {
+        a.send(2, &msg(i), wait).unwrap_or_else(|e| panic!("send {i}: {e}"));
+        while let Some(d) = b.try_recv().unwrap() {
+            receive(d, &mut next);
+        }
+    }
+    while next < count {
+        let d = b.recv(wait).unwrap_or_else(|e| panic!("message {next}: {e}"));
+        receive(d, &mut next);
+    }
+    assert_eq!(struck, kills.len(), "every kill struck");
+    a.flush(wait).unwrap();
+    for seq in 0..count as u64 {
+        assert_eq!(a.message_state(MessageId { peer: 2, seq }), MessageState::Delivered, "message {seq}");
+    }
+    assert!(b.try_recv().unwrap().is_none(), "nothing twice");
+    for (e, name) in [(&ea, "sender"), (&eb, "receiver")] {
+        let text: Vec<String> = e.timeline.try_iter().collect();
+        let text = text.join("\n");
+        assert!(
+            text.matches("died: killed by signal 9").count() >= 3,
+            "{name}'s supervisor saw 3 kills:\n{text}"
+        );
+        assert!(text.matches("replaced").count() >= 3, "{name}'s engines were replaced:\n{text}");
+    }
+}
