@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tether::faults::FaultPlan;
 use tether::{AuthKind, ClusterKey, Config};
-use tether_engine::{supervise, Engine, EngineOptions, Incident, Watch};
+use tether_engine::{supervise, Engine, EngineOptions, Incident, SelfTestOptions, Watch};
 
 use crate::args;
 use crate::net::{auth_kind, key_file};
@@ -48,6 +48,17 @@ pub struct EngineOpts {
     /// Receive-side rules only [default: none].
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// Probe each rail in use at most this often with the self-test
+    /// (loopback messages through the rail and the kernel, checked for
+    /// count, bytes and latency); 0 turns it off.
+    #[arg(long, default_value_t = 500, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(0, 3_600_000, "ms", "at most an hour"))]
+    pub selftest_every_ms: u64,
+    /// A self-test probe not delivered exact within this fails the engine
+    /// (its supervisor replaces it).
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 3_600_000, "ms", "at most an hour"))]
+    pub selftest_deadline_ms: u64,
     /// Seed of the fault draws (each rail draws its own stream from it).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
@@ -74,7 +85,11 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
     };
     let faults = FaultPlan::parse_rules(o.seed, &o.faults).map_err(|e| anyhow::anyhow!("--fault: {e}"))?;
     let options = EngineOptions::new(&dir, o.binds.clone());
-    let options = EngineOptions { config, faults, ..options };
+    let selftest = (o.selftest_every_ms > 0).then(|| SelfTestOptions {
+        every: Duration::from_millis(o.selftest_every_ms),
+        deadline: Duration::from_millis(o.selftest_deadline_ms),
+    });
+    let options = EngineOptions { config, faults, selftest, ..options };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
         let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();

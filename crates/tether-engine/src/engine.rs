@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 use crate::attach::{self, Doorbell};
 use crate::book::Book;
 use crate::records::{Completion, Submission, Taken};
+use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
 use crate::EngineError;
 
 /// Datagrams per receive batch.
@@ -70,6 +71,8 @@ pub struct EngineOptions {
     /// sends to addresses). Rail `r` draws from `node_seed(seed, r)`; a new
     /// engine after a crash starts the plan again.
     pub faults: FaultPlan,
+    /// The adaptive concurrent self-test of the rails in use (`None`: off).
+    pub selftest: Option<SelfTestOptions>,
 }
 
 impl EngineOptions {
@@ -80,6 +83,7 @@ impl EngineOptions {
             config: Config::default(),
             spin: Duration::from_millis(1),
             faults: FaultPlan::default(),
+            selftest: Some(SelfTestOptions::default()),
         }
     }
 }
@@ -188,6 +192,9 @@ pub struct Engine {
     heartbeat: Option<Heartbeat>,
     /// The socket file is this engine's to remove when it stops.
     owns_socket: bool,
+    selftest: Option<SelfTest>,
+    /// How the self-test failed, if it did: the engine stops.
+    selftest_failed: Option<String>,
 }
 
 /// What an engine listens on: the rendezvous socket and one UDP socket per
@@ -332,6 +339,11 @@ impl Engine {
         let EngineSockets { listener, rails } = sockets;
         info!(dir = %options.dir.display(), rails = ?rails.iter().map(|r| r.local_addr()).collect::<Vec<_>>(), "engine up");
         let (rails, faults) = rails_with_faults(rails, &options.faults)?;
+        let origin = StdInstant::now();
+        let addrs: Vec<SocketAddr> = rails.iter().filter_map(|r| r.local_addr()).collect();
+        let selftest = options
+            .selftest
+            .map(|o| SelfTest::new(&options.config, &addrs, o, Instant::from_nanos(1_000_000_000)));
         Ok(Engine {
             rx: RecvBatch::new(BATCH, slot),
             tx: vec![0; slot],
@@ -341,12 +353,14 @@ impl Engine {
             faults,
             book: Book::default(),
             clients: Vec::new(),
-            origin: StdInstant::now(),
+            origin,
             stop: Arc::new(AtomicBool::new(false)),
             stats: EngineStats::default(),
             idle_since: None,
             heartbeat,
             owns_socket: false,
+            selftest,
+            selftest_failed: None,
             options,
         })
     }
@@ -374,6 +388,17 @@ impl Engine {
         self.stats
     }
 
+    /// What the self-test did (zero if it is off).
+    pub fn selftest_stats(&self) -> SelfTestStats {
+        self.selftest.as_ref().map(|t| t.stats()).unwrap_or_default()
+    }
+
+    /// The self-test's stats, kept current while the engine runs (on
+    /// another thread); `None` if it is off.
+    pub fn selftest_watch(&self) -> Option<Arc<std::sync::Mutex<SelfTestStats>>> {
+        self.selftest.as_ref().map(|t| t.watch())
+    }
+
     /// Attached applications' node ids.
     pub fn clients(&self) -> Vec<NodeId> {
         self.clients.iter().map(|c| c.node).collect()
@@ -391,6 +416,11 @@ impl Engine {
     /// Turn until stopped.
     pub fn run(&mut self) -> Result<(), EngineError> {
         while !self.stop.load(Ordering::Relaxed) {
+            if let Some(why) = self.selftest_failed.take() {
+                // Nothing more from this engine: its supervisor starts
+                // another, which resumes from the applications' backups.
+                return Err(EngineError::SelfTest(why));
+            }
             if self.turn() {
                 self.idle_since = None;
                 continue;
@@ -424,6 +454,16 @@ impl Engine {
         busy |= self.receive(now) > 0;
         for i in 0..self.clients.len() {
             busy |= self.serve(i, now);
+        }
+        if let Some(t) = &mut self.selftest {
+            match t.turn(now, &mut self.rails, &mut self.tx) {
+                Ok(did) => busy |= did,
+                Err(why) => {
+                    warn!(reason = %why, "self-test failed");
+                    self.selftest_failed = Some(why);
+                    return true;
+                }
+            }
         }
         let before = self.clients.len();
         self.clients.retain(|c| {
@@ -527,6 +567,9 @@ impl Engine {
         if h.pid != cred.pid {
             return Err(format!("region names pid {}, the connection is pid {}", h.pid, cred.pid));
         }
+        if is_probe_node(h.node) {
+            return Err(format!("node {} is reserved for the engine's self-test", h.node));
+        }
         if self.clients.iter().any(|c| c.node == h.node) {
             return Err(format!("node {} is attached already", h.node));
         }
@@ -550,6 +593,12 @@ impl Engine {
                     let (Some(addr), Some((src, dst))) = (self.rx.addr(i), peek_nodes(datagram)) else {
                         continue;
                     };
+                    if is_probe_node(dst) {
+                        if let Some(t) = &mut self.selftest {
+                            t.handle_datagram(now, rail as RailId, addr, dst, datagram);
+                        }
+                        continue;
+                    }
                     let Some(c) = self.clients.iter_mut().find(|c| c.node == dst && c.resuming.is_none())
                     else {
                         // No one, or one still resuming: lost like any
@@ -577,7 +626,7 @@ impl Engine {
 
     /// Everything for one application this turn; true if anything happened.
     fn serve(&mut self, i: usize, now: Instant) -> bool {
-        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, .. } = self;
+        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, .. } = self;
         let beat = heartbeat.as_ref();
         let c = &mut clients[i];
         c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
@@ -601,7 +650,13 @@ impl Engine {
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
         }
-        busy |= transmit(c, book, rails, tx, stats, now, beat) > 0;
+        let sent = transmit(c, book, rails, tx, stats, now, beat);
+        busy |= sent.datagrams > 0;
+        if let (Some(t), true) = (selftest, sent.rails != 0) {
+            for rail in (0..MAX_RAILS as RailId).filter(|r| sent.rails & (1 << r) != 0) {
+                t.saw_traffic(rail, sent.full & (1 << rail) != 0);
+            }
+        }
         if let Some(deadline) = c.closing {
             if c.core.unsettled() == 0 || now >= deadline {
                 info!(node = c.node, unsettled = c.core.unsettled(), "application closed");
@@ -623,10 +678,12 @@ impl Engine {
             }
         }
         let now = self.now();
+        let selftest = self.selftest.as_ref().and_then(|t| t.poll_timeout());
         let deadline = self
             .clients
             .iter()
             .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).min())
+            .chain(selftest)
             .min()
             .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));
         // A datagram the fault plan holds back (delay, reorder) is due then.
@@ -782,6 +839,9 @@ fn take(
             }
             Err(e) => return Err(format!("send {id} to {peer}: {e}")),
         },
+        Submission::AddPeer { node, .. } if is_probe_node(node) => {
+            return Err(format!("peer {node} is reserved for the engine's self-test"));
+        }
         Submission::AddPeer { node, rails: addrs } => {
             let addrs: Vec<_> = addrs.iter().take(rails).collect();
             book.insert(node, &addrs).map_err(|_| "the engine's address book is full".to_string())?;
@@ -882,6 +942,15 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
     any
 }
 
+/// What `transmit` sent: datagrams, and bit `r` set for each rail `r`
+/// it used (in `full`, for full-size datagrams).
+#[derive(Debug, Default)]
+struct Sent {
+    datagrams: usize,
+    rails: u32,
+    full: u32,
+}
+
 /// Send what the core has; a datagram the socket has no room for is lost
 /// like any other (the core retransmits).
 fn transmit(
@@ -892,8 +961,8 @@ fn transmit(
     stats: &mut EngineStats,
     now: Instant,
     beat: Option<&Heartbeat>,
-) -> usize {
-    let mut sent = 0;
+) -> Sent {
+    let mut sent = Sent::default();
     while let Some(t) = c.core.poll_transmit(now, tx) {
         beat.inspect(|h| h.beat());
         // Record before send: the datagram may carry a sequence number past
@@ -905,8 +974,13 @@ fn transmit(
             stats.send_dropped += 1;
             continue;
         };
+        // The rail is in use; full datagrams mean messages that fragment.
+        sent.rails |= 1 << t.rail;
+        if t.len + 64 >= tx.len() {
+            sent.full |= 1 << t.rail;
+        }
         match rail.send_to_addr(addr, &tx[..t.len]) {
-            Ok(()) => sent += 1,
+            Ok(()) => sent.datagrams += 1,
             Err(TransportError::WouldBlock) => {
                 stats.send_dropped += 1;
                 break;

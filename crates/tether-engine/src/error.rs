@@ -32,6 +32,8 @@ pub enum EngineError {
     Send(#[from] SendError),
     #[error("node {0} is not a peer of this endpoint (add it first)")]
     UnknownPeer(NodeId),
+    #[error("self-test failed: {0}")]
+    SelfTest(String),
     #[error("fault plan: {0}")]
     Faults(String),
     #[error("need 1 to {max} rails, got {given}")]

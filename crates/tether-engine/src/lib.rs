@@ -23,10 +23,12 @@ mod client;
 mod engine;
 mod error;
 pub mod records;
+mod selftest;
 mod supervisor;
 
 pub use client::{Client, ClientOptions, Tracker};
 pub use engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
 pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission, Taken};
+pub use selftest::{is_probe_node, SelfTestOptions, SelfTestStats, PROBE_BASE};
 pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};

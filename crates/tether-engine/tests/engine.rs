@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tether_engine::{Client, ClientOptions, Engine, EngineError, EngineOptions, EngineStats};
+use tether_engine::{
+    Client, ClientOptions, Engine, EngineError, EngineOptions, EngineStats, SelfTestOptions,
+};
 use tether_fault::{FaultCounters, FaultPlan};
 use tether_proto::{Config, Event, MessageId, MessageState};
 
@@ -22,6 +24,7 @@ struct Running {
     addrs: Vec<SocketAddr>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<JoinHandle<(EngineStats, FaultCounters)>>,
+    selftest: std::sync::Arc<std::sync::Mutex<tether_engine::SelfTestStats>>,
 }
 
 static DIRS: AtomicU64 = AtomicU64::new(0);
@@ -49,11 +52,16 @@ impl Running {
         let mut engine = Engine::bind(options).unwrap();
         let addrs = engine.rail_addrs();
         let stop = engine.stop_flag();
+        let selftest = engine.selftest_watch().unwrap_or_default();
         let thread = std::thread::spawn(move || {
             engine.run().unwrap();
             (engine.stats(), engine.fault_counters())
         });
-        Running { dir, addrs, stop, thread: Some(thread) }
+        Running { dir, addrs, stop, thread: Some(thread), selftest }
+    }
+
+    fn selftest(&self) -> tether_engine::SelfTestStats {
+        *self.selftest.lock().unwrap()
     }
 
     fn attach(&self, node: u32) -> Client {
@@ -202,6 +210,84 @@ fn a_fault_plan_the_engine_cannot_apply_is_refused() {
         "{:?}",
         refused.err()
     );
+}
+
+fn quick_selftest() -> Option<SelfTestOptions> {
+    Some(SelfTestOptions { every: Duration::from_millis(10), deadline: Duration::from_millis(200) })
+}
+
+/// The self-test probes the rails applications use, small and fragmented
+/// probes and ones whose first datagram it withholds, every one delivered
+/// exact; it stops probing when the rails go idle.
+#[test]
+fn the_self_test_probes_rails_in_use_and_stops_when_they_are_idle() {
+    let binds = vec!["127.0.0.1:0".parse().unwrap()];
+    let start = || {
+        Running::start_with(EngineOptions {
+            selftest: quick_selftest(),
+            ..EngineOptions::new(scratch_dir(), binds.clone())
+        })
+    };
+    let (e1, e2) = (start(), start());
+    let (a, b) = (e1.attach(1), e2.attach(2));
+    a.add_peer_rails(2, &e2.addrs).unwrap();
+    b.add_peer_rails(1, &e1.addrs).unwrap();
+    let started = std::time::Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_millis(300) {
+        let m = msg(i, [8, 5000, 70_000][i % 3]);
+        a.send(2, &m, WAIT).unwrap();
+        assert!(b.recv(WAIT).unwrap().message[..] == m[..], "message {i}");
+        i += 1;
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (busy, idle) = (e1.selftest(), e2.selftest());
+    std::thread::sleep(Duration::from_millis(100));
+    let later = e1.selftest();
+    for (side, t) in [("sender", busy), ("receiver", idle)] {
+        assert!(t.probes >= 5, "{side}: {t:?}");
+        assert!(t.passed + 2 >= t.probes, "{side}: probes passed: {t:?}");
+    }
+    assert!(busy.fragmented > 0 && busy.withheld > 0, "the sender's rail carried large messages: {busy:?}");
+    assert_eq!(later.probes, busy.probes, "no probes on an idle rail: {busy:?} then {later:?}");
+    assert!(later.idle_skips > busy.idle_skips, "{later:?}");
+}
+
+/// An engine whose rail stops delivering (its receive path drops
+/// everything from 150 ms on, a fault inside the engine) fails its
+/// self-test and stops with the reason.
+#[test]
+fn an_engine_whose_rail_stops_working_fails_its_self_test() {
+    let peer = Running::start(1);
+    let faults = FaultPlan::parse_rules(1, &["drop:p=1,from=150ms"]).unwrap();
+    let options = EngineOptions {
+        selftest: quick_selftest(),
+        faults,
+        ..EngineOptions::new(scratch_dir(), vec!["127.0.0.1:0".parse().unwrap()])
+    };
+    let dir = options.dir.clone();
+    let mut engine = Engine::bind(options).unwrap();
+    let addrs = engine.rail_addrs();
+    let started = std::time::Instant::now();
+    let thread = std::thread::spawn(move || (engine.run(), engine.selftest_stats()));
+    let a = Client::attach(&dir, 1, ClientOptions { recovery: None, ..ClientOptions::default() }).unwrap();
+    a.add_peer_rails(2, &peer.addrs).unwrap();
+    let b = peer.attach(2);
+    b.add_peer_rails(1, &addrs).unwrap();
+    // Traffic keeps the rail in use until the engine stops.
+    while !thread.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        let _ = a.send(2, &msg(0, 100), Some(Duration::from_millis(10)));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (result, stats) = thread.join().unwrap();
+    let took = started.elapsed();
+    assert!(
+        matches!(&result, Err(EngineError::SelfTest(why)) if why.contains("not delivered")),
+        "{result:?}"
+    );
+    assert!(stats.passed > 0, "probes passed before the fault: {stats:?}");
+    assert!(took < Duration::from_secs(2), "detected in {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
