@@ -270,11 +270,15 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
                     let msg = &mut buf[..len];
                     pattern::fill(msg, node as NodeId, index);
                     msg[8..16].copy_from_slice(&(origin.elapsed().as_nanos() as u64).to_le_bytes());
-                    ep_tx.send_blocking(peer, msg, Some(Duration::from_secs(30)))?;
+                    ep_tx.send_blocking(peer, msg, Some(Duration::from_secs(30))).map_err(|e| {
+                        anyhow::anyhow!("node {node}: sending message {index} to node {peer}: {e}")
+                    })?;
                     sent += 1;
                 }
             }
-            ep_tx.flush(Some(Duration::from_secs(60)))?;
+            ep_tx
+                .flush(Some(Duration::from_secs(60)))
+                .map_err(|e| anyhow::anyhow!("node {node}: waiting for its messages to settle: {e}"))?;
             Ok(sent)
         });
         let expect = messages * (nodes as u64 - 1);
@@ -288,7 +292,15 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
                 delivered_at: record.then(Vec::new),
             };
             while check.report.delivered < expect {
-                let d = ep_rx.recv(Some(Duration::from_secs(30)))?;
+                let d = ep_rx.recv(Some(Duration::from_secs(30))).map_err(|e| {
+                    let next: Vec<String> =
+                        check.next.iter().enumerate().map(|(n, i)| format!("{n}:{i}")).collect();
+                    anyhow::anyhow!(
+                        "node {node}: receiving, {} of {expect} delivered (next from each node {}): {e}",
+                        check.report.delivered,
+                        next.join(" ")
+                    )
+                })?;
                 check.take(d.from, &d.message, origin);
                 delivered_to[node].fetch_add(1, Ordering::Relaxed);
             }

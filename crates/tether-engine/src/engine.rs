@@ -796,7 +796,7 @@ fn take_submissions(
                 }
             }
         }
-        match take(c, &record, book, rails, now) {
+        match take(c, &record, book, rails, now, beat) {
             Ok(true) => taken += 1,
             Ok(false) => break,
             Err(why) => {
@@ -817,6 +817,7 @@ fn take(
     book: &mut Book,
     rails: usize,
     now: Instant,
+    beat: Option<&Heartbeat>,
 ) -> Result<bool, String> {
     let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
     match s {
@@ -829,7 +830,7 @@ fn take(
             let r = c.resuming.get_or_insert_with(BTreeMap::new).entry(peer).or_default();
             (r.failed_upto, r.taken) = (failed_upto, taken);
         }
-        Submission::ResumeEnd => c.resume(now)?,
+        Submission::ResumeEnd => c.resume(now, beat)?,
         Submission::Send { id, peer, payload } => match c.core.send(now, peer, payload) {
             Ok(m) if m.seq == id => c.stalled = false,
             Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
@@ -1040,7 +1041,7 @@ impl Attached {
 
     /// Everything resubmitted: rebuild the core from the backup blocks and
     /// what the application kept (docs/ENGINE.md, "Restore").
-    fn resume(&mut self, now: Instant) -> Result<(), String> {
+    fn resume(&mut self, now: Instant, beat: Option<&Heartbeat>) -> Result<(), String> {
         let resumed = self.resuming.take().unwrap_or_default();
         let mut streams = Vec::new();
         for (peer, r) in resumed {
@@ -1082,8 +1083,17 @@ impl Attached {
             streams.push(ResumedStream { peer, rails, marks, messages, failures: Vec::new(), taken });
         }
         let config = self.core.config().clone();
-        let mut core = Core::resume(config, self.node, self.core.incarnation(), streams, now)
-            .map_err(|e| e.to_string())?;
+        // Many messages take milliseconds to restore: the watchdog is told
+        // the engine is making progress, not hung.
+        let mut progress = || {
+            if let Some(h) = beat {
+                h.beat();
+            }
+        };
+        let incarnation = self.core.incarnation();
+        let mut core =
+            Core::resume_with_progress(config, self.node, incarnation, streams, now, &mut progress)
+                .map_err(|e| e.to_string())?;
         // The application's secret: a handshake the dead engine began is
         // finished by this one (its cookies check).
         core.seed_secrets(self.region.control.secret());

@@ -129,6 +129,10 @@ fn spawn(
             .and_then(|mut engine| engine.run());
         let code = match run {
             Ok(()) => 0,
+            Err(e @ EngineError::SelfTest(_)) => {
+                tracing::error!(error = %e, "engine failed its self-test");
+                SELFTEST_EXIT
+            }
             Err(e) => {
                 tracing::error!(error = %e, "engine failed");
                 1
@@ -191,40 +195,70 @@ fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) 
     }
 }
 
-/// What the kernel says of a process: its state letter (`/proc/PID/stat`)
-/// and the CPU time it has had (`/proc/PID/schedstat`), if readable.
+/// What the kernel says of a process: its state letter and whether it is
+/// already dying (`/proc/PID/stat`, `/proc/PID/status`), the CPU time it
+/// has had (`/proc/PID/schedstat`), if readable, and when this was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Scheduling {
     state: Option<u8>,
     cpu_ns: Option<u64>,
+    /// Exiting (`PF_EXITING`) or with SIGKILL pending: `waitpid` will
+    /// report a death, which is what happened.
+    dying: bool,
+    at_ns: u64,
 }
+
+/// `PF_EXITING` in `/proc/PID/stat`'s flags: the process is exiting.
+const PF_EXITING: u64 = 0x4;
 
 impl Scheduling {
     fn of(pid: u32) -> Self {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-        // "PID (COMM) S ...": COMM may hold spaces and parentheses, the
-        // state follows the last ')'.
-        let state = stat
+        // "PID (COMM) S PPID PGRP SESSION TTY TPGID FLAGS ...": COMM may hold
+        // spaces and parentheses, the state follows the last ')'.
+        let fields: Vec<&str> = stat
             .as_deref()
             .and_then(|s| s.rsplit_once(')'))
-            .and_then(|(_, rest)| rest.trim_start().bytes().next());
+            .map_or(Vec::new(), |(_, r)| r.split_whitespace().collect());
+        let state = fields.first().and_then(|f| f.bytes().next());
+        let exiting = fields.get(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_EXITING != 0);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kill_pending = status
+            .lines()
+            .filter(|l| l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
+            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+            .any(|mask| mask & (1 << (libc::SIGKILL - 1)) != 0);
         let sched = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok();
         let cpu_ns = sched.as_deref().and_then(|s| s.split_whitespace().next()?.parse().ok());
-        Scheduling { state, cpu_ns }
+        Scheduling { state, cpu_ns, dying: exiting || kill_pending, at_ns: monotonic_ns() }
     }
 }
 
-/// A late engine is hung unless it is only waiting for a CPU: stopped
-/// (SIGSTOP, a debugger), or not runnable while late (blocked where it
-/// never blocks), is a hang; runnable is one once it has had a quarter of
-/// `hang_after` of CPU time since first seen late without a turn. Without
+/// A late engine is hung unless it is only waiting for a CPU or already
+/// dying. Stopped (SIGSTOP, a debugger) is a hang; runnable is one once it
+/// has had a quarter of `hang_after` of CPU time since first seen late
+/// without a turn; blocked (where it never blocks while awake) is one once
+/// it has stayed blocked that long, so a page fault caught in the act is
+/// not. Dying or dead is left for `waitpid` to report as a death. Without
 /// the kernel's account (no /proc), late is hung, as on a dedicated card.
 fn is_hang(first_late: Scheduling, now: Scheduling, hang_after: Duration) -> bool {
-    match (now.state, first_late.cpu_ns, now.cpu_ns) {
-        (Some(b'R'), Some(then), Some(cpu)) => cpu.saturating_sub(then) >= hang_after.as_nanos() as u64 / 4,
-        // Dead, not yet reaped: the next look reports the death.
-        (Some(b'Z' | b'X'), _, _) => false,
-        _ => true,
+    let quarter = hang_after.as_nanos() as u64 / 4;
+    let ran = match (first_late.cpu_ns, now.cpu_ns) {
+        (Some(then), Some(cpu)) => Some(cpu.saturating_sub(then)),
+        _ => None,
+    };
+    if now.dying {
+        return false;
+    }
+    match now.state {
+        Some(b'T' | b't') => true,
+        Some(b'Z' | b'X') => false,
+        Some(b'R') => ran.is_none_or(|ran| ran >= quarter),
+        Some(_) => {
+            let blocked_since = first_late.state.is_some_and(|s| s != b'R');
+            blocked_since && now.at_ns.saturating_sub(first_late.at_ns) >= quarter
+        }
+        None => true,
     }
 }
 
@@ -239,9 +273,14 @@ fn fence(pid: u32) {
     }
 }
 
+/// The exit status of an engine that failed its self-test.
+const SELFTEST_EXIT: i32 = 3;
+
 fn describe(status: i32) -> String {
     if libc::WIFSIGNALED(status) {
         format!("killed by signal {}", libc::WTERMSIG(status))
+    } else if libc::WEXITSTATUS(status) == SELFTEST_EXIT {
+        "failed its self-test (exit status 3)".into()
     } else {
         format!("exited with status {}", libc::WEXITSTATUS(status))
     }
@@ -254,7 +293,11 @@ mod tests {
     const HANG: Duration = Duration::from_millis(4);
 
     fn seen(state: u8, cpu_ms: u64) -> Scheduling {
-        Scheduling { state: Some(state), cpu_ns: Some(cpu_ms * 1_000_000) }
+        Scheduling { state: Some(state), cpu_ns: Some(cpu_ms * 1_000_000), dying: false, at_ns: 0 }
+    }
+
+    fn later(s: Scheduling, ms: u64) -> Scheduling {
+        Scheduling { at_ns: s.at_ns + ms * 1_000_000, ..s }
     }
 
     #[test]
@@ -269,11 +312,20 @@ mod tests {
     fn stopped_blocked_or_unknown_late_engines_are_hung() {
         assert!(is_hang(seen(b'R', 10), seen(b'T', 10), HANG), "SIGSTOP");
         assert!(is_hang(seen(b'R', 10), seen(b't', 10), HANG), "a debugger");
-        assert!(is_hang(seen(b'S', 10), seen(b'S', 10), HANG), "blocked while it says it is awake");
-        assert!(is_hang(seen(b'D', 10), seen(b'D', 10), HANG));
-        assert!(!is_hang(seen(b'R', 10), seen(b'Z', 10), HANG), "dead: reaped and reported as a death");
-        let unknown = Scheduling { state: None, cpu_ns: None };
+        let unknown = Scheduling { state: None, cpu_ns: None, dying: false, at_ns: 0 };
         assert!(is_hang(unknown, unknown, HANG), "no /proc: late is hung");
+        // Blocked while it says it is awake: hung once it stays blocked.
+        assert!(!is_hang(seen(b'D', 10), seen(b'D', 10), HANG), "a page fault caught in the act");
+        assert!(!is_hang(seen(b'R', 10), later(seen(b'D', 10), 5), HANG), "runnable when first seen late");
+        assert!(is_hang(seen(b'D', 10), later(seen(b'D', 10), 1), HANG));
+        assert!(is_hang(seen(b'S', 10), later(seen(b'S', 10), 2), HANG));
+    }
+
+    #[test]
+    fn dying_engines_are_left_to_be_reported_dead() {
+        assert!(!is_hang(seen(b'R', 10), seen(b'Z', 10), HANG), "a zombie");
+        let dying = Scheduling { dying: true, ..seen(b'R', 20) };
+        assert!(!is_hang(seen(b'R', 10), dying, HANG), "killed, still exiting");
     }
 
     #[test]
@@ -289,8 +341,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         let stopped = Scheduling::of(child.id());
-        child.kill().unwrap();
-        child.wait().unwrap();
         assert_eq!(stopped.state, Some(b'T'), "a stopped process reads as stopped");
+        assert!(!stopped.dying);
+        // SIGKILL to a stopped process: pending or exiting until reaped.
+        child.kill().unwrap();
+        let killed = Scheduling::of(child.id());
+        child.wait().unwrap();
+        assert!(killed.dying || killed.state == Some(b'Z'), "{killed:?}");
     }
 }

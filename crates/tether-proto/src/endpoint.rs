@@ -285,10 +285,25 @@ impl Endpoint {
         streams: Vec<crate::ResumedStream>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
+        Self::resume_with_progress(config, node, incarnation, streams, now, &mut || {})
+    }
+
+    /// `resume`, calling `progress` every so often while it works: a
+    /// restore of many messages takes milliseconds, and the engine's
+    /// watchdog must see it is not hung (docs/ENGINE.md, "The supervisor").
+    pub fn resume_with_progress(
+        config: Config,
+        node: NodeId,
+        incarnation: u64,
+        streams: Vec<crate::ResumedStream>,
+        now: Instant,
+        progress: &mut dyn FnMut(),
+    ) -> Result<Self, ConfigError> {
         let mut ep = Endpoint::new(config, node, incarnation)?;
         for s in streams {
-            let snapshot = ep.resumed_peer(s);
+            let snapshot = ep.resumed_peer(s, progress);
             ep.restore_peer(snapshot, now);
+            progress();
         }
         // The counters start afresh with the new engine; what it took over
         // counts as sent by it, so sent = acknowledged + failed + pending.
@@ -296,13 +311,16 @@ impl Endpoint {
         Ok(ep)
     }
 
-    fn resumed_peer(&self, s: crate::ResumedStream) -> PeerSnapshot {
+    fn resumed_peer(&self, s: crate::ResumedStream, progress: &mut dyn FnMut()) -> PeerSnapshot {
         let m = s.marks;
         let datagram = if m.max_datagram == 0 { self.config.max_datagram } else { m.max_datagram };
         let max_fragment = self.config.max_fragment_for(datagram.min(self.config.max_datagram));
         let mut segments = Vec::new();
         let mut seq = m.settled_seq;
         for (i, data) in s.messages.iter().enumerate() {
+            if i % 256 == 255 {
+                progress();
+            }
             let msg = m.settled_msg + i as u64;
             let total = data.len();
             let mut offset = 0;
