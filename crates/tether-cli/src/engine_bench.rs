@@ -97,6 +97,10 @@ pub struct EngineReport {
     pub stream_embedded_mb_s: Summary,
     pub stream_engine_mb_s: Summary,
     pub stream_ratio: Summary,
+    /// The same stream through engines with the self-test off, MB/s, and
+    /// with it (default interval) over without, per run.
+    pub stream_no_selftest_mb_s: Summary,
+    pub selftest_ratio: Summary,
     /// Two applications on one engine: 8 B one-way latency (round trip / 2), us.
     pub same_node_one_way_us: Summary,
     /// ... and 8 B messages a second, millions.
@@ -150,8 +154,13 @@ struct Pair2 {
 }
 
 fn engines(o: &EngineBenchOpts, name: &str) -> anyhow::Result<Pair2> {
+    engines_with(o, name, &[])
+}
+
+/// `engines`, each `tether engine` given `more` arguments too.
+fn engines_with(o: &EngineBenchOpts, name: &str, more: &[&str]) -> anyhow::Result<Pair2> {
     let hang = o.hang_after_us.to_string();
-    let extra = ["--hang-after-us", hang.as_str()];
+    let extra = [&["--hang-after-us", hang.as_str()], more].concat();
     let e1 = EngineProcess::start(&engine_dir(&format!("{name}a")), &[loopback()], &extra)?;
     let e2 = EngineProcess::start(&engine_dir(&format!("{name}b")), &[loopback()], &extra)?;
     let (a, b) = (e1.attach(A)?, e2.attach(B)?);
@@ -166,6 +175,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
     let (mut raw, mut emb, mut eng, mut ratio) = (vec![], vec![], vec![], vec![]);
     let (mut s_emb, mut s_eng, mut s_ratio) = (vec![], vec![], vec![]);
     let (mut one_way, mut rate) = (vec![], vec![]);
+    let (mut s_quiet, mut st_ratio) = (vec![], vec![]);
     let mut cost_replacements = 0;
     for r in 1..=o.runs {
         // Each side measured alone on the machine: the engines (and their
@@ -189,6 +199,14 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         })?;
         cost_replacements += p.e1.replacements() + p.e2.replacements();
         drop(p);
+        say(&format!("run {r}/{}: 64 KiB stream, through two engines without their self-test", o.runs));
+        let q = engines_with(o, &format!("quiet{r}"), &["--selftest-every-ms", "0"])?;
+        let (sq, _) = stream_through(&q.a, &q.b, B, STREAM_SIZE, o.stream_messages)
+            .context("64 KiB stream through two engines without their self-test")?;
+        cost_replacements += q.e1.replacements() + q.e2.replacements();
+        drop(q);
+        s_quiet.push(sq);
+        st_ratio.push(sg / sq);
         emb.push(e);
         eng.push(g);
         ratio.push(g / e);
@@ -215,6 +233,8 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         stream_embedded_mb_s: s(&s_emb),
         stream_engine_mb_s: s(&s_eng),
         stream_ratio: s(&s_ratio),
+        stream_no_selftest_mb_s: s(&s_quiet),
+        selftest_ratio: s(&st_ratio),
         same_node_one_way_us: s(&one_way),
         same_node_m_msgs_s: s(&rate),
         recovery,

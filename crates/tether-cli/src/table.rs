@@ -705,6 +705,11 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
     right(&mut t);
     println!("{t}");
     println!(
+        "self-test (every 500 ms on a rail in use): 64 KiB stream with it / without {} (without: {} MB/s)",
+        spread(&r.selftest_ratio, 3),
+        spread(&r.stream_no_selftest_mb_s, 0)
+    );
+    println!(
         "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s",
         spread(&r.same_node_one_way_us, 2),
         spread(&r.same_node_m_msgs_s, 3)
