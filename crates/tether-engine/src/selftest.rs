@@ -74,6 +74,9 @@ struct Pair {
     rx: Core,
     /// Probes sent and not yet delivered: number and when sent.
     pending: VecDeque<(u64, Instant)>,
+    /// Probe rounds started (a round is one probe, or two with a
+    /// fragmented one).
+    rounds: u64,
     /// The next probe's number, and the next expected at the receiver.
     next: u64,
     expected: u64,
@@ -149,6 +152,7 @@ impl SelfTest {
                 tx,
                 rx,
                 pending: VecDeque::new(),
+                rounds: 0,
                 next: 0,
                 expected: 0,
                 due: now + options.every,
@@ -250,7 +254,9 @@ impl SelfTest {
                     stats.idle_skips += 1;
                 } else {
                     let sizes: &[usize] = if p.large { &[16, *datagram_payload * 3] } else { &[16] };
-                    p.withhold = p.next % 4 == 3;
+                    // Every fourth round, whatever its probes' sizes.
+                    p.rounds += 1;
+                    p.withhold = p.rounds % 4 == 0;
                     stats.withheld += p.withhold as u64;
                     for &len in sizes {
                         probe(p.next, len, scratch);
