@@ -66,8 +66,8 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "cksum fail",
         "injected drop/dup/modify/reorder/delay/inject",
     ]);
-    // With --engine the protocol's counters are in the engine processes,
-    // which do not report them to their applications yet.
+    // With --engine the faults are injected in the engine processes,
+    // which do not report their injectors' counts to applications yet.
     let engine_owned = |v: String| if r.engine.is_some() { "-".to_string() } else { v };
     let row = |t: &mut Table, name: String, n: &NodeReport| {
         let i = &n.injected;
@@ -79,9 +79,9 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
             n.duplicated.to_string(),
             n.corrupted.to_string(),
             n.failed.to_string(),
-            engine_owned(n.retransmits.to_string()),
-            engine_owned(n.duplicates_discarded.to_string()),
-            engine_owned(n.checksum_failures.to_string()),
+            n.retransmits.to_string(),
+            n.duplicates_discarded.to_string(),
+            n.checksum_failures.to_string(),
             engine_owned(format!(
                 "{}/{}/{}/{}/{}/{}",
                 i.dropped, i.duplicated, i.modified, i.reordered, i.delayed, i.injected
@@ -98,9 +98,9 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
     if api + other > 0 {
         println!("faults injected: {}", faults(&r.total.injected));
     }
-    match &r.engine {
-        Some(e) => engine_run(e),
-        None => println!("{}", drops("the nodes", &r.total.drops)),
+    println!("{}", drops("the nodes", &r.total.drops));
+    if let Some(e) = &r.engine {
+        engine_run(e);
     }
     if let Some(l) = &r.latency_us {
         println!(
@@ -130,7 +130,7 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
 /// `tether demo --engine`: the engines' timeline and each strike followed
 /// to the first delivery after it.
 fn engine_run(e: &crate::demo_engine::EngineRun) {
-    println!("(-: counted inside the engine processes, not yet reported to their applications)");
+    println!("(-: injected inside the engine processes, not yet reported to their applications)");
     println!("engine timeline (ms since the start):");
     for ev in &e.timeline {
         println!("  {:>10.3}  node {}  {}", ev.ms, ev.node, ev.what);

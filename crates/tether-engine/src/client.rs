@@ -20,11 +20,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tether_proto::{Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, MAX_RAILS};
+use tether_proto::{
+    Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, MAX_RAILS,
+};
 use tether_shm::{ClientHeader, ClientRegion, Control, ShmError, LAYOUT_VERSION};
 
 use crate::attach::{self, Doorbell};
-use crate::records::{Completion, Rails, Submission, Taken};
+use crate::records::{counter_values, Completion, Rails, Submission, Taken};
 use crate::EngineError;
 
 /// Failure reports kept for `message_state` queries, per peer (as the
@@ -129,6 +131,10 @@ struct Attachment {
     closed: bool,
     /// How long dropping waits for what was sent to settle.
     linger: Duration,
+    /// The protocol counters the engine serving now last reported, and
+    /// the sum of those of the engines before it.
+    engine_stats: Stats,
+    stats_before: Stats,
 }
 
 /// What one look of a wait found.
@@ -200,6 +206,8 @@ impl Attachment {
             buf: Vec::new(),
             engine_gone: false,
             closed: false,
+            engine_stats: Stats::default(),
+            stats_before: Stats::default(),
             linger: options.linger,
         })
     }
@@ -335,6 +343,16 @@ impl Attachment {
         self.peers.get(&id.peer).map_or(MessageState::Unknown, |p| p.state(id.seq))
     }
 
+    /// This endpoint's protocol counters, as its engines last reported
+    /// them (every 50 ms while they change), summed over every engine that
+    /// served it.
+    pub fn stats(&mut self) -> Stats {
+        let _ = self.take_completions();
+        let mut s = self.stats_before.clone();
+        s.accumulate(&self.engine_stats);
+        s
+    }
+
     /// Messages sent and not yet settled, over every peer.
     pub fn unsettled(&mut self) -> u64 {
         let _ = self.take_completions();
@@ -449,6 +467,9 @@ impl Attachment {
             }
         }
         self.submit(&Submission::ResumeEnd, None)?;
+        // The new engine counts from zero.
+        let last = std::mem::take(&mut self.engine_stats);
+        self.stats_before.accumulate(&last);
         let outage = lost.elapsed();
         tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
         self.events.push_back(Event::EngineRecovered { outage });
@@ -515,6 +536,13 @@ impl Attachment {
                         p.retained.pop_front();
                         p.settled += 1;
                     }
+                }
+            }
+            Completion::Counters { values } => {
+                // From this build's engine, the same list; another's is ignored.
+                let n = values.len() / 8;
+                if n == Stats::default().fields().len() {
+                    self.engine_stats = Stats::from_values(counter_values(values));
                 }
             }
             Completion::Failed { failed, reason } => {
@@ -639,6 +667,11 @@ impl Client {
     /// Messages sent and not yet settled, over every peer.
     pub fn unsettled(&self) -> u64 {
         self.lock().unsettled()
+    }
+
+    /// This endpoint's protocol counters, as its engines report them.
+    pub fn stats(&self) -> Stats {
+        self.lock().stats()
     }
 
     /// Wait until every message sent is settled (acknowledged or failed).

@@ -47,6 +47,9 @@ const BATCH: usize = 32;
 /// Submissions taken from one application per turn, so one busy
 /// application cannot starve the others or the network.
 const SUBMISSIONS_PER_TURN: usize = 256;
+/// How often an application's protocol counters are published to it
+/// (when they changed): `Endpoint::stats` in engine mode.
+const COUNTERS_EVERY: Duration = Duration::from_millis(50);
 /// Applications one engine serves at most.
 pub const MAX_CLIENTS: usize = 256;
 /// Longest sleep without a deadline: a stop request is seen within it.
@@ -171,6 +174,10 @@ struct Attached {
     closing: Option<Instant>,
     /// Lost its connection or broke the protocol.
     gone: bool,
+    /// When its counters are next published, and what was last published.
+    counters_due: Instant,
+    counters_sent: tether_proto::Stats,
+    counters_buf: Vec<u8>,
 }
 
 pub struct Engine {
@@ -540,6 +547,9 @@ impl Engine {
             resuming: (mode == attach::Mode::Resume).then(BTreeMap::new),
             closing: None,
             gone: false,
+            counters_due: Instant::ZERO,
+            counters_sent: tether_proto::Stats::default(),
+            counters_buf: Vec::new(),
         })
     }
 
@@ -647,6 +657,10 @@ impl Engine {
         }
         let published = publish(c, scratch);
         busy |= published;
+        if now >= c.counters_due {
+            c.counters_due = now + COUNTERS_EVERY;
+            c.publish_counters(scratch);
+        }
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
         }
@@ -1104,6 +1118,28 @@ impl Attached {
     }
 
     /// Push a completion, or hold it for the next turn; false if held.
+    /// The core's counters to the application, if they changed. Only when
+    /// nothing waits to be published before them, and only if the ring
+    /// has room: the next report carries what this one would have.
+    fn publish_counters(&mut self, scratch: &mut Vec<u8>) {
+        let stats = self.core.stats();
+        if *stats == self.counters_sent || !self.held.is_empty() {
+            return;
+        }
+        let mut values = std::mem::take(&mut self.counters_buf);
+        values.clear();
+        for (_, v) in stats.fields().iter().take(crate::records::MAX_COUNTERS) {
+            values.extend_from_slice(&v.to_le_bytes());
+        }
+        scratch.resize(values.len() + 16, 0);
+        if let Ok(n) = (Completion::Counters { values: &values }).encode(scratch) {
+            if self.region.completions.push(&scratch[..n]).is_ok() {
+                self.counters_sent = stats.clone();
+            }
+        }
+        self.counters_buf = values;
+    }
+
     fn push_or_hold(&mut self, record: &[u8]) -> bool {
         match self.region.completions.push(record) {
             Ok(()) => true,

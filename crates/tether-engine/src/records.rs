@@ -97,6 +97,17 @@ pub enum Completion<'a> {
     Settled { peer: NodeId, below: u64 },
     /// Messages that will never be acknowledged, and why.
     Failed { failed: FailedMessages, reason: FailReason },
+    /// The application's protocol counters in this engine (`Stats`, in
+    /// `Stats::fields` order), as little-endian u64s: `counter_values`.
+    Counters { values: &'a [u8] },
+}
+
+/// Most counters a `Counters` record carries.
+pub const MAX_COUNTERS: usize = 256;
+
+/// The counters a `Counters` record carries, in order.
+pub fn counter_values(values: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    values.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
 }
 
 mod kind {
@@ -108,6 +119,7 @@ mod kind {
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
+    pub const COUNTERS: u8 = 19;
 }
 
 /// Writes fields into a caller's buffer.
@@ -330,6 +342,14 @@ impl<'a> Completion<'a> {
                 }
                 o.put(&[reason_code(*reason)?])?;
             }
+            Completion::Counters { values } => {
+                if values.len() % 8 != 0 || values.len() > 8 * MAX_COUNTERS {
+                    return Err(RecordError::BadField("counters"));
+                }
+                o.put(&[kind::COUNTERS])?;
+                o.put(&((values.len() / 8) as u16).to_le_bytes())?;
+                o.put(values)?;
+            }
         }
         Ok(o.at)
     }
@@ -366,6 +386,13 @@ impl<'a> Completion<'a> {
                     return Err(RecordError::BadField("failed range out of order"));
                 }
                 Completion::Failed { failed, reason: reason(i.u8()?)? }
+            }
+            kind::COUNTERS => {
+                let n = i.u16()? as usize;
+                if n > MAX_COUNTERS {
+                    return Err(RecordError::BadField("more counters than a record carries"));
+                }
+                Completion::Counters { values: i.take(8 * n)? }
             }
             k => return Err(RecordError::UnknownKind(k)),
         };
@@ -439,6 +466,7 @@ mod tests {
                 },
                 Completion::Settled { peer: from, below: seq },
                 Completion::Failed { failed, reason: reason(code).unwrap() },
+                Completion::Counters { values: &payload[..payload.len() / 8 * 8] },
             ];
             let mut buf = vec![0u8; 1024];
             for c in all {

@@ -181,6 +181,14 @@ fn engines_deliver_exactly_through_the_faults_their_rails_receive() {
     b.add_peer_rails(1, &e1.addrs).unwrap();
     exchange(&mut a, &mut b, 600);
     exchange(&mut b, &mut a, 100);
+    // The engines report each application's protocol counters to it.
+    let counted = wait_for(|| {
+        let (sa, sb) = (a.stats(), b.stats());
+        (sa.messages_sent >= 600 && sb.messages_delivered >= 600 && sa.messages_delivered >= 100)
+            .then_some((sa, sb))
+    });
+    assert!(counted.0.retransmits > 0, "5% loss was repaired by retransmission: {:?}", counted.0);
+    assert!(counted.1.checksum_failures > 0, "corruption was caught: {:?}", counted.1);
     drop((a, b));
     for (side, e) in [("sender", &mut e1), ("receiver", &mut e2)] {
         let (_, f) = e.stop_counting();

@@ -27,6 +27,16 @@ macro_rules! counters {
                 vec![$( (stringify!($name), self.$name), )*]
             }
 
+            /// Counters from their values in `fields` order (an engine's
+            /// report); a shorter list leaves the rest at zero, extra
+            /// values are ignored.
+            pub fn from_values(values: impl IntoIterator<Item = u64>) -> Stats {
+                let mut s = Stats::default();
+                let mut v = values.into_iter();
+                $( s.$name = v.next().unwrap_or(0); )*
+                s
+            }
+
             /// Add another endpoint's counters into this one.
             pub fn accumulate(&mut self, other: &Stats) {
                 $( self.$name += other.$name; )*

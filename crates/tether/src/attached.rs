@@ -7,10 +7,12 @@
 //! dies or hangs is replaced with nothing lost and the application only
 //! sees an `Event::EngineRecovered`.
 //!
+//! The core's counters come from the engine (`stats`, reported every 50 ms
+//! while they change, summed over every engine that served the endpoint).
 //! What the engine keeps to itself is not reported here yet: paths, round
-//! trips, the core's counters and buffers (`paths` is empty, `rtt` `None`,
-//! `stats` and `buffered` zero). Fault injection belongs to the engine's
-//! side (`tether engine`), not to the application's calls.
+//! trips, buffers and its fault injectors' counts (`paths` is empty, `rtt`
+//! `None`, `buffered` and `fault_counters` zero). Fault injection belongs
+//! to the engine's side (`tether engine`), not to the application's calls.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -138,8 +140,10 @@ impl Attached {
         self.client.message_state(id)
     }
 
+    /// As the engine last reported them (every 50 ms while they change),
+    /// summed over every engine that served this endpoint.
     pub fn stats(&self) -> Stats {
-        Stats::default()
+        self.client.stats()
     }
 
     pub fn fault_counters(&self) -> FaultCounters {

@@ -107,6 +107,13 @@ fn endpoints_attached_to_engines_deliver_through_an_engine_restart() {
     assert!(b.try_recv().is_none(), "nothing twice");
     let told = std::iter::from_fn(|| b.poll_event()).any(|e| matches!(e, Event::EngineRecovered { .. }));
     assert!(told, "the endpoint was told its engine was replaced");
+    // The engine reports the endpoint's protocol counters to it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.stats().messages_acked < 600 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = a.stats();
+    assert!(stats.messages_acked >= 600 && stats.datagrams_sent >= 600, "{stats:?}");
     a.close(Duration::from_secs(1)).unwrap();
     b.close(Duration::from_secs(1)).unwrap();
 }
