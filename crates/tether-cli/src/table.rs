@@ -66,9 +66,6 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "cksum fail",
         "injected drop/dup/modify/reorder/delay/inject",
     ]);
-    // With --engine the faults are injected in the engine processes,
-    // which do not report their injectors' counts to applications yet.
-    let engine_owned = |v: String| if r.engine.is_some() { "-".to_string() } else { v };
     let row = |t: &mut Table, name: String, n: &NodeReport| {
         let i = &n.injected;
         t.add_row(vec![
@@ -82,10 +79,10 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
             n.retransmits.to_string(),
             n.duplicates_discarded.to_string(),
             n.checksum_failures.to_string(),
-            engine_owned(format!(
+            format!(
                 "{}/{}/{}/{}/{}/{}",
                 i.dropped, i.duplicated, i.modified, i.reordered, i.delayed, i.injected
-            )),
+            ),
         ]);
     };
     for n in &r.nodes {
@@ -130,7 +127,6 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
 /// `tether demo --engine`: the engines' timeline and each strike followed
 /// to the first delivery after it.
 fn engine_run(e: &crate::demo_engine::EngineRun) {
-    println!("(-: injected inside the engine processes, not yet reported to their applications)");
     println!("engine timeline (ms since the start):");
     for ev in &e.timeline {
         println!("  {:>10.3}  node {}  {}", ev.ms, ev.node, ev.what);

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use tether_fault::FaultCounters;
 use tether_proto::{
     Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, MAX_RAILS,
 };
@@ -28,6 +29,9 @@ use tether_shm::{ClientHeader, ClientRegion, Control, ShmError, LAYOUT_VERSION};
 use crate::attach::{self, Doorbell};
 use crate::records::{counter_values, Completion, Rails, Submission, Taken};
 use crate::EngineError;
+
+/// Fault counters an engine reports after the protocol's (`FaultCounters::values`).
+const FAULT_COUNTERS: usize = 12;
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
@@ -135,6 +139,9 @@ struct Attachment {
     /// the sum of those of the engines before it.
     engine_stats: Stats,
     stats_before: Stats,
+    /// The same for the faults the engines injected into what they received.
+    engine_faults: FaultCounters,
+    faults_before: FaultCounters,
 }
 
 /// What one look of a wait found.
@@ -208,6 +215,8 @@ impl Attachment {
             closed: false,
             engine_stats: Stats::default(),
             stats_before: Stats::default(),
+            engine_faults: FaultCounters::default(),
+            faults_before: FaultCounters::default(),
             linger: options.linger,
         })
     }
@@ -353,6 +362,15 @@ impl Attachment {
         s
     }
 
+    /// What the fault plans of the engines that served this endpoint did
+    /// to what they received (shared by every application of an engine).
+    pub fn fault_counters(&mut self) -> FaultCounters {
+        let _ = self.take_completions();
+        let mut f = self.faults_before;
+        f.accumulate(&self.engine_faults);
+        f
+    }
+
     /// Messages sent and not yet settled, over every peer.
     pub fn unsettled(&mut self) -> u64 {
         let _ = self.take_completions();
@@ -470,6 +488,8 @@ impl Attachment {
         // The new engine counts from zero.
         let last = std::mem::take(&mut self.engine_stats);
         self.stats_before.accumulate(&last);
+        let last = std::mem::take(&mut self.engine_faults);
+        self.faults_before.accumulate(&last);
         let outage = lost.elapsed();
         tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
         self.events.push_back(Event::EngineRecovered { outage });
@@ -539,10 +559,16 @@ impl Attachment {
                 }
             }
             Completion::Counters { values } => {
-                // From this build's engine, the same list; another's is ignored.
+                // From this build's engine, the same lists; another's is ignored.
+                let stats = Stats::default().fields().len();
                 let n = values.len() / 8;
-                if n == Stats::default().fields().len() {
+                if n == stats + FAULT_COUNTERS {
                     self.engine_stats = Stats::from_values(counter_values(values));
+                    let mut f = [0u64; FAULT_COUNTERS];
+                    for (slot, v) in f.iter_mut().zip(counter_values(values).skip(stats)) {
+                        *slot = v;
+                    }
+                    self.engine_faults = FaultCounters::from_values(f);
                 }
             }
             Completion::Failed { failed, reason } => {
@@ -672,6 +698,11 @@ impl Client {
     /// This endpoint's protocol counters, as its engines report them.
     pub fn stats(&self) -> Stats {
         self.lock().stats()
+    }
+
+    /// What its engines' fault plans injected, as they report it.
+    pub fn fault_counters(&self) -> FaultCounters {
+        self.lock().fault_counters()
     }
 
     /// Wait until every message sent is settled (acknowledged or failed).

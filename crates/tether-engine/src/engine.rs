@@ -177,6 +177,7 @@ struct Attached {
     /// When its counters are next published, and what was last published.
     counters_due: Instant,
     counters_sent: tether_proto::Stats,
+    faults_sent: FaultCounters,
     counters_buf: Vec<u8>,
 }
 
@@ -549,6 +550,7 @@ impl Engine {
             gone: false,
             counters_due: Instant::ZERO,
             counters_sent: tether_proto::Stats::default(),
+            faults_sent: FaultCounters::default(),
             counters_buf: Vec::new(),
         })
     }
@@ -636,7 +638,7 @@ impl Engine {
 
     /// Everything for one application this turn; true if anything happened.
     fn serve(&mut self, i: usize, now: Instant) -> bool {
-        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, .. } = self;
+        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, faults, .. } = self;
         let beat = heartbeat.as_ref();
         let c = &mut clients[i];
         c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
@@ -659,7 +661,13 @@ impl Engine {
         busy |= published;
         if now >= c.counters_due {
             c.counters_due = now + COUNTERS_EVERY;
-            c.publish_counters(scratch);
+            // The engine's injectors, which every application it serves
+            // shares: what they did to what this engine received.
+            let mut injected = FaultCounters::default();
+            for h in faults.iter() {
+                injected.accumulate(&h.snapshot());
+            }
+            c.publish_counters(injected, scratch);
         }
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
@@ -1121,20 +1129,23 @@ impl Attached {
     /// The core's counters to the application, if they changed. Only when
     /// nothing waits to be published before them, and only if the ring
     /// has room: the next report carries what this one would have.
-    fn publish_counters(&mut self, scratch: &mut Vec<u8>) {
+    fn publish_counters(&mut self, faults: FaultCounters, scratch: &mut Vec<u8>) {
         let stats = self.core.stats();
-        if *stats == self.counters_sent || !self.held.is_empty() {
+        if (*stats == self.counters_sent && faults == self.faults_sent) || !self.held.is_empty() {
             return;
         }
         let mut values = std::mem::take(&mut self.counters_buf);
         values.clear();
-        for (_, v) in stats.fields().iter().take(crate::records::MAX_COUNTERS) {
+        let fields = stats.fields();
+        let faulted = faults.values();
+        for v in fields.iter().map(|(_, v)| *v).chain(faulted).take(crate::records::MAX_COUNTERS) {
             values.extend_from_slice(&v.to_le_bytes());
         }
         scratch.resize(values.len() + 16, 0);
         if let Ok(n) = (Completion::Counters { values: &values }).encode(scratch) {
             if self.region.completions.push(&scratch[..n]).is_ok() {
                 self.counters_sent = stats.clone();
+                self.faults_sent = faults;
             }
         }
         self.counters_buf = values;

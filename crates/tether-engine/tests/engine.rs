@@ -189,6 +189,9 @@ fn engines_deliver_exactly_through_the_faults_their_rails_receive() {
     });
     assert!(counted.0.retransmits > 0, "5% loss was repaired by retransmission: {:?}", counted.0);
     assert!(counted.1.checksum_failures > 0, "corruption was caught: {:?}", counted.1);
+    // ... and what their fault plans injected.
+    let injected = wait_for(|| Some(b.fault_counters()).filter(|f| f.dropped > 0 && f.modified > 0));
+    assert!(injected.receives_seen > 600, "{injected:?}");
     drop((a, b));
     for (side, e) in [("sender", &mut e1), ("receiver", &mut e2)] {
         let (_, f) = e.stop_counting();

@@ -82,7 +82,9 @@ impl FaultCounters {
         FaultKind::ALL.iter().map(|&k| self.of(k)).sum()
     }
 
-    pub fn accumulate(&mut self, o: &FaultCounters) {
+    /// The counters in declaration order (`from_values` reads them back):
+    /// how an engine process reports them to its applications.
+    pub fn values(&self) -> [u64; 12] {
         let FaultCounters {
             calls_seen,
             sends_seen,
@@ -96,19 +98,49 @@ impl FaultCounters {
             invocation,
             operation,
             overflow,
-        } = *o;
-        self.calls_seen += calls_seen;
-        self.sends_seen += sends_seen;
-        self.receives_seen += receives_seen;
-        self.dropped += dropped;
-        self.delayed += delayed;
-        self.modified += modified;
-        self.reordered += reordered;
-        self.duplicated += duplicated;
-        self.injected += injected;
-        self.invocation += invocation;
-        self.operation += operation;
-        self.overflow += overflow;
+        } = *self;
+        [
+            calls_seen,
+            sends_seen,
+            receives_seen,
+            dropped,
+            delayed,
+            modified,
+            reordered,
+            duplicated,
+            injected,
+            invocation,
+            operation,
+            overflow,
+        ]
+    }
+
+    /// The counters `values` gave, back.
+    pub fn from_values(v: [u64; 12]) -> Self {
+        let [calls_seen, sends_seen, receives_seen, dropped, delayed, modified, reordered, duplicated, injected, invocation, operation, overflow] =
+            v;
+        FaultCounters {
+            calls_seen,
+            sends_seen,
+            receives_seen,
+            dropped,
+            delayed,
+            modified,
+            reordered,
+            duplicated,
+            injected,
+            invocation,
+            operation,
+            overflow,
+        }
+    }
+
+    pub fn accumulate(&mut self, o: &FaultCounters) {
+        let mut sum = self.values();
+        for (s, v) in sum.iter_mut().zip(o.values()) {
+            *s += v;
+        }
+        *self = FaultCounters::from_values(sum);
     }
 }
 

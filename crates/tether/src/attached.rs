@@ -7,11 +7,11 @@
 //! dies or hangs is replaced with nothing lost and the application only
 //! sees an `Event::EngineRecovered`.
 //!
-//! The core's counters come from the engine (`stats`, reported every 50 ms
-//! while they change, summed over every engine that served the endpoint).
-//! What the engine keeps to itself is not reported here yet: paths, round
-//! trips, buffers and its fault injectors' counts (`paths` is empty, `rtt`
-//! `None`, `buffered` and `fault_counters` zero). Fault injection belongs
+//! The core's counters and the engine's fault injectors' counts come from
+//! the engine (`stats`, `fault_counters`: reported every 50 ms while they
+//! change, summed over every engine that served the endpoint). What the
+//! engine keeps to itself is not reported here yet: paths, round trips and
+//! buffers (`paths` is empty, `rtt` `None`, `buffered` zero). Fault injection belongs
 //! to the engine's side (`tether engine`), not to the application's calls.
 
 use std::net::SocketAddr;
@@ -146,8 +146,10 @@ impl Attached {
         self.client.stats()
     }
 
+    /// What the engines' fault plans injected into what they received,
+    /// as they report it with the counters.
     pub fn fault_counters(&self) -> FaultCounters {
-        FaultCounters::default()
+        self.client.fault_counters()
     }
 
     pub fn set_faults_enabled(&self, _on: bool) {}
