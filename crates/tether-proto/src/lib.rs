@@ -28,6 +28,8 @@ mod context;
 mod delivery;
 mod endpoint;
 mod event;
+#[cfg(feature = "fault-hook")]
+pub mod fault_hook;
 mod handshake;
 mod landing;
 mod paths;
@@ -47,7 +49,9 @@ pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;
-pub use endpoint::{Endpoint, Origin, PathError, PeerMoved, SendError, Transmit, MAX_MOVES, MAX_PEERS};
+pub use endpoint::{
+    Endpoint, Origin, PathError, PeerMoved, SendError, StateFault, Transmit, MAX_MOVES, MAX_PEERS,
+};
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use handshake::MAX_REPLIES;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};

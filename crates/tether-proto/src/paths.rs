@@ -231,6 +231,20 @@ pub(crate) struct Paths {
 }
 
 impl Paths {
+    /// The fault hook: a path's state changed to another.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_state(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let i = draw.below(self.paths.len() as u64) as usize;
+        let p = &mut self.paths[i];
+        let was = p.state;
+        let others: Vec<PathState> = [PathState::Active, PathState::Suspect, PathState::Down]
+            .into_iter()
+            .filter(|s| *s != was)
+            .collect();
+        p.state = others[draw.below(others.len() as u64) as usize];
+        format!("rail {}'s path state {was} -> {}", p.rail, p.state)
+    }
+
     /// A peer reached over rail 0 only, until told otherwise.
     pub fn new(now: Instant) -> Self {
         Paths { paths: vec![Path::new(0, now)], reply_rail: 0, stripe: 0, last_delivered: None }

@@ -23,7 +23,7 @@ use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
 use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
 use crate::replay::ReplayWindow;
-use crate::send_stream::SendStream;
+use crate::send_stream::{AckRefused, SendStream};
 use crate::snapshot::PeerSnapshot;
 use crate::timer::{Timer, TimerTable};
 use crate::{Config, Instant, NodeId, PeerMoved, Transmit, MAX_MOVES};
@@ -300,7 +300,11 @@ impl Peer {
                                 events.push_back(Event::FailedOver { peer: id, failover, at: now });
                             }
                         }
-                        Err(_) => {
+                        Err(AckRefused::Inconsistent) => {
+                            cx.stats.integrity_faults += 1;
+                            warn!(peer = self.id, "ACK not applied: the send stream's marks disagree");
+                        }
+                        Err(AckRefused::BeyondSent) => {
                             cx.stats.protocol_violations += 1;
                             debug!(
                                 peer = self.id,
@@ -623,7 +627,11 @@ impl Peer {
             self.hs.on_confirm_sent();
         }
         let mut acked = false;
-        if self.recv.ack_pending() {
+        if self.recv.ack_pending() && !self.recv.marks_intact() {
+            // An ACK by a corrupted mark could acknowledge what was never
+            // delivered: none is sent (an engine stops on the counter).
+            stats.integrity_faults += 1;
+        } else if self.recv.ack_pending() {
             let ack = self.recv.take_ack();
             // Config validation guarantees room for a full ACK in any datagram.
             acked = w.push_ack(&ack).is_ok();
@@ -698,6 +706,13 @@ impl Peer {
         if self.recv.drain(cx, self.sender()) {
             self.recv.request_ack_now();
         }
+    }
+
+    /// Both halves' invariants without trusting them (`SendStream::audit`):
+    /// the first one broken.
+    pub fn audit(&self, config: &Config, deep: bool) -> Result<(), &'static str> {
+        self.send.audit(deep)?;
+        self.recv.audit(config, deep)
     }
 
     /// Both halves' invariants, and the timer table agrees with them.

@@ -78,6 +78,25 @@ pub struct StashedSegment {
     pub total_len: Option<u32>,
     /// The fragment's bytes.
     pub data: Bytes,
+    /// CRC32C of `data` when it arrived (verified by the datagram's
+    /// checksum): checked before the segment is consumed, so bytes the
+    /// engine's own memory corrupted while they waited are dropped (and
+    /// sent again by the peer, which sees them missing from the SACK
+    /// ranges), never delivered (Zhou et al. [FTGM] section 4.2).
+    pub digest: u32,
+}
+
+impl StashedSegment {
+    /// A segment held out of order, with the digest of its bytes now.
+    pub fn new(flags: DataFlags, total_len: Option<u32>, data: Bytes) -> Self {
+        let digest = crc32c::crc32c(&data);
+        StashedSegment { flags, total_len, data, digest }
+    }
+
+    /// Its bytes are still those that arrived.
+    pub fn intact(&self) -> bool {
+        crc32c::crc32c(&self.data) == self.digest
+    }
 }
 
 /// The message being reassembled, as exported.
@@ -144,6 +163,11 @@ pub(crate) struct RecvStream {
     /// taken from the delivery queue by the application (its engine), the
     /// commit point; ACKs go no further.
     taken: u64,
+    /// `(expected, taken)` kept twice: the marks decide what is delivered
+    /// and acknowledged, and one bit flipped in either would skip or
+    /// acknowledge segments never delivered, so each use checks the copy
+    /// first (Zhou et al. [FTGM] section 4: state checked before use).
+    marks_copy: (u64, u64),
     // Soft state.
     ack: AckState,
     /// The last ACK sent stopped short of what was consumed (fragment
@@ -162,6 +186,7 @@ impl RecvStream {
             out_of_order: BTreeMap::new(),
             partial: None,
             taken: 0,
+            marks_copy: (0, 0),
             ack: AckState::default(),
             held_back: false,
             ack_delay: config.ack_delay,
@@ -194,6 +219,7 @@ impl RecvStream {
         // Whatever waits in a restored delivery queue was acknowledged
         // already (in fragment mode a restore brings none back).
         r.taken = snapshot.delivered_upto;
+        r.marks_copy = (r.expected, r.taken);
         r.out_of_order = snapshot.out_of_order.into_iter().collect();
         r.partial = snapshot.partial.map(|p| match p {
             PartialMessage::Assembling { received, total } => {
@@ -213,6 +239,7 @@ impl RecvStream {
         self.epoch = epoch;
         self.expected = 0;
         self.taken = 0;
+        self.marks_copy = (0, 0);
         self.out_of_order.clear();
         self.partial = None;
     }
@@ -267,6 +294,11 @@ impl RecvStream {
     ) {
         let seq = frame.seq;
         let stats = &mut *cx.stats;
+        if !self.marks_intact() {
+            // Nothing is consumed or acknowledged by a corrupted mark.
+            stats.integrity_faults += 1;
+            return;
+        }
         if seq < self.expected || self.out_of_order.contains_key(&seq) {
             stats.duplicates_discarded += 1;
             self.request_ack(now, true);
@@ -290,8 +322,7 @@ impl RecvStream {
                 stats.out_of_window += 1;
             } else {
                 let data = landed.into_bytes(frame.payload, cx.recv_arena, stats);
-                let stashed = StashedSegment { flags: frame.flags, total_len: frame.total_len, data };
-                self.out_of_order.insert(seq, stashed);
+                self.out_of_order.insert(seq, StashedSegment::new(frame.flags, frame.total_len, data));
             }
             self.request_ack(now, true);
             return;
@@ -307,8 +338,16 @@ impl RecvStream {
     /// acknowledged, and then its sender will never send it again.
     pub fn drain(&mut self, cx: &mut Context<'_>, from: Sender) -> bool {
         let mut progressed = false;
+        if !self.marks_intact() {
+            cx.stats.integrity_faults += 1;
+            return false;
+        }
         while cx.deliveries.has_room() {
             let Some(s) = self.out_of_order.remove(&self.expected) else { break };
+            if !s.intact() {
+                cx.stats.integrity_faults += 1;
+                break;
+            }
             self.consume(cx, from, s.flags, s.total_len, &s.data, Landed::Arena(s.data.clone()));
             progressed = true;
         }
@@ -333,6 +372,7 @@ impl RecvStream {
     ) {
         let stats = &mut *cx.stats;
         self.expected += 1;
+        self.marks_copy.0 = self.expected;
         if self.fragments {
             // The application reassembles: the segment goes up as it is,
             // with its place in the message and in the stream.
@@ -505,6 +545,7 @@ impl RecvStream {
             return;
         }
         self.taken = end.min(self.expected);
+        self.marks_copy.1 = self.taken;
         if std::mem::take(&mut self.held_back) {
             self.request_ack_now();
         }
@@ -517,17 +558,77 @@ impl RecvStream {
         self.out_of_order.contains_key(&self.expected)
     }
 
+    /// The consumed and taken marks equal their copies.
+    pub fn marks_intact(&self) -> bool {
+        self.marks_copy == (self.expected, self.taken)
+    }
+
+    /// Segments wait out of order.
+    #[cfg(feature = "fault-hook")]
+    pub fn holds_out_of_order(&self) -> bool {
+        !self.out_of_order.is_empty()
+    }
+
+    /// The fault hook: one bit of a segment held out of order flipped.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_payload(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let n = draw.below(self.out_of_order.len().max(1) as u64) as usize;
+        let Some((&seq, s)) = self.out_of_order.iter_mut().nth(n) else {
+            return "nothing held out of order: nothing flipped".into();
+        };
+        if s.data.is_empty() {
+            return format!("held segment {seq} is empty: nothing flipped");
+        }
+        let mut bytes = s.data.to_vec();
+        let bit = draw.below(bytes.len() as u64 * 8) as usize;
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        s.data = Bytes::from(bytes);
+        format!("bit {bit} of the payload of held segment {seq}")
+    }
+
+    /// The fault hook: one bit of the consumed or the taken mark.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_window(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let bit = draw.below(64);
+        if draw.below(2) == 0 {
+            self.expected ^= 1 << bit;
+            format!("bit {bit} of the receive stream's consumed mark (now {})", self.expected)
+        } else {
+            self.taken ^= 1 << bit;
+            format!("bit {bit} of the receive stream's taken mark (now {})", self.taken)
+        }
+    }
+
     pub fn check_invariants(&self, config: &Config) {
+        if let Err(broken) = self.audit(config, false) {
+            panic!("receive stream: {broken}");
+        }
+    }
+
+    /// The receiver's invariants, the first one broken; `deep` also checks
+    /// every segment held out of order against its digest (see
+    /// `SendStream::audit`).
+    pub fn audit(&self, config: &Config, deep: bool) -> Result<(), &'static str> {
+        let check = |ok: bool, what: &'static str| if ok { Ok(()) } else { Err(what) };
         let window = config.recv_window as u64;
-        assert!(self.out_of_order.len() as u64 <= window, "more held out of order than the window");
+        check(self.out_of_order.len() as u64 <= window, "more held out of order than the window")?;
         if let (Some((&lo, _)), Some((&hi, _))) =
             (self.out_of_order.first_key_value(), self.out_of_order.last_key_value())
         {
-            assert!(lo >= self.expected, "a consumed segment is still held out of order");
-            assert!(hi < self.expected + window, "a held segment beyond the window");
+            check(lo >= self.expected, "a consumed segment is still held out of order")?;
+            check(hi < self.expected.saturating_add(window), "a held segment beyond the window")?;
         }
+        check(self.marks_intact(), "the consumed or taken mark differs from its copy")?;
+        check(self.taken <= self.expected, "taken beyond what was consumed")?;
+        // Consumed and not taken is held in the delivery queue, one entry
+        // per fragment: no more than it holds.
+        check(
+            !self.fragments || self.expected - self.taken <= config.delivery_queue_messages as u64,
+            "more consumed and not taken than the delivery queue holds",
+        )?;
         if let Some(Partial::Assembling { buf, total, .. }) = &self.partial {
-            assert!(buf.len() <= *total, "a reassembled message longer than announced");
+            check(buf.len() <= *total, "a reassembled message longer than announced")?;
         }
+        check(!deep || self.out_of_order.values().all(StashedSegment::intact), "a held payload changed")
     }
 }

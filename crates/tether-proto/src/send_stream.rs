@@ -91,6 +91,23 @@ impl TxState {
 struct Segment {
     log: LoggedSegment,
     tx: TxState,
+    /// CRC32C of `log.data`, taken when the segment was queued: the bytes
+    /// are checked against it before every transmission and by `audit`,
+    /// so a payload the engine's own memory corrupted is never sent with
+    /// a fresh, valid datagram checksum (Zhou et al. [FTGM] section 4.2:
+    /// the card's state checked before it is used).
+    digest: u32,
+}
+
+impl Segment {
+    fn new(log: LoggedSegment, tx: TxState) -> Self {
+        let digest = crc32c::crc32c(&log.data);
+        Segment { log, tx, digest }
+    }
+
+    fn intact(&self) -> bool {
+        crc32c::crc32c(&self.log.data) == self.digest
+    }
 }
 
 /// What the log's bookkeeping costs per segment, besides the payload:
@@ -172,6 +189,10 @@ pub(crate) struct SendStream {
     rto_deadline: Option<Instant>,
     /// Last time the peer showed it is alive on this stream, for abandonment.
     last_heard: Instant,
+    /// Corrupted state was found (`integrity_faults`): nothing more is
+    /// sent from this stream; an engine stops and its successor restores
+    /// the stream from the application's copy.
+    halted: bool,
     pub rtt: RttEstimator,
 }
 
@@ -186,10 +207,18 @@ pub(crate) struct AckOutcome {
     /// Rails of the latest transmission of the segments it newly covers:
     /// where the data is flowing now (for timing a failover).
     pub latest_rails: u8,
+    /// Segments it took off the log.
+    popped: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct AckBeyondSent;
+pub(crate) enum AckRefused {
+    /// It acknowledges data never sent.
+    BeyondSent,
+    /// The stream's own marks disagree (its memory was corrupted): acting
+    /// on the ACK could settle messages that never arrived.
+    Inconsistent,
+}
 
 impl SendStream {
     pub fn new(config: &Config, epoch: u32) -> Self {
@@ -204,6 +233,7 @@ impl SendStream {
             next_ack_request: 0,
             rto_deadline: None,
             last_heard: Instant::ZERO,
+            halted: false,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -241,7 +271,7 @@ impl SendStream {
             if logged.flags.last() {
                 s.bytes_buffered += logged.total_len as usize;
             }
-            s.segments.push_back(Segment { log: logged, tx });
+            s.segments.push_back(Segment::new(logged, tx));
         }
         s.log = log;
         s.last_heard = now;
@@ -269,6 +299,19 @@ impl SendStream {
         !self.segments.is_empty()
     }
 
+    /// The log's marks agree with each other and with the segments held
+    /// (a handful of comparisons): checked before they are acted on, so a
+    /// mark corrupted in memory stops the stream rather than sending or
+    /// settling by it.
+    fn consistent(&self) -> bool {
+        let log = &self.log;
+        log.acked_upto <= log.sent_upto
+            && log.sent_upto <= log.next_seq
+            && self.segments.len() as u64 == log.next_seq - log.acked_upto
+            && self.segments.front().is_none_or(|s| s.log.seq == log.acked_upto)
+            && self.segments.back().is_none_or(|s| s.log.seq + 1 == log.next_seq)
+    }
+
     fn in_flight(&self) -> u64 {
         self.log.sent_upto - self.log.acked_upto
     }
@@ -276,7 +319,7 @@ impl SendStream {
     /// Something to put on the wire now: a lost segment, or new data the
     /// window admits and the coalescing rule lets go.
     pub fn has_work(&self, now: Instant, config: &Config) -> bool {
-        self.lost_count > 0 || self.new_data_due(config).is_some_and(|due| due <= now)
+        !self.halted && self.lost_count > 0 || self.new_data_due(config).is_some_and(|due| due <= now)
     }
 
     /// When unsent data may go: at once if nothing is in flight (no one to
@@ -285,7 +328,16 @@ impl SendStream {
     /// no message waits longer than `coalesce_delay`. `None`: nothing to send
     /// or the window is closed.
     pub fn new_data_due(&self, config: &Config) -> Option<Instant> {
-        if self.log.sent_upto == self.log.next_seq || self.in_flight() >= config.send_window as u64 {
+        let idle =
+            || self.log.sent_upto == self.log.next_seq || self.in_flight() >= config.send_window as u64;
+        if self.halted {
+            return None;
+        }
+        if !self.consistent() {
+            // Corrupted marks: at once, so `fill` finds out and halts.
+            return Some(Instant::ZERO);
+        }
+        if idle() {
             return None;
         }
         let oldest = &self.segments[(self.log.sent_upto - self.log.acked_upto) as usize];
@@ -322,7 +374,7 @@ impl SendStream {
                 total_len: total as u32,
                 data: data.slice(offset..end),
             };
-            self.segments.push_back(Segment { log, tx: TxState::unsent(now) });
+            self.segments.push_back(Segment::new(log, TxState::unsent(now)));
             self.log.next_seq += 1;
             offset = end;
             if offset == total {
@@ -349,7 +401,7 @@ impl SendStream {
         let unsent: Vec<Segment> = self.segments.drain(first_unsent..).collect();
         self.log.next_seq = self.log.sent_upto;
         self.unsent_wire_bytes = 0;
-        for Segment { log, tx } in unsent {
+        for Segment { log, tx, .. } in unsent {
             let len = log.data.len();
             let mut offset = 0;
             loop {
@@ -363,7 +415,7 @@ impl SendStream {
                     total_len: log.total_len,
                     data: log.data.slice(offset..end),
                 };
-                self.segments.push_back(Segment { log: piece, tx });
+                self.segments.push_back(Segment::new(piece, tx));
                 self.log.next_seq += 1;
                 offset = end;
                 if offset == len {
@@ -384,6 +436,14 @@ impl SendStream {
         stats: &mut Stats,
     ) -> usize {
         let mut written = 0;
+        if self.halted {
+            return 0;
+        }
+        if !self.consistent() {
+            stats.integrity_faults += 1;
+            self.halted = true;
+            return 0;
+        }
         if self.lost_count > 0 {
             for i in 0..self.segments.len() {
                 if self.lost_count == 0 {
@@ -431,7 +491,17 @@ impl SendStream {
         rail: RailId,
         stats: &mut Stats,
     ) -> bool {
-        let Segment { log: s, tx } = &mut self.segments[i];
+        let expected_seq = self.log.acked_upto + i as u64;
+        if !self.segments[i].intact() || self.segments[i].log.seq != expected_seq {
+            // Corrupted in this engine's memory (the bytes or the sequence
+            // number): never sent. The engine
+            // sees the counter, stops, and its successor takes the message
+            // again from the application's copy.
+            stats.integrity_faults += 1;
+            self.halted = true;
+            return false;
+        }
+        let Segment { log: s, tx, .. } = &mut self.segments[i];
         if DataFrame::encoded_len(s.data.len(), s.flags) > w.remaining() {
             return false;
         }
@@ -462,15 +532,24 @@ impl SendStream {
         full: bool,
         ranges: impl Iterator<Item = SackRange>,
         mode: RetransmitMode,
-    ) -> Result<AckOutcome, AckBeyondSent> {
+    ) -> Result<AckOutcome, AckRefused> {
+        if !self.consistent() {
+            return Err(AckRefused::Inconsistent);
+        }
         if cumulative > self.log.sent_upto {
-            return Err(AckBeyondSent);
+            return Err(AckRefused::BeyondSent);
         }
         self.last_heard = now;
         let mut outcome = AckOutcome::default();
         let mut sample = None;
         while self.segments.front().is_some_and(|s| s.log.seq < cumulative) {
-            let Segment { log: s, tx } = self.segments.pop_front().expect("front checked above");
+            if self.segments.front().is_some_and(|s| s.log.seq != self.log.acked_upto + outcome.popped) {
+                // A sequence number out of line: settling by it could
+                // settle a message that never arrived. Stop here.
+                return Err(AckRefused::Inconsistent);
+            }
+            outcome.popped += 1;
+            let Segment { log: s, tx, .. } = self.segments.pop_front().expect("front checked above");
             if tx.lost {
                 self.lost_count -= 1;
             }
@@ -742,27 +821,97 @@ impl SendStream {
 
     /// The sender's counters and windows agree with its log (TigerBeetle
     /// style: cheap enough for every test, off in production builds).
-    pub fn check_invariants(&self, config: &Config) {
-        let log = &self.log;
-        assert!(log.acked_upto <= log.sent_upto && log.sent_upto <= log.next_seq, "sequence order: {log:?}");
-        assert_eq!(self.segments.len() as u64, log.next_seq - log.acked_upto, "one segment per unacked seq");
-        assert!(self.in_flight() <= config.send_window as u64, "in flight beyond the window");
-        assert!(log.settled_below <= log.next_msg, "settled beyond assigned");
-        assert!(log.settled_seq <= log.acked_upto, "a settled message's segment unacknowledged");
-        if let Some(front) = self.segments.front() {
-            assert!(
-                front.log.msg > log.settled_below || log.settled_seq <= front.log.seq,
-                "settled seq ahead"
-            );
+    /// The fault hook: one bit of a buffered payload flipped in place.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_payload(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let i = draw.below(self.segments.len() as u64) as usize;
+        let log = &mut self.segments[i].log;
+        if log.data.is_empty() {
+            return format!("sent segment {} is empty: nothing flipped", log.seq);
         }
-        assert!(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer");
+        let mut bytes = log.data.to_vec();
+        let bit = draw.below(bytes.len() as u64 * 8) as usize;
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        log.data = Bytes::from(bytes);
+        format!("bit {bit} of the payload of send segment {}", log.seq)
+    }
+
+    /// The fault hook: one bit of a segment's sequence number, or of the
+    /// next one to assign.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_seq(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let bit = draw.below(64);
+        if !self.segments.is_empty() && draw.below(2) == 0 {
+            let i = draw.below(self.segments.len() as u64) as usize;
+            let log = &mut self.segments[i].log;
+            log.seq ^= 1 << bit;
+            format!("bit {bit} of send segment {i}'s sequence number (now {})", log.seq)
+        } else {
+            self.log.next_seq ^= 1 << bit;
+            format!("bit {bit} of the next sequence number (now {})", self.log.next_seq)
+        }
+    }
+
+    /// The fault hook: one bit of the cumulative ACK or the sent mark.
+    #[cfg(feature = "fault-hook")]
+    pub fn flip_window(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
+        let bit = draw.below(64);
+        if draw.below(2) == 0 {
+            self.log.acked_upto ^= 1 << bit;
+            format!("bit {bit} of the send stream's cumulative ACK (now {})", self.log.acked_upto)
+        } else {
+            self.log.sent_upto ^= 1 << bit;
+            format!("bit {bit} of the send stream's sent mark (now {})", self.log.sent_upto)
+        }
+    }
+
+    pub fn check_invariants(&self, config: &Config) {
+        if let Err(broken) = self.audit(false) {
+            panic!("send stream: {broken}: {:?}", self.log);
+        }
+        // Not in `audit`: a stream an engine restored counts everything up
+        // to its backup's sent mark, written ahead, as in flight.
+        assert!(self.in_flight() <= config.send_window as u64, "in flight beyond the window");
+    }
+
+    /// The stream's invariants, checked without trusting any of it: the
+    /// first one broken. `deep` also checks every buffered payload against
+    /// its digest (a pass over the bytes; the rest is a pass over the
+    /// segments). An engine runs this as part of its self-test, since a
+    /// corrupted sequence number or window pointer otherwise shows only as
+    /// a stall or, worse, as messages settled that never arrived.
+    pub fn audit(&self, deep: bool) -> Result<(), &'static str> {
+        let log = &self.log;
+        let check = |ok: bool, what: &'static str| if ok { Ok(()) } else { Err(what) };
+        check(log.acked_upto <= log.sent_upto && log.sent_upto <= log.next_seq, "sequence order")?;
+        check(self.segments.len() as u64 == log.next_seq - log.acked_upto, "one segment per unacked seq")?;
+        check(log.settled_below <= log.next_msg, "settled beyond assigned")?;
+        check(log.settled_seq <= log.acked_upto, "a settled message's segment unacknowledged")?;
+        if let Some(front) = self.segments.front() {
+            check(
+                front.log.msg > log.settled_below || log.settled_seq <= front.log.seq,
+                "settled seq ahead",
+            )?;
+        }
+        check(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer")?;
         let (mut lost, mut sacked, mut buffered, mut unsent) = (0, 0, 0, 0);
+        let mut msg = None;
         for (i, s) in self.segments.iter().enumerate() {
-            assert_eq!(s.log.seq, log.acked_upto + i as u64, "segments contiguous");
-            assert!(s.log.msg >= log.settled_below, "a settled message is still queued");
+            check(s.log.seq == log.acked_upto + i as u64, "segments contiguous")?;
+            check(
+                s.log.msg >= log.settled_below && s.log.msg < log.next_msg,
+                "a message number out of range",
+            )?;
+            // Message numbers rise by at most one per segment, and only
+            // where a message ends.
+            if let Some((prev, last)) = msg {
+                check(s.log.msg == prev + u64::from(last), "message numbers follow the fragments")?;
+            }
+            msg = Some((s.log.msg, s.log.flags.last()));
             let sent = s.log.seq < log.sent_upto;
-            assert!(!(s.tx.lost && s.tx.sacked), "a segment both lost and selectively acknowledged");
-            assert!(sent || !(s.tx.lost || s.tx.sacked), "an unsent segment marked lost or acknowledged");
+            check(!(s.tx.lost && s.tx.sacked), "a segment both lost and selectively acknowledged")?;
+            check(sent || !(s.tx.lost || s.tx.sacked), "an unsent segment marked lost or acknowledged")?;
+            check(!deep || s.intact(), "a buffered payload changed since it was queued")?;
             lost += s.tx.lost as usize;
             sacked += s.tx.sacked as usize;
             if s.log.flags.last() {
@@ -772,9 +921,9 @@ impl SendStream {
                 unsent += DataFrame::encoded_len(s.log.data.len(), s.log.flags);
             }
         }
-        assert_eq!(lost, self.lost_count, "lost count");
-        assert_eq!(sacked, self.sacked_count, "selectively acknowledged count");
-        assert_eq!(buffered, self.bytes_buffered, "buffered bytes");
-        assert_eq!(unsent, self.unsent_wire_bytes, "unsent wire bytes");
+        check(lost == self.lost_count, "lost count")?;
+        check(sacked == self.sacked_count, "selectively acknowledged count")?;
+        check(buffered == self.bytes_buffered, "buffered bytes")?;
+        check(unsent == self.unsent_wire_bytes, "unsent wire bytes")
     }
 }

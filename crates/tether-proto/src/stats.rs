@@ -90,6 +90,10 @@ counters! {
     checksum_failures,
     /// Packets naming a checksum algorithm this endpoint does not accept.
     checksum_refused,
+    /// Buffered payloads found corrupted in this endpoint's own memory
+    /// (their CRC32C changed since they were buffered): never sent or
+    /// delivered; an engine that sees one stops and is replaced.
+    integrity_faults,
     /// Packets rejected by the parser for anything but the checksum.
     malformed,
     /// Well-formed frames that break the protocol (ACK for unsent data, oversized message).
@@ -168,6 +172,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 41);
+        assert_eq!(names.len(), 42);
     }
 }
