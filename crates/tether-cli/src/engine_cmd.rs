@@ -62,6 +62,10 @@ pub struct EngineOpts {
     /// Seed of the fault draws (each rail draws its own stream from it).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
+    /// Test only (`tether campaign --engine`): take requests to flip bits
+    /// in the engine's own state on a socket in its directory.
+    #[arg(long, hide = true)]
+    pub fault_hook: bool,
 }
 
 /// Set by SIGINT or SIGTERM: the supervisor stops its engine and exits.
@@ -89,7 +93,7 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         every: Duration::from_millis(o.selftest_every_ms),
         deadline: Duration::from_millis(o.selftest_deadline_ms),
     });
-    let options = EngineOptions { config, faults, selftest, ..options };
+    let options = EngineOptions { config, faults, selftest, fault_hook: o.fault_hook, ..options };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
         let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();

@@ -67,6 +67,68 @@ impl Book {
         }
     }
 
+    /// The two maps agree: every node is listed at each of its addresses,
+    /// and every address lists only nodes the book places there. They are
+    /// kept apart for lookups both ways, which makes each the other's
+    /// check (the engine's self-test runs this: Zhou et al. [FTGM]
+    /// section 4, state checked by redundancy).
+    pub fn audit(&self) -> Result<(), String> {
+        let mut listed = 0;
+        for (&node, entry) in &self.by_node {
+            for (rail, a) in entry.iter().enumerate() {
+                let Some(a) = a else { continue };
+                listed += 1;
+                if !self.by_addr.get(&(rail as RailId, *a)).is_some_and(|n| n.contains(&node)) {
+                    return Err(format!("node {node} on rail {rail} at {a}: not listed there"));
+                }
+            }
+        }
+        let mut placed = 0;
+        for (&(rail, a), nodes) in &self.by_addr {
+            for &node in nodes {
+                placed += 1;
+                if self.addr(node, rail) != Some(a) {
+                    return Err(format!("{a} on rail {rail} lists node {node}, which is not there"));
+                }
+            }
+        }
+        if listed != placed {
+            return Err(format!("{listed} node addresses, {placed} listings"));
+        }
+        Ok(())
+    }
+
+    /// The fault hook: one bit of an address, or of a node id at an
+    /// address, flipped in place (one map only, as a strike would).
+    #[cfg(feature = "fault-hook")]
+    pub fn flip(&mut self, draw: &mut tether_proto::fault_hook::Draw) -> Result<String, &'static str> {
+        if self.by_node.is_empty() {
+            return Err("the address book is empty");
+        }
+        if draw.below(2) == 0 {
+            let n = draw.below(self.by_node.len() as u64) as usize;
+            let Some((&node, entry)) = self.by_node.iter_mut().nth(n) else { return Err("no such entry") };
+            let Some(a) = entry.iter_mut().flatten().next() else {
+                return Err("an entry without an address");
+            };
+            let bit = draw.below(48);
+            if bit < 16 {
+                a.set_port(a.port() ^ (1 << bit));
+            } else if let SocketAddr::V4(v4) = a {
+                let ip = u32::from(*v4.ip()) ^ (1 << (bit - 16));
+                v4.set_ip(ip.into());
+            }
+            Ok(format!("bit {bit} of node {node}'s address (now {a})"))
+        } else {
+            let n = draw.below(self.by_addr.len() as u64) as usize;
+            let Some((key, nodes)) = self.by_addr.iter_mut().nth(n) else { return Err("no such address") };
+            let i = draw.below(nodes.len() as u64) as usize;
+            let bit = draw.below(32);
+            nodes[i] ^= 1 << bit;
+            Ok(format!("bit {bit} of a node id listed at {} (now {})", key.1, nodes[i]))
+        }
+    }
+
     pub fn addr(&self, node: NodeId, rail: RailId) -> Option<SocketAddr> {
         self.by_node.get(&node).and_then(|e| e.get(rail as usize).copied().flatten())
     }

@@ -37,6 +37,7 @@ use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Doorbell};
+use crate::audit::{AuditClock, Due};
 use crate::book::Book;
 use crate::records::{Completion, Submission, Taken};
 use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
@@ -74,8 +75,13 @@ pub struct EngineOptions {
     /// sends to addresses). Rail `r` draws from `node_seed(seed, r)`; a new
     /// engine after a crash starts the plan again.
     pub faults: FaultPlan,
-    /// The adaptive concurrent self-test of the rails in use (`None`: off).
+    /// The adaptive concurrent self-test of the rails in use, with the
+    /// audit of the engine's own state (`None`: both off).
     pub selftest: Option<SelfTestOptions>,
+    /// Take requests to corrupt the engine's own state (`crate::hook`):
+    /// for fault campaigns only. Refused by a build without the
+    /// `fault-hook` feature.
+    pub fault_hook: bool,
 }
 
 impl EngineOptions {
@@ -87,6 +93,7 @@ impl EngineOptions {
             spin: Duration::from_millis(1),
             faults: FaultPlan::default(),
             selftest: Some(SelfTestOptions::default()),
+            fault_hook: false,
         }
     }
 }
@@ -203,6 +210,10 @@ pub struct Engine {
     selftest: Option<SelfTest>,
     /// How the self-test failed, if it did: the engine stops.
     selftest_failed: Option<String>,
+    /// When the audit of the engine's state is next due (with the self-test).
+    audit: Option<AuditClock>,
+    #[cfg(feature = "fault-hook")]
+    hook: Option<crate::hook::Hook>,
 }
 
 /// What an engine listens on: the rendezvous socket and one UDP socket per
@@ -349,9 +360,18 @@ impl Engine {
         let (rails, faults) = rails_with_faults(rails, &options.faults)?;
         let origin = StdInstant::now();
         let addrs: Vec<SocketAddr> = rails.iter().filter_map(|r| r.local_addr()).collect();
-        let selftest = options
-            .selftest
-            .map(|o| SelfTest::new(&options.config, &addrs, o, Instant::from_nanos(1_000_000_000)));
+        let start = Instant::from_nanos(1_000_000_000);
+        let selftest = options.selftest.map(|o| SelfTest::new(&options.config, &addrs, o, start));
+        let audit = options.selftest.map(|o| AuditClock::new(o.every, start));
+        #[cfg(feature = "fault-hook")]
+        let hook = match options.fault_hook {
+            true => Some(crate::hook::Hook::bind(&options.dir).map_err(EngineError::Io)?),
+            false => None,
+        };
+        #[cfg(not(feature = "fault-hook"))]
+        if options.fault_hook {
+            return Err(EngineError::Faults("this build has no fault hook (the fault-hook feature)".into()));
+        }
         Ok(Engine {
             rx: RecvBatch::new(BATCH, slot),
             tx: vec![0; slot],
@@ -369,6 +389,9 @@ impl Engine {
             owns_socket: false,
             selftest,
             selftest_failed: None,
+            audit,
+            #[cfg(feature = "fault-hook")]
+            hook,
             options,
         })
     }
@@ -457,11 +480,18 @@ impl Engine {
         if let Some(h) = &self.heartbeat {
             h.beat();
         }
+        #[cfg(feature = "fault-hook")]
+        self.take_strikes();
         let mut busy = self.accept();
         let now = self.now();
         busy |= self.receive(now) > 0;
         for i in 0..self.clients.len() {
             busy |= self.serve(i, now);
+        }
+        if let Err(why) = self.audit(now) {
+            warn!(reason = %why, "state audit failed");
+            self.selftest_failed = Some(format!("state audit: {why}"));
+            return true;
         }
         if let Some(t) = &mut self.selftest {
             match t.turn(now, &mut self.rails, &mut self.tx) {
@@ -482,6 +512,61 @@ impl Engine {
         });
         self.stats.detached += (before - self.clients.len()) as u64;
         busy
+    }
+
+    /// The audit of the engine's own state (`crate::audit`): a payload
+    /// found corrupted by the core since the last turn at once; the
+    /// streams' bookkeeping and the address book when due; every buffered
+    /// payload at the self-test's interval.
+    fn audit(&mut self, now: Instant) -> Result<(), String> {
+        let Some(clock) = &mut self.audit else { return Ok(()) };
+        for c in &self.clients {
+            if c.core.stats().integrity_faults > 0 {
+                return Err(format!("node {}: a buffered payload changed since it was buffered", c.node));
+            }
+        }
+        let deep = match clock.due(now) {
+            Due::Nothing => return Ok(()),
+            Due::Quick => false,
+            Due::Deep => true,
+        };
+        self.book.audit().map_err(|why| format!("address book: {why}"))?;
+        for c in self.clients.iter().filter(|c| c.resuming.is_none()) {
+            c.core.audit(deep).map_err(|fault| format!("node {}: {fault}", c.node))?;
+        }
+        Ok(())
+    }
+
+    /// Requests of the fault hook (`crate::hook`), answered.
+    #[cfg(feature = "fault-hook")]
+    fn take_strikes(&mut self) {
+        let Some(hook) = &self.hook else { return };
+        while let Some(r) = hook.take() {
+            let mut draw = tether_proto::fault_hook::Draw::new(r.seed);
+            let answer = if r.target == "book" {
+                match self.book.flip(&mut draw) {
+                    Ok(what) => format!("flipped book: {what}"),
+                    Err(why) => format!("none: {why}"),
+                }
+            } else if let Some(target) = tether_proto::fault_hook::StateTarget::parse(&r.target) {
+                let serving: Vec<usize> =
+                    (0..self.clients.len()).filter(|&i| self.clients[i].resuming.is_none()).collect();
+                if serving.is_empty() {
+                    "none: no application attached".to_string()
+                } else {
+                    let i = serving[draw.below(serving.len() as u64) as usize];
+                    let c = &mut self.clients[i];
+                    match c.core.flip_state(target, draw.next_u64()) {
+                        Ok(what) => format!("flipped {}: node {}, {what}", r.target, c.node),
+                        Err(why) => format!("none: node {}: {why}", c.node),
+                    }
+                }
+            } else {
+                format!("none: unknown target {:?}", r.target)
+            };
+            info!(request = %r.target, %answer, "fault hook");
+            hook.reply(&r, &answer);
+        }
     }
 
     /// Take every waiting attachment.
@@ -719,6 +804,8 @@ impl Engine {
         fds.push(fd(self.listener.as_raw_fd()));
         fds.extend(self.rails.iter().filter_map(|r| r.raw_fd()).map(fd));
         fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
+        #[cfg(feature = "fault-hook")]
+        fds.extend(self.hook.as_ref().map(|h| fd(h.raw_fd())));
         if let Some(h) = &self.heartbeat {
             h.sleeping(monotonic_ns() + timeout.as_nanos() as u64);
         }

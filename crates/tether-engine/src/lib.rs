@@ -18,10 +18,13 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod attach;
+mod audit;
 mod book;
 mod client;
 mod engine;
 mod error;
+#[cfg(feature = "fault-hook")]
+pub mod hook;
 pub mod records;
 mod selftest;
 mod supervisor;
