@@ -93,21 +93,86 @@ pub struct CampaignOpts {
     #[arg(long, default_value = "1ms",
           value_parser = args::duration_in(Duration::from_nanos(1), Duration::from_secs(1), "well below the 3 s after which a message counts as lost"))]
     pub delay: Duration,
-    /// Write campaign.csv and a PNG plot per workload into this directory [default: none].
+    /// Write campaign.csv and a PNG plot per workload (with --engine:
+    /// engine-campaign.csv and engine-recovery.png) into this directory [default: none].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print one JSON document with a record per cell instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Strike engine processes instead of links (Zhou et al. [FTGM] Table 1):
+    /// two hosts in network namespaces (needs root and `ip netns`), a
+    /// supervised `tether engine` on each, a verified stream between them,
+    /// and engines killed, hung and their state flipped, one strike at a time.
+    #[arg(long)]
+    pub engine: bool,
+    /// With --engine: fault classes to strike, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub classes: Vec<crate::engine_campaign::FaultClass>,
+    /// With --engine: strikes per class.
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, 100_000, "", ""))]
+    pub strikes: usize,
+    /// With --engine: rails between the two hosts (a veth pair each).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = args::int_in::<u8>(1, crate::netns::MAX_RAILS as u64, "", ""))]
+    pub rails: u8,
+    /// With --engine: one message of the verified stream every this many microseconds.
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(20, 1_000_000, "", "each message is stamped"))]
+    pub pace_us: u64,
+    /// With --engine: the supervisors' hang threshold (`tether engine --hang-after-us`).
+    #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
+    pub hang_after_us: u64,
+    /// With --engine: how long each strike is watched for a detection
+    /// (internal faults at least 1600 ms: the self-test's reach).
+    #[arg(long, default_value_t = 500, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(10, 60_000, "ms", ""))]
+    pub window_ms: u64,
+    /// With --engine: probability that an engine drops a datagram it
+    /// receives (`tether engine --fault drop:p=P`); 0 for none.
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = args::probability)]
+    pub drop: f64,
+    /// With --engine: seed of the strikes' order, sides, pauses, hang
+    /// lengths and hook seeds (and of the engines' drops).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
+    pub seed: u64,
 }
+
+/// Options of the message-fault sweep, and of the engine campaign.
+const SWEEP_ONLY: [&str; 9] =
+    ["workloads", "kinds", "rates", "seeds", "first_seed", "messages", "rounds", "compute", "delay"];
+const ENGINE_ONLY: [&str; 8] =
+    ["classes", "strikes", "rails", "pace_us", "hang_after_us", "window_ms", "drop", "seed"];
 
 /// Messages a cell may track (a flag each, per direction): 10 million.
 const MAX_MESSAGES: u64 = 10_000_000;
 
 /// Refuse, before the first cell, what the sweep would ignore or could not
 /// finish: options of a workload or fault kind not in the sweep, a seed
-/// range past 2^64, an --out directory that cannot be made.
+/// range past 2^64, an --out directory that cannot be made; and options of
+/// the sweep with --engine, or of the engine campaign without it.
 pub fn check(o: &CampaignOpts, given: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    let flag = |f: &str| format!("--{}", f.replace('_', "-"));
+    let make_out = || -> anyhow::Result<()> {
+        if let Some(dir) = &o.out {
+            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--out {}: {e}", dir.display()))?;
+        }
+        Ok(())
+    };
+    if o.engine {
+        if let Some(f) = SWEEP_ONLY.iter().find(|f| given(f)) {
+            anyhow::bail!(
+                "{} is for the message-fault sweep; --engine strikes engines (see --classes and --seed)",
+                flag(f)
+            );
+        }
+        return make_out();
+    }
+    if let Some(f) = ENGINE_ONLY.iter().find(|f| given(f)) {
+        anyhow::bail!("{} is for the engine campaign: add --engine or leave it out", flag(f));
+    }
     let kinds = kinds(o)?;
     anyhow::ensure!(
         o.first_seed.checked_add(o.seeds).is_some(),
@@ -132,10 +197,7 @@ pub fn check(o: &CampaignOpts, given: impl Fn(&str) -> bool) -> anyhow::Result<(
         !given("delay") || kinds.contains(&FaultKind::Delay),
         "--delay is the delay fault's mean, and --kinds leaves delay out"
     );
-    if let Some(dir) = &o.out {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--out {}: {e}", dir.display()))?;
-    }
-    Ok(())
+    make_out()
 }
 
 /// One run of one workload under one fault kind, rate and seed.
@@ -565,6 +627,34 @@ mod tests {
             let plan = FaultPlan::parse_rules(1, &[&r]).unwrap_or_else(|e| panic!("{r}: {e}"));
             assert_eq!(plan.rules[0].kind(), kind);
         }
+    }
+
+    /// `check` as `tether campaign ARGS` would run it.
+    fn checked(args: &[&str]) -> anyhow::Result<()> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: CampaignOpts,
+        }
+        let cli = Cli::try_parse_from(std::iter::once("campaign").chain(args.iter().copied()))?;
+        let flags: Vec<String> =
+            args.iter().filter_map(|a| a.strip_prefix("--")).map(|a| a.replace('-', "_")).collect();
+        check(&cli.o, |id| flags.iter().any(|f| f == id))
+    }
+
+    #[test]
+    fn engine_and_sweep_options_do_not_mix() {
+        assert!(checked(&["--engine", "--classes", "kill", "--strikes", "3", "--seed", "7"]).is_ok());
+        assert!(checked(&["--rates", "0.1", "--seeds", "2"]).is_ok());
+        let err = checked(&["--engine", "--rates", "0.1"]).unwrap_err().to_string();
+        assert!(err.contains("--rates is for the message-fault sweep"), "{err}");
+        let err = checked(&["--engine", "--first-seed", "3"]).unwrap_err().to_string();
+        assert!(err.contains("--first-seed"), "{err}");
+        let err = checked(&["--strikes", "5"]).unwrap_err().to_string();
+        assert!(err.contains("--strikes is for the engine campaign"), "{err}");
+        let err = checked(&["--seed", "5"]).unwrap_err().to_string();
+        assert!(err.contains("add --engine"), "{err}");
     }
 
     #[test]

@@ -20,8 +20,6 @@
 //! Every message is checked: lost, duplicated and corrupted are counted.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -29,13 +27,13 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tether::{Event, MessageId, MessageState};
 use tether_engine::Client;
 
 use crate::args;
 use crate::engine_proc::{EngineProcess, Line};
 use crate::net::{loopback, NetOpts};
 use crate::summary::Summary;
+use crate::verified_stream::{self, Spec};
 use crate::{pattern, pingpong, stream};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
@@ -314,148 +312,27 @@ fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64
     Ok((rtt / 2.0, per_s / 1e6))
 }
 
-/// Nanoseconds since `origin`, plus one (0 means "not yet").
-fn stamp(origin: Instant) -> u64 {
-    origin.elapsed().as_nanos() as u64 + 1
-}
-
-/// Where the verified stream stands, shared by its two threads and the
-/// thread that strikes the engines.
-struct Progress {
-    origin: Instant,
-    stop: AtomicBool,
-    /// Per message index: when it was submitted, when it was delivered.
-    submitted: Vec<AtomicU64>,
-    delivered: Vec<AtomicU64>,
-    sent: AtomicU64,
-}
-
-impl Progress {
-    /// The first message submitted after `t`, once there is one.
-    fn first_after(&self, t: u64, until: Instant) -> Option<usize> {
-        let mut i = 0;
-        while Instant::now() < until {
-            let sent = self.sent.load(Ordering::Acquire) as usize;
-            while i < sent {
-                if self.submitted[i].load(Ordering::Acquire) > t {
-                    return Some(i);
-                }
-                i += 1;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        None
-    }
-
-    /// When message `i` was delivered, waiting for it until `until`.
-    fn delivered_at(&self, i: usize, until: Instant) -> Option<u64> {
-        while Instant::now() < until {
-            match self.delivered[i].load(Ordering::Acquire) {
-                0 => std::thread::sleep(Duration::from_micros(50)),
-                t => return Some(t),
-            }
-        }
-        None
-    }
-}
-
-/// The receiver's tally of the verified stream.
-#[derive(Default)]
-struct Tally {
-    delivered: u64,
-    duplicated: u64,
-    lost: u64,
-    corrupted: u64,
-}
-
 /// The verified stream under engine kills and hangs.
 fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Result<RecoveryReport> {
     let (e1, e2, a, b) = (&pair.e1, &pair.e2, &pair.a, &pair.b);
-    let pace = Duration::from_micros(o.pace_us);
-    // Room for the whole run at a generous 250 ms per fault.
-    let room = ((o.kills + o.hangs) as u128 * 250_000 / o.pace_us as u128 + 100_000) as usize;
-    let p = Arc::new(Progress {
-        origin: Instant::now(),
-        stop: AtomicBool::new(false),
-        submitted: (0..room).map(|_| AtomicU64::new(0)).collect(),
-        delivered: (0..room).map(|_| AtomicU64::new(0)).collect(),
-        sent: AtomicU64::new(0),
-    });
-    std::thread::scope(|s| {
-        let sender = {
-            let p = p.clone();
-            s.spawn(move || -> anyhow::Result<Vec<MessageId>> {
-                let mut buf = vec![0u8; RECOVERY_SIZE];
-                let mut ids = Vec::new();
-                let start = Instant::now();
-                for i in 0..room {
-                    if p.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    pattern::fill(&mut buf, A, i as u64);
-                    p.submitted[i].store(stamp(p.origin), Ordering::Release);
-                    ids.push(a.send(B, &buf, WAIT)?);
-                    p.sent.store(i as u64 + 1, Ordering::Release);
-                    let next = start + pace * (i as u32 + 1);
-                    if let Some(d) = next.checked_duration_since(Instant::now()) {
-                        std::thread::sleep(d);
-                    }
-                }
-                a.flush(WAIT)?;
-                Ok(ids)
-            })
-        };
-        let receiver = {
-            let p = p.clone();
-            s.spawn(move || -> anyhow::Result<Tally> {
-                let mut t = Tally::default();
-                let mut next = 0u64;
-                // Quiet looks after the stream stopped: what has not come in
-                // 10 s of quiet is not coming.
-                let mut quiet = 0;
-                loop {
-                    let d = match b.recv(Some(Duration::from_millis(50))) {
-                        Ok(d) => d,
-                        Err(tether_engine::EngineError::Timeout) => {
-                            let sent = p.sent.load(Ordering::Acquire);
-                            if p.stop.load(Ordering::Relaxed) {
-                                quiet += 1;
-                                if next >= sent || quiet > 200 {
-                                    return Ok(t);
-                                }
-                            }
-                            continue;
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    let now = stamp(p.origin);
-                    let index = pattern::index_of(&d.message, A).unwrap_or(u64::MAX);
-                    if d.message.len() != RECOVERY_SIZE || !pattern::verify(&d.message, A, index) {
-                        t.corrupted += 1;
-                        continue;
-                    }
-                    if index < next {
-                        t.duplicated += 1;
-                        continue;
-                    }
-                    t.lost += index - next;
-                    t.delivered += 1;
-                    if let Some(slot) = p.delivered.get(index as usize) {
-                        slot.store(now, Ordering::Release);
-                    }
-                    next = index + 1;
-                }
-            })
-        };
-
-        // The faults, in a drawn order, each on a drawn side.
-        let mut rng = Pcg64Mcg::seed_from_u64(o.seed);
-        let mut faults: Vec<bool> = (0..o.kills).map(|_| true).chain((0..o.hangs).map(|_| false)).collect();
-        for i in (1..faults.len()).rev() {
-            faults.swap(i, rng.gen_range(0..=i));
-        }
-        let (mut kill_ms, mut hang_ms, mut detect_ms, mut still_ms) = (vec![], vec![], vec![], vec![]);
-        let mut spurious = 0;
+    let spec = Spec {
+        from: A,
+        to: B,
+        size: RECOVERY_SIZE,
+        pace: Duration::from_micros(o.pace_us),
+        // Room for the whole run at a generous 250 ms per fault.
+        room: ((o.kills + o.hangs) as u128 * 250_000 / o.pace_us as u128 + 100_000) as usize,
+        patience: Duration::from_secs(10),
+    };
+    // The faults, in a drawn order, each on a drawn side.
+    let mut rng = Pcg64Mcg::seed_from_u64(o.seed);
+    let mut faults: Vec<bool> = (0..o.kills).map(|_| true).chain((0..o.hangs).map(|_| false)).collect();
+    for i in (1..faults.len()).rev() {
+        faults.swap(i, rng.gen_range(0..=i));
+    }
+    let (mut kill_ms, mut hang_ms, mut detect_ms, mut still_ms) = (vec![], vec![], vec![], vec![]);
+    let mut spurious = 0;
+    let ((outcome, seconds), ended) = verified_stream::run(&spec, a, b, |p| {
         let started = Instant::now();
         let outcome = (|| -> anyhow::Result<()> {
             for (n, &kill) in faults.iter().enumerate() {
@@ -466,7 +343,7 @@ fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Res
                 // it four times the patience (docs/ENGINE.md): the steady state.
                 std::thread::sleep(Duration::from_micros(rng.gen_range(60_000..120_000)));
                 let victim = if rng.gen_bool(0.5) { e1 } else { e2 };
-                let t = stamp(p.origin);
+                let t = p.now();
                 let pid = victim.signal_engine(if kill { libc::SIGKILL } else { libc::SIGSTOP })?;
                 let lines = victim.await_replacement(pid, Duration::from_secs(10))?;
                 // Replacements of other engines on the way were not ours.
@@ -482,7 +359,7 @@ fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Res
                     let Some((at, still)) = hung else {
                         anyhow::bail!("engine {pid} was stopped but not reported hung (saw {lines:?})");
                     };
-                    detect_ms.push(((at - p.origin).as_nanos() as f64 - t as f64) / 1e6);
+                    detect_ms.push((p.stamp_of(at) as f64 - t as f64) / 1e6);
                     still_ms.push(still);
                 }
                 let until = Instant::now() + Duration::from_secs(10);
@@ -504,49 +381,36 @@ fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Res
             }
             Ok(())
         })();
-        p.stop.store(true, Ordering::Relaxed);
-        let seconds = started.elapsed().as_secs_f64();
         say("verified stream: draining");
-        let sent = sender.join().map_err(|_| anyhow::anyhow!("sender thread panicked"))?;
-        let received = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
-        outcome?;
-        let ids = sent?;
-        let tally = received?;
-        // Replacements reported after the last fault's were not ours either.
-        for e in [e1, e2] {
-            while let Some((_, l)) = e.next_line(Duration::from_millis(10)) {
-                spurious += matches!(Line::parse(&l), Line::Replaced { .. }) as usize;
-            }
+        (outcome, started.elapsed().as_secs_f64())
+    });
+    outcome?;
+    let ended = ended?;
+    ended.flushed.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Replacements reported after the last fault's were not ours either.
+    for e in [e1, e2] {
+        while let Some((_, l)) = e.next_line(Duration::from_millis(10)) {
+            spurious += matches!(Line::parse(&l), Line::Replaced { .. }) as usize;
         }
-        let not_reported =
-            ids.iter().filter(|&&id| a.message_state(id) != MessageState::Delivered).count() as u64;
-        let recovered = |c: &Client| -> anyhow::Result<u64> {
-            let mut n = 0;
-            while let Some(e) = c.poll_event()? {
-                n += matches!(e, Event::EngineRecovered { .. }) as u64;
-            }
-            Ok(n)
-        };
-        let messages = ids.len() as u64;
-        Ok(RecoveryReport {
-            kills: o.kills,
-            hangs: o.hangs,
-            kill_recovery_ms: Summary::of(&kill_ms),
-            hang_recovery_ms: Summary::of(&hang_ms),
-            hang_detection_ms: Summary::of(&detect_ms),
-            hang_still_ms: Summary::of(&still_ms),
-            spurious_replacements: spurious,
-            cost_replacements: 0,
-            messages,
-            delivered: tally.delivered,
-            // Gaps seen, and whatever never came at all.
-            lost: tally.lost + messages.saturating_sub(tally.delivered + tally.lost),
-            duplicated: tally.duplicated,
-            corrupted: tally.corrupted,
-            not_reported_delivered: not_reported,
-            recovered_events_sender: recovered(a)?,
-            recovered_events_receiver: recovered(b)?,
-            seconds,
-        })
+    }
+    let t = ended.totals(a);
+    Ok(RecoveryReport {
+        kills: o.kills,
+        hangs: o.hangs,
+        kill_recovery_ms: Summary::of(&kill_ms),
+        hang_recovery_ms: Summary::of(&hang_ms),
+        hang_detection_ms: Summary::of(&detect_ms),
+        hang_still_ms: Summary::of(&still_ms),
+        spurious_replacements: spurious,
+        cost_replacements: 0,
+        messages: t.messages,
+        delivered: t.delivered,
+        lost: t.lost,
+        duplicated: t.duplicated,
+        corrupted: t.corrupted,
+        not_reported_delivered: t.not_reported_delivered,
+        recovered_events_sender: verified_stream::drain_events(a)?.recovered,
+        recovered_events_receiver: verified_stream::drain_events(b)?.recovered,
+        seconds,
     })
 }

@@ -44,6 +44,12 @@ pub enum Line {
 }
 
 impl Line {
+    /// The engine a timeline line is about ("... ms engine PID ..."): for
+    /// `died:` and `hung:`, the engine that failed.
+    pub fn engine(line: &str) -> Option<u32> {
+        line.split_whitespace().nth(3)?.parse().ok()
+    }
+
     pub fn parse(line: &str) -> Line {
         let words: Vec<&str> = line.split_whitespace().collect();
         // "   507.993 ms engine 18964 replaced 18958, 0.184 ms after ..."
@@ -69,8 +75,27 @@ impl EngineProcess {
     /// Start a supervised `tether engine` serving `dir` on `binds` (one
     /// rail each), with `extra` arguments, and wait for it to serve.
     pub fn start(dir: &Path, binds: &[SocketAddr], extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_in(None, dir, binds, extra)
+    }
+
+    /// `start`, in the network namespace `ns` if one is given (through
+    /// `ip netns exec`, which execs the command itself, so the child is
+    /// still the supervisor and SIGTERM still reaches it).
+    pub fn start_in(
+        ns: Option<&str>,
+        dir: &Path,
+        binds: &[SocketAddr],
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.arg("engine").arg("--dir").arg(dir).args(extra);
         for b in binds {
             cmd.args(["--bind", &b.to_string()]);
@@ -203,5 +228,7 @@ mod tests {
             Line::Replaced { old: 18964, new: 18969 }
         );
         assert_eq!(Line::parse("   1.000 ms engine 18969 started"), Line::Other);
+        assert_eq!(Line::engine("   507.783 ms engine 18958 died: killed by signal 9"), Some(18958));
+        assert_eq!(Line::engine("not a timeline line"), None);
     }
 }

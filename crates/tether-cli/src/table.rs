@@ -754,3 +754,113 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
         v.cost_replacements
     );
 }
+
+/// `tether campaign --engine`: Zhou et al. [FTGM] Table 1's outcomes per
+/// fault class, with the recovery times of the detected strikes.
+pub fn engine_campaign(r: &crate::engine_campaign::EngineCampaignReport) {
+    println!(
+        "tether campaign --engine: two hosts (network namespaces, {} veth rail{}), a supervised `tether engine` \
+         on each (hang threshold {} us, receive drop {}%), a verified stream of {} B messages every {} us; \
+         {} strikes per class, one at a time in a drawn order (seed {}), each on the sender's or the \
+         receiver's engine; {:.1} s",
+        r.rails,
+        if r.rails == 1 { "" } else { "s" },
+        r.hang_after_us,
+        r.drop * 100.0,
+        r.size,
+        r.pace_us,
+        r.strikes_per_class,
+        r.seed,
+        r.seconds
+    );
+    let mut t = table(&[
+        "class",
+        "injected",
+        "no effect",
+        "no state",
+        "crash",
+        "watchdog",
+        "self-test",
+        "undetected, effect",
+        "coverage",
+        "detect ms",
+        "recovery ms median",
+        "p99",
+        "max",
+    ]);
+    let ms = |s: &Option<Summary>, f: fn(&Summary) -> f64| {
+        s.as_ref().map_or("-".into(), |s| format!("{:.3}", f(s)))
+    };
+    for c in r.classes.iter().chain(std::iter::once(&r.all)) {
+        t.add_row(vec![
+            c.class.to_string(),
+            c.injected.to_string(),
+            c.no_effect.to_string(),
+            c.no_state.to_string(),
+            c.crash.to_string(),
+            c.watchdog.to_string(),
+            c.self_test.to_string(),
+            c.undetected.to_string(),
+            c.coverage_pct.map_or("-".into(), |p| format!("{p:.1}%")),
+            ms(&c.detect_ms, |s| s.median),
+            ms(&c.recovery_ms, |s| s.median),
+            ms(&c.recovery_ms, |s| s.p99),
+            ms(&c.recovery_ms, |s| s.max),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!(
+        "detected: by crash (the supervisor saw the engine die), watchdog (hung), self-test (failed a probe, or the audit of its own state); \
+         coverage = detected / (detected + undetected with effect); detect ms median, recovery from the \
+         strike to the first message submitted after it delivered, over the detected strikes"
+    );
+    if r.all.not_struck > 0 {
+        let n = r.all.not_struck;
+        let s = if n == 1 { "" } else { "s" };
+        println!("{n} strike{s} did not reach an engine (see the hook column of the CSV or JSON)");
+    }
+    for s in r.strikes.iter().filter(|s| s.verdict == crate::engine_campaign::Verdict::Undetected).take(10) {
+        println!(
+            "undetected with effect: strike {} ({} on the {}'s engine {}, {}): {}",
+            s.n,
+            s.class.name(),
+            s.side,
+            s.engine,
+            if s.hook.is_empty() { "-" } else { &s.hook },
+            s.effect
+        );
+    }
+    println!(
+        "messages {}, delivered {}, lost {}, duplicated {}, corrupted {}, not reported delivered {}, reported \
+         failed {}; applications told EngineRecovered: sender {}, receiver {}; replacements no strike provoked \
+         {}; episodes {} ({} ended by a stall)",
+        r.messages,
+        r.delivered,
+        r.lost,
+        r.duplicated,
+        r.corrupted,
+        r.not_reported_delivered,
+        r.reported_failed,
+        r.recovered_events_sender,
+        r.recovered_events_receiver,
+        r.unprovoked_replacements,
+        r.episodes,
+        r.broken_episodes
+    );
+    for i in r.unprovoked.iter().take(5) {
+        let what = if i.what.is_empty() { "(no failure reported before it)" } else { &i.what };
+        println!("  not provoked: at {:.1} ms, the {}'s engine: {what}", i.at_ms, i.side);
+    }
+    if r.unprovoked.len() > 5 {
+        println!("  ... and {} more (see --json)", r.unprovoked.len() - 5);
+    }
+    let detected = r.all.crash + r.all.watchdog + r.all.self_test;
+    if detected > 0 && r.coincidences_expected >= 0.05 {
+        println!(
+            "at the rate of those while no strike was watched, about {:.1} of the {detected} detections are \
+             likely coincidences (an engine failing on its own during a strike's observation)",
+            r.coincidences_expected
+        );
+    }
+}
