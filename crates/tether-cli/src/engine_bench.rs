@@ -33,7 +33,7 @@ use crate::args;
 use crate::engine_proc::{EngineProcess, Line};
 use crate::net::{loopback, NetOpts};
 use crate::summary::Summary;
-use crate::verified_stream::{self, Spec};
+use crate::verified_stream::{self, Spec, Totals};
 use crate::{pattern, pingpong, stream};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
@@ -122,13 +122,9 @@ pub struct RecoveryReport {
     pub spurious_replacements: usize,
     /// Engines replaced during the cost measurements, before any fault.
     pub cost_replacements: usize,
-    pub messages: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    pub duplicated: u64,
-    pub corrupted: u64,
-    /// Messages the sender's application was not told were delivered.
-    pub not_reported_delivered: u64,
+    /// The verified stream's outcome (flattened: the same JSON fields).
+    #[serde(flatten)]
+    pub totals: Totals,
     /// `EngineRecovered` events each application was given.
     pub recovered_events_sender: u64,
     pub recovered_events_receiver: u64,
@@ -403,12 +399,7 @@ fn recover(o: &EngineBenchOpts, pair: &Pair2, say: &dyn Fn(&str)) -> anyhow::Res
         hang_still_ms: Summary::of(&still_ms),
         spurious_replacements: spurious,
         cost_replacements: 0,
-        messages: t.messages,
-        delivered: t.delivered,
-        lost: t.lost,
-        duplicated: t.duplicated,
-        corrupted: t.corrupted,
-        not_reported_delivered: t.not_reported_delivered,
+        totals: t,
         recovered_events_sender: verified_stream::drain_events(a)?.recovered,
         recovered_events_receiver: verified_stream::drain_events(b)?.recovered,
         seconds,

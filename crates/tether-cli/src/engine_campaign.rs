@@ -49,7 +49,7 @@ use crate::fault_hook::{Hook, Reply};
 use crate::netns::{Netns, NetnsError};
 use crate::plot::{self, Chart, Series};
 use crate::summary::Summary;
-use crate::verified_stream::{self, Progress, Spec};
+use crate::verified_stream::{self, Progress, Spec, Totals};
 
 /// The sending and the receiving application.
 const A: NodeId = 1;
@@ -346,13 +346,9 @@ pub struct EngineCampaignReport {
     pub strikes_per_class: usize,
     pub classes: Vec<ClassRow>,
     pub all: ClassRow,
-    pub messages: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    pub duplicated: u64,
-    pub corrupted: u64,
-    /// Messages the sender's application was not told were delivered.
-    pub not_reported_delivered: u64,
+    /// The verified stream's outcome (flattened: the same JSON fields).
+    #[serde(flatten)]
+    pub totals: Totals,
     /// Messages the applications were told failed.
     pub reported_failed: u64,
     /// `EngineRecovered` events the applications were given.
@@ -376,7 +372,7 @@ pub struct EngineCampaignReport {
 impl EngineCampaignReport {
     /// The application saw every message once, exact, and was told so.
     pub fn ok(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.corrupted == 0 && self.not_reported_delivered == 0
+        self.totals.ok()
     }
 }
 
@@ -824,12 +820,7 @@ impl Campaign<'_> {
             strikes_per_class: self.o.strikes,
             classes: rows,
             all,
-            messages: t.messages,
-            delivered: t.delivered,
-            lost: t.lost,
-            duplicated: t.duplicated,
-            corrupted: t.corrupted,
-            not_reported_delivered: t.not_reported_delivered,
+            totals: t,
             reported_failed: self.failed,
             recovered_events_sender: self.recovered[0],
             recovered_events_receiver: self.recovered[1],

@@ -551,14 +551,7 @@ fn run_engine_campaign(o: &campaign::CampaignOpts) -> anyhow::Result<()> {
             eprintln!("wrote {}", path.display());
         }
     }
-    anyhow::ensure!(
-        report.ok(),
-        "the application saw {} lost, {} duplicated, {} corrupted, {} not reported delivered",
-        report.lost,
-        report.duplicated,
-        report.corrupted,
-        report.not_reported_delivered
-    );
+    anyhow::ensure!(report.ok(), "the application saw {}", report.totals);
     Ok(())
 }
 

@@ -739,15 +739,9 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
     right(&mut t);
     println!("{t}");
     println!(
-        "messages {}, delivered {}, lost {}, duplicated {}, corrupted {}, not reported delivered {}; \
-         applications told EngineRecovered: sender {}, receiver {}; replacements no fault caused {} \
+        "{}; applications told EngineRecovered: sender {}, receiver {}; replacements no fault caused {} \
          (and {} during the cost runs)",
-        v.messages,
-        v.delivered,
-        v.lost,
-        v.duplicated,
-        v.corrupted,
-        v.not_reported_delivered,
+        v.totals,
         v.recovered_events_sender,
         v.recovered_events_receiver,
         v.spurious_replacements,
@@ -832,15 +826,9 @@ pub fn engine_campaign(r: &crate::engine_campaign::EngineCampaignReport) {
         );
     }
     println!(
-        "messages {}, delivered {}, lost {}, duplicated {}, corrupted {}, not reported delivered {}, reported \
-         failed {}; applications told EngineRecovered: sender {}, receiver {}; replacements no strike provoked \
-         {}; episodes {} ({} ended by a stall)",
-        r.messages,
-        r.delivered,
-        r.lost,
-        r.duplicated,
-        r.corrupted,
-        r.not_reported_delivered,
+        "{}, reported failed {}; applications told EngineRecovered: sender {}, receiver {}; replacements no \
+         strike provoked {}; episodes {} ({} ended by a stall)",
+        r.totals,
         r.reported_failed,
         r.recovered_events_sender,
         r.recovered_events_receiver,

@@ -166,7 +166,7 @@ pub struct Ended {
 }
 
 /// The application's view of a finished stream.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Totals {
     pub messages: u64,
     pub delivered: u64,
@@ -175,6 +175,28 @@ pub struct Totals {
     pub corrupted: u64,
     /// Messages the sender's application was not told were delivered.
     pub not_reported_delivered: u64,
+}
+
+impl Totals {
+    /// Every message seen once, exact, and the sender told so.
+    pub fn ok(&self) -> bool {
+        self.lost == 0 && self.duplicated == 0 && self.corrupted == 0 && self.not_reported_delivered == 0
+    }
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "messages {}, delivered {}, lost {}, duplicated {}, corrupted {}, not reported delivered {}",
+            self.messages,
+            self.delivered,
+            self.lost,
+            self.duplicated,
+            self.corrupted,
+            self.not_reported_delivered
+        )
+    }
 }
 
 impl std::ops::AddAssign for Totals {

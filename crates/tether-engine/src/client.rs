@@ -30,9 +30,6 @@ use crate::attach::{self, Doorbell};
 use crate::records::{counter_values, Completion, Rails, Submission, Taken};
 use crate::EngineError;
 
-/// Fault counters an engine reports after the protocol's (`FaultCounters::values`).
-const FAULT_COUNTERS: usize = 12;
-
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
 const FAILURE_HISTORY: usize = 64;
@@ -562,13 +559,10 @@ impl Attachment {
                 // From this build's engine, the same lists; another's is ignored.
                 let stats = Stats::default().fields().len();
                 let n = values.len() / 8;
-                if n == stats + FAULT_COUNTERS {
+                // The core's, then the fault injectors' (`FaultCounters::values`).
+                if n == stats + FaultCounters::COUNT {
                     self.engine_stats = Stats::from_values(counter_values(values));
-                    let mut f = [0u64; FAULT_COUNTERS];
-                    for (slot, v) in f.iter_mut().zip(counter_values(values).skip(stats)) {
-                        *slot = v;
-                    }
-                    self.engine_faults = FaultCounters::from_values(f);
+                    self.engine_faults = FaultCounters::from_values(counter_values(values).skip(stats));
                 }
             }
             Completion::Failed { failed, reason } => {

@@ -514,15 +514,19 @@ impl Engine {
         busy
     }
 
-    /// The audit of the engine's own state (`crate::audit`): a payload
-    /// found corrupted by the core since the last turn at once; the
+    /// The audit of the engine's own state (`crate::audit`): corruption
+    /// the core found on use (`integrity_faults`) at once; the
     /// streams' bookkeeping and the address book when due; every buffered
     /// payload at the self-test's interval.
     fn audit(&mut self, now: Instant) -> Result<(), String> {
         let Some(clock) = &mut self.audit else { return Ok(()) };
         for c in &self.clients {
-            if c.core.stats().integrity_faults > 0 {
-                return Err(format!("node {}: a buffered payload changed since it was buffered", c.node));
+            let found = c.core.stats().integrity_faults;
+            if found > 0 {
+                return Err(format!(
+                    "node {}: its core found its own state corrupted ({found} times)",
+                    c.node
+                ));
             }
         }
         let deep = match clock.due(now) {

@@ -82,9 +82,12 @@ impl FaultCounters {
         FaultKind::ALL.iter().map(|&k| self.of(k)).sum()
     }
 
+    /// How many counters `values` gives.
+    pub const COUNT: usize = 12;
+
     /// The counters in declaration order (`from_values` reads them back):
     /// how an engine process reports them to its applications.
-    pub fn values(&self) -> [u64; 12] {
+    pub fn values(&self) -> [u64; Self::COUNT] {
         let FaultCounters {
             calls_seen,
             sends_seen,
@@ -115,8 +118,13 @@ impl FaultCounters {
         ]
     }
 
-    /// The counters `values` gave, back.
-    pub fn from_values(v: [u64; 12]) -> Self {
+    /// The counters `values` gave, back; a shorter list leaves the rest
+    /// at zero, extra values are ignored.
+    pub fn from_values(values: impl IntoIterator<Item = u64>) -> Self {
+        let mut v = [0u64; Self::COUNT];
+        for (slot, value) in v.iter_mut().zip(values) {
+            *slot = value;
+        }
         let [calls_seen, sends_seen, receives_seen, dropped, delayed, modified, reordered, duplicated, injected, invocation, operation, overflow] =
             v;
         FaultCounters {

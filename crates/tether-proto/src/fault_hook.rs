@@ -64,6 +64,19 @@ impl Draw {
     }
 }
 
+/// Flip one drawn bit of `data` in place (a copy put where it was, since
+/// the bytes may be shared); the bit's number, or `None` if it is empty.
+pub(crate) fn flip_bit(data: &mut bytes::Bytes, draw: &mut Draw) -> Option<usize> {
+    if data.is_empty() {
+        return None;
+    }
+    let mut bytes = data.to_vec();
+    let bit = draw.below(bytes.len() as u64 * 8) as usize;
+    bytes[bit / 8] ^= 1 << (bit % 8);
+    *data = bytes.into();
+    Some(bit)
+}
+
 impl Endpoint {
     /// Flip one bit of `target` in a peer drawn among those that have such
     /// state: what was struck, or why nothing was (none has any).

@@ -627,15 +627,17 @@ impl Peer {
             self.hs.on_confirm_sent();
         }
         let mut acked = false;
-        if self.recv.ack_pending() && !self.recv.marks_intact() {
-            // An ACK by a corrupted mark could acknowledge what was never
-            // delivered: none is sent (an engine stops on the counter).
-            stats.integrity_faults += 1;
-        } else if self.recv.ack_pending() {
-            let ack = self.recv.take_ack();
-            // Config validation guarantees room for a full ACK in any datagram.
-            acked = w.push_ack(&ack).is_ok();
-            stats.acks_sent += acked as u64;
+        if self.recv.ack_pending() {
+            if self.recv.marks_intact() {
+                let ack = self.recv.take_ack();
+                // Config validation guarantees room for a full ACK in any datagram.
+                acked = w.push_ack(&ack).is_ok();
+                stats.acks_sent += acked as u64;
+            } else {
+                // An ACK by a corrupted mark could acknowledge what was never
+                // delivered: none is sent (an engine stops on the counter).
+                stats.integrity_faults += 1;
+            }
         }
         let retransmits_before = stats.retransmits;
         let frames = self.send.fill(&mut w, now, rail, config, stats);

@@ -576,14 +576,10 @@ impl RecvStream {
         let Some((&seq, s)) = self.out_of_order.iter_mut().nth(n) else {
             return "nothing held out of order: nothing flipped".into();
         };
-        if s.data.is_empty() {
-            return format!("held segment {seq} is empty: nothing flipped");
+        match crate::fault_hook::flip_bit(&mut s.data, draw) {
+            Some(bit) => format!("bit {bit} of the payload of held segment {seq}"),
+            None => format!("held segment {seq} is empty: nothing flipped"),
         }
-        let mut bytes = s.data.to_vec();
-        let bit = draw.below(bytes.len() as u64 * 8) as usize;
-        bytes[bit / 8] ^= 1 << (bit % 8);
-        s.data = Bytes::from(bytes);
-        format!("bit {bit} of the payload of held segment {seq}")
     }
 
     /// The fault hook: one bit of the consumed or the taken mark.

@@ -319,7 +319,7 @@ impl SendStream {
     /// Something to put on the wire now: a lost segment, or new data the
     /// window admits and the coalescing rule lets go.
     pub fn has_work(&self, now: Instant, config: &Config) -> bool {
-        !self.halted && self.lost_count > 0 || self.new_data_due(config).is_some_and(|due| due <= now)
+        (!self.halted && self.lost_count > 0) || self.new_data_due(config).is_some_and(|due| due <= now)
     }
 
     /// When unsent data may go: at once if nothing is in flight (no one to
@@ -494,9 +494,9 @@ impl SendStream {
         let expected_seq = self.log.acked_upto + i as u64;
         if !self.segments[i].intact() || self.segments[i].log.seq != expected_seq {
             // Corrupted in this engine's memory (the bytes or the sequence
-            // number): never sent. The engine
-            // sees the counter, stops, and its successor takes the message
-            // again from the application's copy.
+            // number): never sent. The engine sees the counter, stops, and
+            // its successor takes the message again from the application's
+            // copy.
             stats.integrity_faults += 1;
             self.halted = true;
             return false;
@@ -826,14 +826,10 @@ impl SendStream {
     pub fn flip_payload(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
         let i = draw.below(self.segments.len() as u64) as usize;
         let log = &mut self.segments[i].log;
-        if log.data.is_empty() {
-            return format!("sent segment {} is empty: nothing flipped", log.seq);
+        match crate::fault_hook::flip_bit(&mut log.data, draw) {
+            Some(bit) => format!("bit {bit} of the payload of send segment {}", log.seq),
+            None => format!("send segment {} is empty: nothing flipped", log.seq),
         }
-        let mut bytes = log.data.to_vec();
-        let bit = draw.below(bytes.len() as u64 * 8) as usize;
-        bytes[bit / 8] ^= 1 << (bit % 8);
-        log.data = Bytes::from(bytes);
-        format!("bit {bit} of the payload of send segment {}", log.seq)
     }
 
     /// The fault hook: one bit of a segment's sequence number, or of the
