@@ -9,10 +9,13 @@
 //!
 //! Two depths, on two intervals: the bookkeeping of every stream (a pass
 //! over the segments) often, and the payloads' digests (a pass over every
-//! buffered byte) at the self-test's interval. Between audits a payload
-//! is still checked before each transmission and a held segment before
-//! it is delivered (the core counts `integrity_faults`), so a corrupted
-//! byte is never sent or delivered with a fresh, valid checksum.
+//! buffered byte) at the self-test's interval, in slices of `SLICE` bytes
+//! a turn: up to 64 MiB may wait per peer, and one pass over it at once
+//! would hold the loop for milliseconds, past the watchdog's threshold.
+//! Between audits a payload is still checked before each transmission and
+//! a held segment before it is delivered (the core counts
+//! `integrity_faults`), so a corrupted byte is never sent or delivered
+//! with a fresh, valid checksum.
 //!
 //! Audits run at the end of a turn, after the turn's work, and never wake
 //! an idle engine: a strike is caught within `QUICK_EVERY` of the engine
@@ -24,6 +27,10 @@ use tether_proto::Instant;
 
 /// How often the streams' bookkeeping is checked.
 pub const QUICK_EVERY: Duration = Duration::from_millis(10);
+
+/// Payload bytes checked per turn while a pass is under way (tens of
+/// microseconds of CRC32C).
+pub const SLICE: usize = 256 << 10;
 
 /// When the next audits are due.
 #[derive(Debug)]
@@ -39,7 +46,7 @@ pub enum Due {
     Nothing,
     /// The bookkeeping only.
     Quick,
-    /// The bookkeeping and every buffered payload.
+    /// The bookkeeping, and a pass over every buffered payload begins.
     Deep,
 }
 

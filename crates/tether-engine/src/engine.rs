@@ -30,14 +30,14 @@ use tether_io::{
     AddressBook, FaultHandle, FaultyTransport, RecvBatch, Transport, TransportError, UdpTransport,
 };
 use tether_proto::{
-    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, RailId, ResumedStream, SendError,
-    StreamMarks, MAX_RAILS,
+    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, PayloadCursor, RailId, ResumedStream,
+    SendError, StreamMarks, MAX_RAILS,
 };
 use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Doorbell};
-use crate::audit::{AuditClock, Due};
+use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
 use crate::records::{Completion, Submission, Taken};
 use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
@@ -212,6 +212,9 @@ pub struct Engine {
     selftest_failed: Option<String>,
     /// When the audit of the engine's state is next due (with the self-test).
     audit: Option<AuditClock>,
+    /// A pass over the buffered payloads under way: the application whose
+    /// core is being checked, and where in it.
+    payload_pass: Option<(NodeId, Option<PayloadCursor>)>,
     #[cfg(feature = "fault-hook")]
     hook: Option<crate::hook::Hook>,
 }
@@ -390,6 +393,7 @@ impl Engine {
             selftest,
             selftest_failed: None,
             audit,
+            payload_pass: None,
             #[cfg(feature = "fault-hook")]
             hook,
             options,
@@ -529,15 +533,36 @@ impl Engine {
                 ));
             }
         }
-        let deep = match clock.due(now) {
-            Due::Nothing => return Ok(()),
-            Due::Quick => false,
-            Due::Deep => true,
-        };
-        self.book.audit().map_err(|why| format!("address book: {why}"))?;
-        for c in self.clients.iter().filter(|c| c.resuming.is_none()) {
-            c.core.audit(deep).map_err(|fault| format!("node {}: {fault}", c.node))?;
+        let due = clock.due(now);
+        if due == Due::Deep && self.payload_pass.is_none() {
+            self.payload_pass = serving(&self.clients).next().map(|c| (c.node, None));
         }
+        self.audit_payloads()?;
+        if due == Due::Nothing {
+            return Ok(());
+        }
+        self.book.audit().map_err(|why| format!("address book: {why}"))?;
+        for c in serving(&self.clients) {
+            c.core.audit().map_err(|fault| format!("node {}: {fault}", c.node))?;
+        }
+        Ok(())
+    }
+
+    /// The next slice of a pass over the buffered payloads, if one is
+    /// under way: `audit::SLICE` bytes of one application's core, then the
+    /// next application's (one that left is skipped).
+    fn audit_payloads(&mut self) -> Result<(), String> {
+        let Some((node, at)) = self.payload_pass else { return Ok(()) };
+        let mut rest = serving(&self.clients).skip_while(|c| c.node != node);
+        let pass = match rest.next() {
+            None => None,
+            Some(c) => match c.core.audit_payloads(at, SLICE) {
+                Err(fault) => return Err(format!("node {}: {fault}", c.node)),
+                Ok(Some(at)) => Some((node, Some(at))),
+                Ok(None) => rest.next().map(|c| (c.node, None)),
+            },
+        };
+        self.payload_pass = pass;
         Ok(())
     }
 
@@ -828,6 +853,11 @@ impl Engine {
     }
 }
 
+/// The applications served now (not resuming), in attachment order.
+fn serving(clients: &[Attached]) -> impl Iterator<Item = &Attached> + '_ {
+    clients.iter().filter(|c| c.resuming.is_none())
+}
+
 /// Bytes a record adds to a payload at most (kind, ids, length).
 const RECORD_OVERHEAD: usize = 48;
 /// How far ahead of the highest sequence number sent the backup records
@@ -858,7 +888,14 @@ struct Resumed {
 /// mode (the commit point at the application), messages bounded by what
 /// one ring record holds.
 fn client_config(engine: &Config, largest: usize) -> Config {
-    Config { max_message_len: engine.max_message_len.min(largest), deliver_fragments: true, ..engine.clone() }
+    Config {
+        max_message_len: engine.max_message_len.min(largest),
+        deliver_fragments: true,
+        // The engine's memory is a failure domain of its own: every
+        // payload it buffers is checked before it is sent or delivered.
+        verify_payloads: true,
+        ..engine.clone()
+    }
 }
 
 /// The backup blocks a dead engine left: per peer, its slot and the marks

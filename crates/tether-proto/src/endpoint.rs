@@ -127,6 +127,17 @@ pub struct StateFault {
     pub what: &'static str,
 }
 
+/// Where a sliced pass of `Endpoint::audit_payloads` goes on: the peer,
+/// and the sequence number in its send stream (0: the peer's pass has not
+/// begun).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadCursor {
+    /// The peer whose payloads are checked next.
+    pub peer: NodeId,
+    /// The first sequence number of its send stream still to check.
+    pub seq: u64,
+}
+
 /// A peer proved itself at a new address on a rail (`Origin::Stranger`):
 /// from now on its datagrams on that rail come from, and go to, `addr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,14 +279,14 @@ impl Endpoint {
         ep.stats = snapshot.stats;
         ep.events.extend(snapshot.events);
         for p in snapshot.peers {
-            ep.restore_peer(p, now);
+            ep.restore_peer(p, now, &mut || {});
         }
         Ok(ep)
     }
 
-    fn restore_peer(&mut self, snapshot: PeerSnapshot, now: Instant) {
+    fn restore_peer(&mut self, snapshot: PeerSnapshot, now: Instant, progress: &mut dyn FnMut()) {
         let id = snapshot.node;
-        let peer = Peer::restore(&self.config, snapshot, now);
+        let peer = Peer::restore(&self.config, snapshot, now, progress);
         let next = peer.next_timeout();
         self.peers.insert(id, peer);
         Self::reschedule(&mut self.earliest, &self.peers, None, next);
@@ -313,7 +324,7 @@ impl Endpoint {
         let mut ep = Endpoint::new(config, node, incarnation)?;
         for s in streams {
             let snapshot = ep.resumed_peer(s, progress);
-            ep.restore_peer(snapshot, now);
+            ep.restore_peer(snapshot, now, progress);
             progress();
         }
         // The counters start afresh with the new engine; what it took over
@@ -978,16 +989,46 @@ impl Endpoint {
     }
 
     /// Check every stream's invariants without trusting any of them: the
-    /// first broken, and whose. `deep` also checks every buffered payload
-    /// against the digest taken when it was buffered (a pass over the
-    /// bytes). An engine runs this as part of its self-test: state its own
-    /// memory corrupted is found before it settles messages that never
-    /// arrived or stalls a stream (Zhou et al. [FTGM] section 4).
-    pub fn audit(&self, deep: bool) -> Result<(), StateFault> {
+    /// first broken, and whose (a pass over the segments). An engine runs
+    /// this as part of its self-test: state its own memory corrupted is
+    /// found before it settles messages that never arrived or stalls a
+    /// stream (Zhou et al. [FTGM] section 4).
+    pub fn audit(&self) -> Result<(), StateFault> {
         for (&peer, p) in &self.peers {
-            p.audit(&self.config, deep).map_err(|what| StateFault { peer, what })?;
+            p.audit(&self.config).map_err(|what| StateFault { peer, what })?;
         }
         Ok(())
+    }
+
+    /// Check buffered payloads against the digests taken when they were
+    /// buffered (`Config::verify_payloads`), a slice at a time, so that a
+    /// pass over every buffered byte (up to `send_buffer_bytes` per peer)
+    /// never holds up the caller's loop for long: from `at` (`None`: the
+    /// start), until about `budget` bytes were read. Where the next slice
+    /// starts, or `None` when the pass is complete.
+    pub fn audit_payloads(
+        &self,
+        at: Option<PayloadCursor>,
+        budget: usize,
+    ) -> Result<Option<PayloadCursor>, StateFault> {
+        let mut budget = budget;
+        let start = at.unwrap_or(PayloadCursor { peer: 0, seq: 0 });
+        for (&peer, p) in self.peers.range(start.peer..) {
+            let from = if peer == start.peer { start.seq } else { 0 };
+            let fault = |what| StateFault { peer, what };
+            if from == 0 {
+                // A peer's held segments are checked as its pass begins:
+                // at most a receive window's worth.
+                p.recv.audit_payloads(&mut budget).map_err(fault)?;
+            }
+            if let Some(seq) = p.send.audit_payloads(from, &mut budget).map_err(fault)? {
+                return Ok(Some(PayloadCursor { peer, seq }));
+            }
+            if budget == 0 {
+                return Ok(peer.checked_add(1).map(|peer| PayloadCursor { peer, seq: 0 }));
+            }
+        }
+        Ok(None)
     }
 
     /// Every peer's state, for the fault hook to strike.

@@ -50,7 +50,8 @@ pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;
 pub use endpoint::{
-    Endpoint, Origin, PathError, PeerMoved, SendError, StateFault, Transmit, MAX_MOVES, MAX_PEERS,
+    Endpoint, Origin, PathError, PayloadCursor, PeerMoved, SendError, StateFault, Transmit, MAX_MOVES,
+    MAX_PEERS,
 };
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use handshake::MAX_REPLIES;

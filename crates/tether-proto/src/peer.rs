@@ -102,14 +102,21 @@ impl Peer {
     /// where they were (everything in flight goes again, an ACK is owed at
     /// once), with a fresh RTT estimate, fresh timers and every path
     /// healthy until it proves otherwise.
-    pub fn restore(config: &Config, snapshot: PeerSnapshot, now: Instant) -> Self {
+    /// `progress` is called back now and then during long work (see
+    /// `SendStream::restore`).
+    pub fn restore(
+        config: &Config,
+        snapshot: PeerSnapshot,
+        now: Instant,
+        progress: &mut dyn FnMut(),
+    ) -> Self {
         let mut paths = Paths::new(now);
         if !snapshot.rails.is_empty() {
             paths.set_rails(now, &snapshot.rails);
         }
         let mut p = Peer {
             id: snapshot.node,
-            send: SendStream::restore(config, snapshot.send, now),
+            send: SendStream::restore(config, snapshot.send, now, progress),
             recv: RecvStream::restore(config, snapshot.recv),
             incarnation: snapshot.incarnation,
             hs: Handshake::restored(snapshot.max_datagram),
@@ -712,9 +719,9 @@ impl Peer {
 
     /// Both halves' invariants without trusting them (`SendStream::audit`):
     /// the first one broken.
-    pub fn audit(&self, config: &Config, deep: bool) -> Result<(), &'static str> {
-        self.send.audit(deep)?;
-        self.recv.audit(config, deep)
+    pub fn audit(&self, config: &Config) -> Result<(), &'static str> {
+        self.send.audit()?;
+        self.recv.audit(config)
     }
 
     /// Both halves' invariants, and the timer table agrees with them.

@@ -35,6 +35,8 @@ use crate::{Config, Instant, NodeId, RetransmitMode, Stats};
 /// A hole is declared lost once a segment this many sequence numbers above
 /// it, sent after it, has been selectively acknowledged.
 const REORDER_ALLOWANCE: u64 = 3;
+/// Payload bytes digested between two calls of a restore's `progress`.
+const PROGRESS_BYTES: usize = 1 << 20;
 /// Failure records kept for `message_state` queries.
 const FAILURE_HISTORY: usize = 256;
 
@@ -91,22 +93,23 @@ impl TxState {
 struct Segment {
     log: LoggedSegment,
     tx: TxState,
-    /// CRC32C of `log.data`, taken when the segment was queued: the bytes
-    /// are checked against it before every transmission and by `audit`,
-    /// so a payload the engine's own memory corrupted is never sent with
-    /// a fresh, valid datagram checksum (Zhou et al. [FTGM] section 4.2:
-    /// the card's state checked before it is used).
-    digest: u32,
+    /// With `Config::verify_payloads`, the CRC32C of `log.data` taken when
+    /// the segment was queued: the bytes are checked against it before
+    /// every transmission and by `audit`, so a payload the engine's own
+    /// memory corrupted is never sent with a fresh, valid datagram
+    /// checksum (Zhou et al. [FTGM] section 4.2: the card's state checked
+    /// before it is used).
+    digest: Option<u32>,
 }
 
 impl Segment {
-    fn new(log: LoggedSegment, tx: TxState) -> Self {
-        let digest = crc32c::crc32c(&log.data);
+    fn new(log: LoggedSegment, tx: TxState, verify: bool) -> Self {
+        let digest = verify.then(|| crc32c::crc32c(&log.data));
         Segment { log, tx, digest }
     }
 
     fn intact(&self) -> bool {
-        crc32c::crc32c(&self.log.data) == self.digest
+        self.digest.is_none_or(|d| crc32c::crc32c(&self.log.data) == d)
     }
 }
 
@@ -193,6 +196,8 @@ pub(crate) struct SendStream {
     /// sent from this stream; an engine stops and its successor restores
     /// the stream from the application's copy.
     halted: bool,
+    /// `Config::verify_payloads`.
+    verify: bool,
     pub rtt: RttEstimator,
 }
 
@@ -234,6 +239,7 @@ impl SendStream {
             rto_deadline: None,
             last_heard: Instant::ZERO,
             halted: false,
+            verify: config.verify_payloads,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -251,11 +257,29 @@ impl SendStream {
     /// them count as lost and go again at once (the receiver drops any
     /// duplicate by sequence number); the RTT estimate starts afresh and
     /// the patience clock for abandonment restarts.
-    pub fn restore(config: &Config, snapshot: SendSnapshot, now: Instant) -> Self {
+    ///
+    /// With `Config::verify_payloads` every payload is read once for its
+    /// digest (64 MiB may wait per peer): `progress` is called back every
+    /// `PROGRESS_BYTES` of them, so an engine can show its watchdog that
+    /// it is working, not hung.
+    pub fn restore(
+        config: &Config,
+        snapshot: SendSnapshot,
+        now: Instant,
+        progress: &mut dyn FnMut(),
+    ) -> Self {
         let SendSnapshot { log, segments } = snapshot;
         let mut s = SendStream::new(config, log.epoch);
         let in_flight_end = log.sent_upto;
+        let mut hashed = 0;
         for logged in segments {
+            if s.verify {
+                hashed += logged.data.len();
+                if hashed >= PROGRESS_BYTES {
+                    hashed = 0;
+                    progress();
+                }
+            }
             let mut tx = TxState::unsent(now);
             if logged.seq < in_flight_end {
                 // Sent before, over rails nobody remembers: a resend, and
@@ -271,7 +295,7 @@ impl SendStream {
             if logged.flags.last() {
                 s.bytes_buffered += logged.total_len as usize;
             }
-            s.segments.push_back(Segment::new(logged, tx));
+            s.segments.push_back(Segment::new(logged, tx, s.verify));
         }
         s.log = log;
         s.last_heard = now;
@@ -374,7 +398,7 @@ impl SendStream {
                 total_len: total as u32,
                 data: data.slice(offset..end),
             };
-            self.segments.push_back(Segment::new(log, TxState::unsent(now)));
+            self.segments.push_back(Segment::new(log, TxState::unsent(now), self.verify));
             self.log.next_seq += 1;
             offset = end;
             if offset == total {
@@ -415,7 +439,7 @@ impl SendStream {
                     total_len: log.total_len,
                     data: log.data.slice(offset..end),
                 };
-                self.segments.push_back(Segment::new(piece, tx));
+                self.segments.push_back(Segment::new(piece, tx, self.verify));
                 self.log.next_seq += 1;
                 offset = end;
                 if offset == len {
@@ -821,6 +845,25 @@ impl SendStream {
 
     /// The sender's counters and windows agree with its log (TigerBeetle
     /// style: cheap enough for every test, off in production builds).
+    /// Check the payloads of the segments from sequence `from` on against
+    /// their digests (`Config::verify_payloads`), until `budget` bytes were
+    /// read (at least one segment is): where to go on (`None`: the last
+    /// segment was checked).
+    pub fn audit_payloads(&self, from: u64, budget: &mut usize) -> Result<Option<u64>, &'static str> {
+        let first = from.saturating_sub(self.log.acked_upto) as usize;
+        let mut segments = self.segments.iter().skip(first).peekable();
+        while let Some(s) = segments.next() {
+            if !s.intact() {
+                return Err("a buffered payload changed since it was queued");
+            }
+            *budget = budget.saturating_sub(s.log.data.len().max(1));
+            if *budget == 0 {
+                return Ok(segments.peek().map(|next| next.log.seq));
+            }
+        }
+        Ok(None)
+    }
+
     /// The fault hook: one bit of a buffered payload flipped in place.
     #[cfg(feature = "fault-hook")]
     pub fn flip_payload(&mut self, draw: &mut crate::fault_hook::Draw) -> String {
@@ -862,7 +905,7 @@ impl SendStream {
     }
 
     pub fn check_invariants(&self, config: &Config) {
-        if let Err(broken) = self.audit(false) {
+        if let Err(broken) = self.audit() {
             panic!("send stream: {broken}: {:?}", self.log);
         }
         // Not in `audit`: a stream an engine restored counts everything up
@@ -871,12 +914,11 @@ impl SendStream {
     }
 
     /// The stream's invariants, checked without trusting any of it: the
-    /// first one broken. `deep` also checks every buffered payload against
-    /// its digest (a pass over the bytes; the rest is a pass over the
-    /// segments). An engine runs this as part of its self-test, since a
-    /// corrupted sequence number or window pointer otherwise shows only as
-    /// a stall or, worse, as messages settled that never arrived.
-    pub fn audit(&self, deep: bool) -> Result<(), &'static str> {
+    /// first one broken (a pass over the segments). An engine runs this as
+    /// part of its self-test, since a corrupted sequence number or window
+    /// pointer otherwise shows only as a stall or, worse, as messages
+    /// settled that never arrived.
+    pub fn audit(&self) -> Result<(), &'static str> {
         let log = &self.log;
         let check = |ok: bool, what: &'static str| if ok { Ok(()) } else { Err(what) };
         check(log.acked_upto <= log.sent_upto && log.sent_upto <= log.next_seq, "sequence order")?;
@@ -907,7 +949,6 @@ impl SendStream {
             let sent = s.log.seq < log.sent_upto;
             check(!(s.tx.lost && s.tx.sacked), "a segment both lost and selectively acknowledged")?;
             check(sent || !(s.tx.lost || s.tx.sacked), "an unsent segment marked lost or acknowledged")?;
-            check(!deep || s.intact(), "a buffered payload changed since it was queued")?;
             lost += s.tx.lost as usize;
             sacked += s.tx.sacked as usize;
             if s.log.flags.last() {
