@@ -27,7 +27,7 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tether_engine::Client;
+use tether_engine::{Client, ClientOptions};
 
 use crate::args;
 use crate::engine_proc::{EngineProcess, Line};
@@ -99,6 +99,16 @@ pub struct EngineReport {
     /// with it (default interval) over without, per run.
     pub stream_no_selftest_mb_s: Summary,
     pub selftest_ratio: Summary,
+    /// 8 B messages a second through two engines, millions, with the
+    /// host-side backup (as always) and without it (engines with
+    /// `--no-backup`, applications retaining nothing), and what the
+    /// backup costs per message: 1/with - 1/without, us, per run.
+    pub small_stream_m_msgs_s: Summary,
+    pub small_stream_no_backup_m_msgs_s: Summary,
+    pub backup_us_per_msg: Summary,
+    /// The 8 B round trip without the backup, us, and with minus without.
+    pub rtt_no_backup_us: Summary,
+    pub backup_rtt_us: Summary,
     /// Two applications on one engine: 8 B one-way latency (round trip / 2), us.
     pub same_node_one_way_us: Summary,
     /// ... and 8 B messages a second, millions.
@@ -141,10 +151,13 @@ fn engine_dir(name: &str) -> PathBuf {
 /// Two supervised engines on loopback, an application attached to each,
 /// each knowing the other.
 struct Pair2 {
-    e1: EngineProcess,
-    e2: EngineProcess,
+    // Fields drop in this order: the applications detach before their
+    // engines stop (else each would wait `ClientOptions::recovery` for a
+    // new engine).
     a: Client,
     b: Client,
+    e1: EngineProcess,
+    e2: EngineProcess,
 }
 
 fn engines(o: &EngineBenchOpts, name: &str) -> anyhow::Result<Pair2> {
@@ -153,14 +166,30 @@ fn engines(o: &EngineBenchOpts, name: &str) -> anyhow::Result<Pair2> {
 
 /// `engines`, each `tether engine` given `more` arguments too.
 fn engines_with(o: &EngineBenchOpts, name: &str, more: &[&str]) -> anyhow::Result<Pair2> {
+    engines_with_options(o, name, more, ClientOptions::default())
+}
+
+/// Applications for engines run with `--no-backup`: they keep no copies
+/// either, so the pair measures engine mode without the host-side backup.
+fn no_backup_client() -> ClientOptions {
+    ClientOptions { retain: false, ..ClientOptions::default() }
+}
+
+/// `engines_with`, the applications attached with `client`.
+fn engines_with_options(
+    o: &EngineBenchOpts,
+    name: &str,
+    more: &[&str],
+    client: ClientOptions,
+) -> anyhow::Result<Pair2> {
     let hang = o.hang_after_us.to_string();
     let extra = [&["--hang-after-us", hang.as_str()], more].concat();
     let e1 = EngineProcess::start(&engine_dir(&format!("{name}a")), &[loopback()], &extra)?;
     let e2 = EngineProcess::start(&engine_dir(&format!("{name}b")), &[loopback()], &extra)?;
-    let (a, b) = (e1.attach(A)?, e2.attach(B)?);
+    let (a, b) = (e1.attach_with(A, client.clone())?, e2.attach_with(B, client)?);
     a.add_peer_rails(B, &e2.rails)?;
     b.add_peer_rails(A, &e1.rails)?;
-    Ok(Pair2 { e1, e2, a, b })
+    Ok(Pair2 { a, b, e1, e2 })
 }
 
 pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Result<EngineReport> {
@@ -170,7 +199,22 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
     let (mut s_emb, mut s_eng, mut s_ratio) = (vec![], vec![], vec![]);
     let (mut one_way, mut rate) = (vec![], vec![]);
     let (mut s_quiet, mut st_ratio) = (vec![], vec![]);
+    let (mut small_rate, mut small_nb, mut backup_cost) = (vec![], vec![], vec![]);
+    let (mut rtt_nb, mut backup_rtt) = (vec![], vec![]);
     let mut cost_replacements = 0;
+    // Through engines without the backup: 8 B round trip and rate.
+    let without_backup = |r: usize, replaced: &mut usize| -> anyhow::Result<(f64, f64)> {
+        say(&format!(
+            "run {r}/{}: 8 B round trips and stream, through two engines without the backup",
+            o.runs
+        ));
+        let n = engines_with_options(o, &format!("nobackup{r}"), &["--no-backup"], no_backup_client())?;
+        let g = round_trips(&n.a, &n.b, B, o.round_trips).context("8 B round trips without the backup")?;
+        let (_, m) =
+            stream_through(&n.a, &n.b, B, 8, o.small_messages).context("8 B stream without the backup")?;
+        *replaced += n.e1.replacements() + n.e2.replacements();
+        Ok((g, m))
+    };
     for r in 1..=o.runs {
         // Each side measured alone on the machine: the engines (and their
         // supervisors' watch) exist only while the engine side runs.
@@ -180,6 +224,8 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         let e = pingpong::reliable_loopback(&small, o.round_trips)?.rtt_us.median;
         say(&format!("run {r}/{}: 64 KiB stream, embedded", o.runs));
         let se = stream::reliable_loopback(&bulk, o.stream_messages)?.goodput_mb_s;
+        // Alternated, so neither side of the backup's cost always runs first.
+        let early = if r % 2 == 0 { Some(without_backup(r, &mut cost_replacements)?) } else { None };
         say(&format!("run {r}/{}: starting two tether engine processes", o.runs));
         let p = engines(o, &format!("cost{r}"))?;
         say(&format!("run {r}/{}: 8 B round trips, through two engines", o.runs));
@@ -187,12 +233,24 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         say(&format!("run {r}/{}: 64 KiB stream, through two engines", o.runs));
         let (sg, _) = stream_through(&p.a, &p.b, B, STREAM_SIZE, o.stream_messages)
             .context("64 KiB stream through two engines")?;
+        say(&format!("run {r}/{}: 8 B stream, through two engines", o.runs));
+        let (_, sm) =
+            stream_through(&p.a, &p.b, B, 8, o.small_messages).context("8 B stream through two engines")?;
         say(&format!("run {r}/{}: two applications on one engine", o.runs));
         let (w, m) = same_node(&p.e1, o).with_context(|| {
             format!("two applications on one engine ({} engines replaced meanwhile)", p.e1.replacements())
         })?;
         cost_replacements += p.e1.replacements() + p.e2.replacements();
         drop(p);
+        let (gn, mn) = match early {
+            Some(v) => v,
+            None => without_backup(r, &mut cost_replacements)?,
+        };
+        small_rate.push(sm / 1e6);
+        small_nb.push(mn / 1e6);
+        backup_cost.push((1.0 / sm - 1.0 / mn) * 1e6);
+        rtt_nb.push(gn);
+        backup_rtt.push(g - gn);
         say(&format!("run {r}/{}: 64 KiB stream, through two engines without their self-test", o.runs));
         let q = engines_with(o, &format!("quiet{r}"), &["--selftest-every-ms", "0"])?;
         let (sq, _) = stream_through(&q.a, &q.b, B, STREAM_SIZE, o.stream_messages)
@@ -229,6 +287,11 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         stream_ratio: s(&s_ratio),
         stream_no_selftest_mb_s: s(&s_quiet),
         selftest_ratio: s(&st_ratio),
+        small_stream_m_msgs_s: s(&small_rate),
+        small_stream_no_backup_m_msgs_s: s(&small_nb),
+        backup_us_per_msg: s(&backup_cost),
+        rtt_no_backup_us: s(&rtt_nb),
+        backup_rtt_us: s(&backup_rtt),
         same_node_one_way_us: s(&one_way),
         same_node_m_msgs_s: s(&rate),
         recovery,

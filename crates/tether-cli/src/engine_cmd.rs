@@ -66,6 +66,11 @@ pub struct EngineOpts {
     /// in the engine's own state on a socket in its directory.
     #[arg(long, hide = true)]
     pub fault_hook: bool,
+    /// Measurement only (`tether bench engine`): write no stream backup,
+    /// so a new engine has nothing to restore. Applications must not
+    /// retain messages either (they could not be resumed).
+    #[arg(long, hide = true)]
+    pub no_backup: bool,
 }
 
 /// Set by SIGINT or SIGTERM: the supervisor stops its engine and exits.
@@ -93,7 +98,8 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         every: Duration::from_millis(o.selftest_every_ms),
         deadline: Duration::from_millis(o.selftest_deadline_ms),
     });
-    let options = EngineOptions { config, faults, selftest, fault_hook: o.fault_hook, ..options };
+    let options =
+        EngineOptions { config, faults, selftest, fault_hook: o.fault_hook, backup: !o.no_backup, ..options };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
         let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();

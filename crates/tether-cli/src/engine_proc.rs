@@ -187,7 +187,11 @@ impl EngineProcess {
 
     /// Attach an application to this engine as `node`.
     pub fn attach(&self, node: NodeId) -> anyhow::Result<Client> {
-        Ok(Client::attach(&self.dir, node, ClientOptions::default())?)
+        self.attach_with(node, ClientOptions::default())
+    }
+
+    pub fn attach_with(&self, node: NodeId, options: ClientOptions) -> anyhow::Result<Client> {
+        Ok(Client::attach(&self.dir, node, options)?)
     }
 }
 

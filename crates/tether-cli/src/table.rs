@@ -706,6 +706,15 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
         spread(&r.stream_no_selftest_mb_s, 0)
     );
     println!(
+        "host-side backup: 8 B stream through two engines {} M msgs/s with it, {} without, {} us a message; \
+         8 B round trip {} us without it, {} us added",
+        spread(&r.small_stream_m_msgs_s, 3),
+        spread(&r.small_stream_no_backup_m_msgs_s, 3),
+        spread(&r.backup_us_per_msg, 3),
+        spread(&r.rtt_no_backup_us, 2),
+        spread(&r.backup_rtt_us, 2)
+    );
+    println!(
         "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s",
         spread(&r.same_node_one_way_us, 2),
         spread(&r.same_node_m_msgs_s, 3)

@@ -118,3 +118,49 @@ fn shm_document_has_both_figures_and_their_baselines() {
         positive(&doc[field], field);
     }
 }
+
+#[test]
+fn engine_document_has_every_cost_and_a_recovery_that_lost_nothing() {
+    let doc = tether_json(&[
+        "bench",
+        "engine",
+        "--runs",
+        "1",
+        "--round-trips",
+        "200",
+        "--stream-messages",
+        "50",
+        "--small-messages",
+        "2000",
+        "--kills",
+        "2",
+        "--hangs",
+        "2",
+        "--json",
+    ]);
+    for field in [
+        "rtt_raw_us",
+        "rtt_embedded_us",
+        "rtt_engine_us",
+        "rtt_no_backup_us",
+        "stream_embedded_mb_s",
+        "stream_engine_mb_s",
+        "stream_no_selftest_mb_s",
+        "small_stream_m_msgs_s",
+        "small_stream_no_backup_m_msgs_s",
+        "same_node_one_way_us",
+        "same_node_m_msgs_s",
+    ] {
+        positive(&doc[field], field);
+    }
+    // A difference of two measurements: any sign, but a number.
+    for field in ["backup_us_per_msg", "backup_rtt_us"] {
+        assert!(doc[field]["median"].as_f64().is_some_and(f64::is_finite), "{field}: {}", doc[field]);
+    }
+    let r = &doc["recovery"];
+    assert_eq!((r["kills"].as_u64(), r["hangs"].as_u64()), (Some(2), Some(2)));
+    assert!(r["messages"].as_u64().is_some_and(|n| n > 0), "no messages: {r}");
+    for field in ["lost", "duplicated", "corrupted"] {
+        assert_eq!(r[field].as_u64(), Some(0), "{field}: {r}");
+    }
+}

@@ -97,6 +97,12 @@ pub struct ClientOptions {
     /// How long to wait for a new engine when the engine dies (`None`:
     /// report `EngineGone` at once). Calls made meanwhile wait.
     pub recovery: Option<Duration>,
+    /// Keep a copy of every message until it is acknowledged: the half of
+    /// the host-side backup a new engine resends from. Off only to measure
+    /// what the backup costs (`tether bench engine`, with engines whose
+    /// `EngineOptions::backup` is off too): then nothing can be resumed
+    /// and a dead engine is `EngineGone` at once, whatever `recovery` says.
+    pub retain: bool,
 }
 
 impl Default for ClientOptions {
@@ -108,6 +114,7 @@ impl Default for ClientOptions {
             linger: Duration::from_secs(1),
             peers: 64,
             recovery: Some(Duration::from_secs(10)),
+            retain: true,
         }
     }
 }
@@ -123,6 +130,8 @@ struct Attachment {
     conn: UnixStream,
     engine_pid: u32,
     spin: Duration,
+    /// `ClientOptions::retain`.
+    retain: bool,
     peers: BTreeMap<NodeId, PeerLog>,
     deliveries: VecDeque<Delivery>,
     events: VecDeque<Event>,
@@ -200,7 +209,9 @@ impl Attachment {
             region,
             dir: dir.to_owned(),
             path,
-            recovery: options.recovery,
+            // Nothing retained, nothing to resume from.
+            recovery: options.recovery.filter(|_| options.retain),
+            retain: options.retain,
             conn,
             engine_pid,
             spin: options.spin,
@@ -289,7 +300,9 @@ impl Attachment {
         self.submit(&Submission::Send { id: seq, peer, payload: msg }, timeout)?;
         let p = self.peers.entry(peer).or_default();
         p.next = seq + 1;
-        p.retained.push_back(Bytes::copy_from_slice(msg));
+        if self.retain {
+            p.retained.push_back(Bytes::copy_from_slice(msg));
+        }
         Ok(MessageId { peer, seq })
     }
 

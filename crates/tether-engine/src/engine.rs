@@ -88,6 +88,12 @@ pub struct EngineOptions {
     /// for fault campaigns only. Refused by a build without the
     /// `fault-hook` feature.
     pub fault_hook: bool,
+    /// Write each stream's marks to the application's backup blocks
+    /// (docs/ENGINE.md, "Restore"). Off only to measure what the backup
+    /// costs (`tether bench engine`): a new engine then has nothing to
+    /// restore from, and applications that retain nothing either
+    /// (`ClientOptions::retain`) do not wait for one.
+    pub backup: bool,
 }
 
 impl EngineOptions {
@@ -100,6 +106,7 @@ impl EngineOptions {
             faults: FaultPlan::default(),
             selftest: Some(SelfTestOptions::default()),
             fault_hook: false,
+            backup: true,
         }
     }
 }
@@ -187,6 +194,8 @@ struct Attached {
     closing: Option<Instant>,
     /// Lost its connection or broke the protocol.
     gone: bool,
+    /// `EngineOptions::backup`.
+    backup: bool,
     /// When its counters are next published, and what was last published.
     counters_due: Instant,
     counters_sent: tether_proto::Stats,
@@ -677,6 +686,7 @@ impl Engine {
             resuming: (mode == attach::Mode::Resume).then(BTreeMap::new),
             closing: None,
             gone: false,
+            backup: self.options.backup,
             counters_due: Instant::ZERO,
             counters_sent: tether_proto::Stats::default(),
             faults_sent: FaultCounters::default(),
@@ -1169,6 +1179,9 @@ impl Attached {
     /// the marks before or after. The sent high-water is written ahead by
     /// `SENT_MARGIN`, so most datagrams need no write.
     fn back_up(&mut self, peer: NodeId) {
+        if !self.backup {
+            return;
+        }
         let (Some(m), Some((slot, last))) = (self.core.stream_marks(peer), self.backups.get_mut(&peer))
         else {
             return;
