@@ -27,7 +27,7 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tether_engine::{Client, ClientOptions};
+use tether_engine::{Client, ClientOptions, EngineCounters};
 
 use crate::args;
 use crate::engine_proc::{EngineProcess, Line};
@@ -39,6 +39,8 @@ use crate::{pattern, pingpong, stream};
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 const WARMUP: u64 = 200;
 const STREAM_SIZE: usize = 64 * 1024;
+/// The self-test's stream is this many times `--stream-messages` long.
+pub const SELFTEST_STREAM: u64 = 8;
 const RECOVERY_SIZE: usize = 1000;
 const A: u32 = 1;
 const B: u32 = 2;
@@ -95,10 +97,16 @@ pub struct EngineReport {
     pub stream_embedded_mb_s: Summary,
     pub stream_engine_mb_s: Summary,
     pub stream_ratio: Summary,
-    /// The same stream through engines with the self-test off, MB/s, and
-    /// with it (default interval) over without, per run.
+    /// The same stream (`SELFTEST_STREAM` times longer) alone through fresh engines with the self-test
+    /// and audit off, MB/s, and with them (default interval) over without,
+    /// per run (the two in alternating order).
     pub stream_no_selftest_mb_s: Summary,
     pub selftest_ratio: Summary,
+    /// The time the self-test and the state audit took during the stream
+    /// with them (as the engines report it), as a share of the stream's
+    /// time, %: the busier of the two engines. And the probes sent meanwhile.
+    pub checking_pct: Summary,
+    pub selftest_probes: Summary,
     /// 8 B messages a second through two engines, millions, with the
     /// host-side backup (as always) and without it (engines with
     /// `--no-backup`, applications retaining nothing), and what the
@@ -201,6 +209,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
     let (mut s_quiet, mut st_ratio) = (vec![], vec![]);
     let (mut small_rate, mut small_nb, mut backup_cost) = (vec![], vec![], vec![]);
     let (mut rtt_nb, mut backup_rtt) = (vec![], vec![]);
+    let (mut checking_pct, mut probes) = (vec![], vec![]);
     let mut cost_replacements = 0;
     // Through engines without the backup: 8 B round trip and rate.
     let without_backup = |r: usize, replaced: &mut usize| -> anyhow::Result<(f64, f64)> {
@@ -251,14 +260,19 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         backup_cost.push((1.0 / sm - 1.0 / mn) * 1e6);
         rtt_nb.push(gn);
         backup_rtt.push(g - gn);
-        say(&format!("run {r}/{}: 64 KiB stream, through two engines without their self-test", o.runs));
-        let q = engines_with(o, &format!("quiet{r}"), &["--selftest-every-ms", "0"])?;
-        let (sq, _) = stream_through(&q.a, &q.b, B, STREAM_SIZE, o.stream_messages)
-            .context("64 KiB stream through two engines without their self-test")?;
-        cost_replacements += q.e1.replacements() + q.e2.replacements();
-        drop(q);
+        // The self-test's cost: fresh pairs with and without it, in
+        // alternating order, the 64 KiB stream alone on each.
+        let mut checked = None;
+        let mut quiet = None;
+        for on in if r % 2 == 0 { [false, true] } else { [true, false] } {
+            let v = selftest_stream(o, r, on, &mut cost_replacements)?;
+            *(if on { &mut checked } else { &mut quiet }) = Some(v);
+        }
+        let ((sc, pct, n), (sq, _, _)) = (checked.expect("measured"), quiet.expect("measured"));
         s_quiet.push(sq);
-        st_ratio.push(sg / sq);
+        st_ratio.push(sc / sq);
+        checking_pct.push(pct);
+        probes.push(n);
         emb.push(e);
         eng.push(g);
         ratio.push(g / e);
@@ -287,6 +301,8 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         stream_ratio: s(&s_ratio),
         stream_no_selftest_mb_s: s(&s_quiet),
         selftest_ratio: s(&st_ratio),
+        checking_pct: s(&checking_pct),
+        selftest_probes: s(&probes),
         small_stream_m_msgs_s: s(&small_rate),
         small_stream_no_backup_m_msgs_s: s(&small_nb),
         backup_us_per_msg: s(&backup_cost),
@@ -296,6 +312,43 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         same_node_m_msgs_s: s(&rate),
         recovery,
     })
+}
+
+/// The 64 KiB stream through a fresh pair of engines, with their
+/// self-test and audit (`on`) or without: MB/s, and (on) the share of the
+/// stream's time the busier engine spent on them, %, and its probes.
+fn selftest_stream(
+    o: &EngineBenchOpts,
+    r: usize,
+    on: bool,
+    replaced: &mut usize,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let what = if on { "with" } else { "without" };
+    let more: &[&str] = if on { &[] } else { &["--selftest-every-ms", "0"] };
+    let p = engines_with(o, &format!("selftest-{what}{r}"), more)?;
+    let before = checking(&p);
+    let t0 = Instant::now();
+    // Eight times the cost stream: long enough (about 2 s here) for the
+    // self-test to probe several times (every 500 ms, a rail in use).
+    let (mb_s, _) = stream_through(&p.a, &p.b, B, STREAM_SIZE, SELFTEST_STREAM * o.stream_messages)
+        .with_context(|| format!("64 KiB stream through two engines {what} their self-test"))?;
+    let secs = t0.elapsed().as_secs_f64();
+    let after = checking(&p);
+    let spent = |i: usize| {
+        let (a, b) = (&after[i], &before[i]);
+        (a.selftest_ns + a.audit_ns).saturating_sub(b.selftest_ns + b.audit_ns)
+    };
+    let pct = spent(0).max(spent(1)) as f64 / 1e9 / secs * 100.0;
+    let probes = (0..2).map(|i| after[i].selftest_probes - before[i].selftest_probes).sum::<u64>();
+    *replaced += p.e1.replacements() + p.e2.replacements();
+    Ok((mb_s, pct, probes as f64))
+}
+
+/// What each engine of the pair has reported of its checking, once its
+/// latest report is in (engines report every 50 ms).
+fn checking(p: &Pair2) -> [EngineCounters; 2] {
+    std::thread::sleep(Duration::from_millis(60));
+    [p.a.engine_counters(), p.b.engine_counters()]
 }
 
 /// `count` 8 B round trips from `a` to `peer` (`b`, echoing in a thread):

@@ -701,9 +701,13 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
     right(&mut t);
     println!("{t}");
     println!(
-        "self-test (every 500 ms on a rail in use): 64 KiB stream with it / without {} (without: {} MB/s)",
+        "self-test (every 500 ms on a rail in use) and state audit: a {} x 64 KiB stream with them / without {} \
+         (without: {} MB/s); their time, as the busier engine reports it, {} % of the stream's ({} probes)",
+        crate::engine_bench::SELFTEST_STREAM * o.stream_messages,
         spread(&r.selftest_ratio, 3),
-        spread(&r.stream_no_selftest_mb_s, 0)
+        spread(&r.stream_no_selftest_mb_s, 0),
+        spread(&r.checking_pct, 3),
+        spread(&r.selftest_probes, 0)
     );
     println!(
         "host-side backup: 8 B stream through two engines {} M msgs/s with it, {} without, {} us a message; \

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tether_fault::FaultCounters;
+
+use crate::counters::EngineCounters;
 use tether_proto::{
     Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, MAX_RAILS,
 };
@@ -148,6 +150,8 @@ struct Attachment {
     /// The same for the faults the engines injected into what they received.
     engine_faults: FaultCounters,
     faults_before: FaultCounters,
+    engine_checks: EngineCounters,
+    checks_before: EngineCounters,
 }
 
 /// What one look of a wait found.
@@ -225,6 +229,8 @@ impl Attachment {
             stats_before: Stats::default(),
             engine_faults: FaultCounters::default(),
             faults_before: FaultCounters::default(),
+            engine_checks: EngineCounters::default(),
+            checks_before: EngineCounters::default(),
             linger: options.linger,
         })
     }
@@ -381,6 +387,15 @@ impl Attachment {
         f
     }
 
+    /// What the self-test and the audit of the engines that served this
+    /// endpoint did, and the time they took.
+    pub fn engine_counters(&mut self) -> EngineCounters {
+        let _ = self.take_completions();
+        let mut c = self.checks_before;
+        c.accumulate(&self.engine_checks);
+        c
+    }
+
     /// Messages sent and not yet settled, over every peer.
     pub fn unsettled(&mut self) -> u64 {
         let _ = self.take_completions();
@@ -500,6 +515,8 @@ impl Attachment {
         self.stats_before.accumulate(&last);
         let last = std::mem::take(&mut self.engine_faults);
         self.faults_before.accumulate(&last);
+        let last = std::mem::take(&mut self.engine_checks);
+        self.checks_before.accumulate(&last);
         let outage = lost.elapsed();
         tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
         self.events.push_back(Event::EngineRecovered { outage });
@@ -572,10 +589,13 @@ impl Attachment {
                 // From this build's engine, the same lists; another's is ignored.
                 let stats = Stats::default().fields().len();
                 let n = values.len() / 8;
-                // The core's, then the fault injectors' (`FaultCounters::values`).
-                if n == stats + FaultCounters::COUNT {
+                // The core's, then the fault injectors' (`FaultCounters::values`),
+                // then the engine's checking (`EngineCounters::values`).
+                if n == stats + FaultCounters::COUNT + EngineCounters::COUNT {
                     self.engine_stats = Stats::from_values(counter_values(values));
                     self.engine_faults = FaultCounters::from_values(counter_values(values).skip(stats));
+                    let checks = counter_values(values).skip(stats + FaultCounters::COUNT);
+                    self.engine_checks = EngineCounters::from_values(checks);
                 }
             }
             Completion::Failed { failed, reason } => {
@@ -710,6 +730,12 @@ impl Client {
     /// What its engines' fault plans injected, as they report it.
     pub fn fault_counters(&self) -> FaultCounters {
         self.lock().fault_counters()
+    }
+
+    /// What its engines' self-test and state audit did, and the time they
+    /// took, as they report it (every `COUNTERS_EVERY`, 50 ms).
+    pub fn engine_counters(&self) -> EngineCounters {
+        self.lock().engine_counters()
     }
 
     /// Wait until every message sent is settled (acknowledged or failed).

@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 use crate::attach::{self, Doorbell};
 use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
+use crate::counters::EngineCounters;
 use crate::records::{Completion, Submission, Taken};
 use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
 use crate::EngineError;
@@ -164,6 +165,8 @@ pub struct EngineStats {
     /// application is detached (its memory is not to be trusted).
     pub bad_submissions: u64,
     pub turns: u64,
+    /// Time spent auditing the engine's own state (`crate::audit`).
+    pub audit_ns: u64,
 }
 
 /// An application attached to the engine.
@@ -200,6 +203,7 @@ struct Attached {
     counters_due: Instant,
     counters_sent: tether_proto::Stats,
     faults_sent: FaultCounters,
+    checks_sent: EngineCounters,
     counters_buf: Vec<u8>,
 }
 
@@ -558,13 +562,38 @@ impl Engine {
             }
         }
         let due = clock.due(now);
+        let slice = clock.deep_may_run(now);
         if due == Due::Deep && self.payload_pass.is_none() {
             self.payload_pass = serving(&self.clients).next().map(|c| (c.node, None));
         }
-        self.audit_payloads()?;
+        // What each depth costs, for its share (`audit::SHARE`) and for
+        // `EngineCounters::audit_ns`; the clock is read only when there is
+        // work, not on every turn.
+        if self.payload_pass.is_some() && slice {
+            let started = StdInstant::now();
+            let result = self.audit_payloads();
+            let took = started.elapsed();
+            self.stats.audit_ns += took.as_nanos() as u64;
+            if let Some(clock) = &mut self.audit {
+                clock.deep_took(took);
+            }
+            result?;
+        }
         if due == Due::Nothing {
             return Ok(());
         }
+        let started = StdInstant::now();
+        let result = self.audit_quick();
+        let took = started.elapsed();
+        self.stats.audit_ns += took.as_nanos() as u64;
+        if let Some(clock) = &mut self.audit {
+            clock.quick_took(now, took);
+        }
+        result
+    }
+
+    /// The streams' bookkeeping and the address book.
+    fn audit_quick(&mut self) -> Result<(), String> {
         self.book.audit().map_err(|why| format!("address book: {why}"))?;
         for c in serving(&self.clients) {
             c.core.audit().map_err(|fault| format!("node {}: {fault}", c.node))?;
@@ -572,9 +601,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The next slice of a pass over the buffered payloads, if one is
-    /// under way: `audit::SLICE` bytes of one application's core, then the
-    /// next application's (one that left is skipped).
     fn audit_payloads(&mut self) -> Result<(), String> {
         let Some((node, at)) = self.payload_pass else { return Ok(()) };
         let mut rest = serving(&self.clients).skip_while(|c| c.node != node);
@@ -690,6 +716,7 @@ impl Engine {
             counters_due: Instant::ZERO,
             counters_sent: tether_proto::Stats::default(),
             faults_sent: FaultCounters::default(),
+            checks_sent: EngineCounters::default(),
             counters_buf: Vec::new(),
         })
     }
@@ -807,7 +834,14 @@ impl Engine {
             for h in faults.iter() {
                 injected.accumulate(&h.snapshot());
             }
-            c.publish_counters(injected, scratch);
+            let selftest = selftest.as_ref().map(|t| t.stats()).unwrap_or_default();
+            let checks = EngineCounters {
+                selftest_probes: selftest.probes,
+                selftest_passed: selftest.passed,
+                selftest_ns: selftest.busy_ns,
+                audit_ns: stats.audit_ns,
+            };
+            c.publish_counters(injected, checks, scratch);
         }
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
@@ -1288,16 +1322,18 @@ impl Attached {
     /// The core's counters to the application, if they changed. Only when
     /// nothing waits to be published before them, and only if the ring
     /// has room: the next report carries what this one would have.
-    fn publish_counters(&mut self, faults: FaultCounters, scratch: &mut Vec<u8>) {
+    fn publish_counters(&mut self, faults: FaultCounters, checks: EngineCounters, scratch: &mut Vec<u8>) {
         let stats = self.core.stats();
-        if (*stats == self.counters_sent && faults == self.faults_sent) || !self.held.is_empty() {
+        let same = *stats == self.counters_sent && faults == self.faults_sent && checks == self.checks_sent;
+        if same || !self.held.is_empty() {
             return;
         }
         let mut values = std::mem::take(&mut self.counters_buf);
         values.clear();
         let fields = stats.fields();
         let faulted = faults.values();
-        for v in fields.iter().map(|(_, v)| *v).chain(faulted).take(crate::records::MAX_COUNTERS) {
+        let all = fields.iter().map(|(_, v)| *v).chain(faulted).chain(checks.values());
+        for v in all.take(crate::records::MAX_COUNTERS) {
             values.extend_from_slice(&v.to_le_bytes());
         }
         scratch.resize(values.len() + 16, 0);
@@ -1305,6 +1341,7 @@ impl Attached {
             if self.region.completions.push(&scratch[..n]).is_ok() {
                 self.counters_sent = stats.clone();
                 self.faults_sent = faults;
+                self.checks_sent = checks;
             }
         }
         self.counters_buf = values;

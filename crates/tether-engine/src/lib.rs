@@ -21,6 +21,7 @@ pub mod attach;
 mod audit;
 mod book;
 mod client;
+mod counters;
 mod engine;
 mod error;
 #[cfg(feature = "fault-hook")]
@@ -30,6 +31,7 @@ mod selftest;
 mod supervisor;
 
 pub use client::{Client, ClientOptions, Tracker};
+pub use counters::EngineCounters;
 pub use engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
 pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission, Taken};

@@ -98,7 +98,8 @@ pub enum Completion<'a> {
     /// Messages that will never be acknowledged, and why.
     Failed { failed: FailedMessages, reason: FailReason },
     /// The application's protocol counters in this engine (`Stats`, in
-    /// `Stats::fields` order, then the engine's `FaultCounters::values`),
+    /// `Stats::fields` order, then the engine's `FaultCounters::values`,
+    /// then its `EngineCounters::values`),
     /// as little-endian u64s: `counter_values`.
     Counters { values: &'a [u8] },
 }

@@ -262,6 +262,14 @@ fn the_self_test_probes_rails_in_use_and_stops_when_they_are_idle() {
     assert!(busy.fragmented > 0 && busy.withheld > 0, "the sender's rail carried large messages: {busy:?}");
     assert_eq!(later.probes, busy.probes, "no probes on an idle rail: {busy:?} then {later:?}");
     assert!(later.idle_skips > busy.idle_skips, "{later:?}");
+    // Each application is told what its engine's checking did and took.
+    for (side, c, e) in [("sender", &a, &e1), ("receiver", &b, &e2)] {
+        let told = wait_for(|| {
+            let (told, t) = (c.engine_counters(), e.selftest());
+            (told.selftest_probes == t.probes && told.selftest_passed == t.passed).then_some(told)
+        });
+        assert!(told.selftest_ns > 0 && told.audit_ns > 0, "{side}: {told:?}");
+    }
 }
 
 /// An engine whose rail stops delivering (its receive path drops
