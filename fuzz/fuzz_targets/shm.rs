@@ -1,8 +1,10 @@
 //! Fuzz what parses shared memory (docs/ENGINE.md): control blocks (stream
 //! backups and region headers) from arbitrary bytes, and a ring driven by
-//! arbitrary pushes, pops and stray writes into its memory. No panic; a block that parses re-encodes to the
-//! bytes it came from; a ring hands out only records within its bounds and,
-//! until something scribbled on it, exactly the records pushed, in order.
+//! arbitrary pushes, pops and stray writes into its memory, and a pair
+//! region (two applications' direct path) from arbitrary bytes. No panic;
+//! a block that parses re-encodes to the bytes it came from; a ring hands
+//! out only records within its bounds and, until something scribbled on
+//! it, exactly the records pushed (whole or in two parts), in order.
 
 #![no_main]
 
@@ -10,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tether_shm::{Block, BlockBody, ClientHeader, Region, Ring, StreamBackup};
+use tether_shm::{pair_len, Block, BlockBody, ClientHeader, PairEnd, Region, Ring, StreamBackup};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&first, rest)) = input.split_first() else { return };
@@ -29,6 +31,24 @@ fuzz_target!(|input: &[u8]| {
         return;
     }
     let path = std::path::Path::new("/dev/shm").join(format!("tether-fuzz-shm-{}", std::process::id()));
+    if first & 2 != 0 {
+        // A pair region of arbitrary bytes (its header, rings and words):
+        // opened as node 1 with peer 2, it is refused or it works.
+        let mut bytes = rest.to_vec();
+        bytes.resize(bytes.len().max(pair_len(64)), 0);
+        std::fs::write(&path, &bytes).unwrap();
+        if let Ok(mut end) = PairEnd::open(&path, 1, 2) {
+            let _ = end.tx.push_parts(&7u64.to_le_bytes(), b"body");
+            let mut out = Vec::new();
+            while let Ok(true) = end.rx.pop(&mut out) {
+                assert!(out.len() <= end.rx.max_record());
+            }
+            let _ = (end.peer_taken(), end.peer_needs_waking());
+            end.set_taken(1);
+        }
+        let _ = std::fs::remove_file(&path);
+        return;
+    }
     let region = Arc::new(Region::create(&path, Ring::footprint(1024)).unwrap());
     let mut ring = Ring::create(region, 0, 1024).unwrap();
     let mut model = VecDeque::new();
@@ -41,7 +61,9 @@ fuzz_target!(|input: &[u8]| {
             0 => {
                 let len = usize::from(op) * 3;
                 let m: Vec<u8> = (0..len).map(|i| i as u8 ^ op).collect();
-                if ring.push(&m).is_ok() {
+                // Some records in two parts: a prefix and the rest.
+                let cut = if op & 8 != 0 { m.len().min(8) } else { 0 };
+                if ring.push_parts(&m[..cut], &m[cut..]).is_ok() {
                     model.push_back(m);
                 }
             }

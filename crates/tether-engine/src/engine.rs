@@ -14,7 +14,7 @@
 //! having raised each region's `engine_asleep` flag so applications ring
 //! its doorbell.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -40,6 +40,7 @@ use crate::attach::{self, Doorbell};
 use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
 use crate::counters::EngineCounters;
+use crate::pairs::Pairs;
 use crate::records::{Completion, Submission, Taken};
 use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
 use crate::EngineError;
@@ -199,6 +200,16 @@ struct Attached {
     gone: bool,
     /// `EngineOptions::backup`.
     backup: bool,
+    /// Peers it named at this engine's own addresses (a direct path each,
+    /// set up by `Engine::pair_up`), and peers whose doorbell it asked to
+    /// have rung after a push on such a path.
+    local_requests: Vec<NodeId>,
+    wakes: Vec<NodeId>,
+    /// Completions of the engine's own making (the direct paths' news),
+    /// published before anything else, in order.
+    control_out: VecDeque<Vec<u8>>,
+    /// Attached as a new life: its direct paths are laid anew.
+    fresh: bool,
     /// When its counters are next published, and what was last published.
     counters_due: Instant,
     counters_sent: tether_proto::Stats,
@@ -237,6 +248,10 @@ pub struct Engine {
     /// A pass over the buffered payloads under way: the application whose
     /// core is being checked, and where in it.
     payload_pass: Option<(NodeId, Option<PayloadCursor>)>,
+    /// Where the rails are bound: a peer named at exactly these addresses
+    /// is attached here, and gets a direct path (`crate::pairs`).
+    own: Vec<SocketAddr>,
+    pairs: Pairs,
     #[cfg(feature = "fault-hook")]
     hook: Option<crate::hook::Hook>,
 }
@@ -417,6 +432,8 @@ impl Engine {
             selftest_failed: None,
             audit,
             payload_pass: None,
+            own: addrs.clone(),
+            pairs: Pairs::default(),
             #[cfg(feature = "fault-hook")]
             hook,
             options,
@@ -486,7 +503,10 @@ impl Engine {
             let since = *self.idle_since.get_or_insert_with(StdInstant::now);
             if since.elapsed() >= self.options.spin {
                 self.sleep()?;
-                self.idle_since = None;
+                // Spinning is for the moments after work. A wake-up that
+                // brings none (the watchdog's bound on a sleep, a timer
+                // with nothing due) goes back to sleep at once.
+                self.idle_since = StdInstant::now().checked_sub(self.options.spin);
             } else {
                 std::thread::yield_now();
             }
@@ -535,6 +555,7 @@ impl Engine {
                 }
             }
         }
+        self.pair_up();
         let before = self.clients.len();
         self.clients.retain(|c| {
             if c.gone {
@@ -713,6 +734,10 @@ impl Engine {
             closing: None,
             gone: false,
             backup: self.options.backup,
+            local_requests: Vec::new(),
+            wakes: Vec::new(),
+            control_out: VecDeque::new(),
+            fresh: mode == attach::Mode::Fresh,
             counters_due: Instant::ZERO,
             counters_sent: tether_proto::Stats::default(),
             faults_sent: FaultCounters::default(),
@@ -805,7 +830,7 @@ impl Engine {
     /// Everything for one application this turn; true if anything happened.
     /// `housekeeping`: read its connection too (doorbells, a close).
     fn serve(&mut self, i: usize, now: Instant, housekeeping: bool) -> bool {
-        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, faults, .. } = self;
+        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, faults, own, .. } = self;
         let beat = heartbeat.as_ref();
         let c = &mut clients[i];
         c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
@@ -815,7 +840,7 @@ impl Engine {
             c.gone = true;
             return true;
         }
-        let mut busy = take_submissions(c, book, rails.len(), stats, now, beat);
+        let mut busy = take_submissions(c, book, own, stats, now, beat);
         if c.resuming.is_some() {
             // The core waits for everything the application resubmits.
             return busy;
@@ -908,6 +933,70 @@ impl Engine {
         Ok(slept?)
     }
 
+    /// The direct paths between applications attached here (docs/ENGINE.md,
+    /// "The direct path"): laid out for the peers applications asked for,
+    /// laid anew for an application that attached as a new life, closed
+    /// for one that went; and doorbells rung for sleepers on them.
+    fn pair_up(&mut self) {
+        for i in 0..self.clients.len() {
+            let node = self.clients[i].node;
+            if self.clients[i].gone {
+                continue;
+            }
+            if std::mem::take(&mut self.clients[i].fresh) {
+                let capacity = self.clients[i].region.header.submission_capacity as usize;
+                for (other, generation) in self.pairs.renew(&self.options.dir, node, capacity) {
+                    self.tell_local(node, other, generation);
+                }
+            }
+            for peer in std::mem::take(&mut self.clients[i].local_requests) {
+                let capacity = self.clients[i].region.header.submission_capacity as usize;
+                match self.pairs.open(&self.options.dir, node, peer, capacity) {
+                    Ok(generation) => self.tell_local(node, peer, generation),
+                    Err(e) => {
+                        // No direct path: through the rails after all, as
+                        // any peer (UDP to the engine's own address).
+                        warn!(node, peer, error = %e, "direct path not laid out: through the rails");
+                        let own = self.own.clone();
+                        let c = &mut self.clients[i];
+                        if let Err(why) = c.add_remote_peer(&mut self.book, peer, &own) {
+                            c.broke(&mut self.stats, &why);
+                        }
+                    }
+                }
+                let c = &mut self.clients[i];
+                c.control_out.push_back(completion(&Completion::PeerAdded { peer }));
+            }
+            for peer in std::mem::take(&mut self.clients[i].wakes) {
+                if let Some(o) = self.clients.iter_mut().find(|c| c.node == peer && !c.gone) {
+                    attach::ring(&mut o.conn);
+                }
+            }
+        }
+        // Last, so one that broke above is counted: those about to be
+        // detached close their paths, and the survivors are told.
+        let gone: Vec<NodeId> = self.clients.iter().filter(|c| c.gone).map(|c| c.node).collect();
+        for node in gone {
+            let closed = self.pairs.gone(node);
+            self.pairs.remove_closed(&self.options.dir, node, &closed);
+            for (other, _) in closed {
+                if let Some(o) = self.clients.iter_mut().find(|c| c.node == other && !c.gone) {
+                    o.control_out.push_back(completion(&Completion::LocalGone { peer: node }));
+                }
+            }
+        }
+    }
+
+    /// Tell both sides of a direct path where it is (the side that asked
+    /// first; the other too, if attached, which maps it on sight).
+    fn tell_local(&mut self, a: NodeId, b: NodeId, generation: u64) {
+        for (me, peer) in [(a, b), (b, a)] {
+            if let Some(c) = self.clients.iter_mut().find(|c| c.node == me && !c.gone) {
+                c.control_out.push_back(completion(&Completion::Local { peer, generation }));
+            }
+        }
+    }
+
     fn lower_flags(&mut self) {
         for c in &self.clients {
             c.region.control.engine_asleep().store(0, Ordering::SeqCst);
@@ -987,7 +1076,7 @@ fn peek_nodes(datagram: &[u8]) -> Option<(NodeId, NodeId)> {
 fn take_submissions(
     c: &mut Attached,
     book: &mut Book,
-    rails: usize,
+    own: &[SocketAddr],
     stats: &mut EngineStats,
     now: Instant,
     beat: Option<&Heartbeat>,
@@ -1008,7 +1097,7 @@ fn take_submissions(
                 }
             }
         }
-        match take(c, &record, book, rails, now, beat) {
+        match take(c, &record, book, own, now, beat) {
             Ok(true) => taken += 1,
             Ok(false) => break,
             Err(why) => {
@@ -1027,7 +1116,7 @@ fn take(
     c: &mut Attached,
     record: &[u8],
     book: &mut Book,
-    rails: usize,
+    own: &[SocketAddr],
     now: Instant,
     beat: Option<&Heartbeat>,
 ) -> Result<bool, String> {
@@ -1056,20 +1145,22 @@ fn take(
             return Err(format!("peer {node} is reserved for the engine's self-test"));
         }
         Submission::AddPeer { node, rails: addrs } => {
-            let addrs: Vec<_> = addrs.iter().take(rails).collect();
-            book.insert(node, &addrs).map_err(|_| "the engine's address book is full".to_string())?;
-            if !c.backups.contains_key(&node) {
-                let used: Vec<usize> = c.backups.values().map(|(slot, _)| *slot).collect();
-                let slot = (0..).find(|s| !used.contains(s)).expect("a free slot");
-                if 2 * slot + 1 >= c.region.backups.len() {
-                    return Err("more peers than the region has backup blocks for".into());
+            let addrs: Vec<_> = addrs.iter().take(own.len()).collect();
+            if addrs == own && node != c.node {
+                // Attached here too (or to be): a direct path, and nothing
+                // of it in the core (`Engine::pair_up`).
+                if c.local_requests.len() >= MAX_CLIENTS {
+                    return Err("more direct paths asked for than an engine serves applications".into());
                 }
-                c.backups.insert(node, (slot, None));
+                c.local_requests.push(node);
+            } else {
+                c.add_remote_peer(book, node, &addrs)?;
+                c.control_out.push_back(completion(&Completion::PeerAdded { peer: node }));
             }
-            c.rails.insert(node, addrs.len());
-            if c.resuming.is_none() {
-                let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
-                c.core.set_paths(node, &ids).map_err(|e| format!("add peer {node}: {e}"))?;
+        }
+        Submission::Wake { peer } => {
+            if !c.wakes.contains(&peer) && c.wakes.len() < MAX_CLIENTS {
+                c.wakes.push(peer);
             }
         }
         Submission::Close { linger_ns } => c.closing = Some(now + Duration::from_nanos(linger_ns)),
@@ -1091,6 +1182,13 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
             }
             Err(_) => return false,
         }
+    }
+    while let Some(record) = c.control_out.front() {
+        if c.region.completions.push(record).is_err() {
+            return any;
+        }
+        c.control_out.pop_front();
+        any = true;
     }
     out.resize(64, 0);
     // Failures first: a failure the application was told of is never
@@ -1208,6 +1306,26 @@ fn transmit(
 }
 
 impl Attached {
+    /// A peer reached through the rails: in the address book, a pair of
+    /// backup blocks, its paths in the core.
+    fn add_remote_peer(&mut self, book: &mut Book, node: NodeId, addrs: &[SocketAddr]) -> Result<(), String> {
+        book.insert(node, addrs).map_err(|_| "the engine's address book is full".to_string())?;
+        if !self.backups.contains_key(&node) {
+            let used: Vec<usize> = self.backups.values().map(|(slot, _)| *slot).collect();
+            let slot = (0..).find(|s| !used.contains(s)).expect("a free slot");
+            if 2 * slot + 1 >= self.region.backups.len() {
+                return Err("more peers than the region has backup blocks for".into());
+            }
+            self.backups.insert(node, (slot, None));
+        }
+        self.rails.insert(node, addrs.len());
+        if self.resuming.is_none() {
+            let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
+            self.core.set_paths(node, &ids).map_err(|e| format!("add peer {node}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Write `peer`'s marks to its backup blocks if they moved: both
     /// blocks in turn, so a crash tears at most one and the other holds
     /// the marks before or after. The sent high-water is written ahead by
@@ -1386,4 +1504,12 @@ fn prepare_dir(dir: &Path) -> Result<(), EngineError> {
         )));
     }
     Ok(())
+}
+
+/// One completion record, encoded (the engine's own news: small).
+fn completion(c: &Completion<'_>) -> Vec<u8> {
+    let mut buf = vec![0u8; 64];
+    let n = c.encode(&mut buf).expect("a control record fits 64 bytes");
+    buf.truncate(n);
+    buf
 }

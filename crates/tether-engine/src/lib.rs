@@ -26,6 +26,7 @@ mod engine;
 mod error;
 #[cfg(feature = "fault-hook")]
 pub mod hook;
+mod pairs;
 pub mod records;
 mod selftest;
 mod supervisor;

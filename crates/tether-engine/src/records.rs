@@ -51,6 +51,9 @@ pub enum Submission<'a> {
     Resume { peer: NodeId, failed_upto: u64, taken: Option<Taken> },
     /// Every `Resume` and message has been given: restore.
     ResumeEnd,
+    /// A message was pushed on the direct path to `peer`, which sleeps:
+    /// ring its doorbell (docs/ENGINE.md, "The direct path").
+    Wake { peer: NodeId },
 }
 
 /// A peer's addresses, one per rail, at most `MAX_RAILS`, inline.
@@ -102,6 +105,22 @@ pub enum Completion<'a> {
     /// then its `EngineCounters::values`),
     /// as little-endian u64s: `counter_values`.
     Counters { values: &'a [u8] },
+    /// `peer` is attached to this engine too: messages to and from it go
+    /// through the pair region `generation` in the engine's directory
+    /// (`pair_file`), never through the engine.
+    Local { peer: NodeId, generation: u64 },
+    /// The direct path's other side, `peer`, detached or died: what it did
+    /// not take from the ring will never be delivered.
+    LocalGone { peer: NodeId },
+    /// The answer to `AddPeer` (after its `Local`, if the peer is local).
+    PeerAdded { peer: NodeId },
+}
+
+/// The pair region of nodes `a` and `b`, its `generation`-th, in an
+/// engine's directory: named from numbers, so no path is ever parsed out
+/// of a record.
+pub fn pair_file(a: NodeId, b: NodeId, generation: u64) -> String {
+    format!("pair-{}-{}-{generation}.shm", a.min(b), a.max(b))
 }
 
 /// Most counters a `Counters` record carries.
@@ -118,10 +137,14 @@ mod kind {
     pub const CLOSE: u8 = 3;
     pub const RESUME: u8 = 4;
     pub const RESUME_END: u8 = 5;
+    pub const WAKE: u8 = 6;
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
     pub const COUNTERS: u8 = 19;
+    pub const LOCAL: u8 = 20;
+    pub const LOCAL_GONE: u8 = 21;
+    pub const PEER_ADDED: u8 = 22;
 }
 
 /// Writes fields into a caller's buffer.
@@ -275,6 +298,10 @@ impl<'a> Submission<'a> {
                 }
             }
             Submission::ResumeEnd => o.put(&[kind::RESUME_END])?,
+            Submission::Wake { peer } => {
+                o.put(&[kind::WAKE])?;
+                o.put(&peer.to_le_bytes())?;
+            }
         }
         Ok(o.at)
     }
@@ -308,6 +335,7 @@ impl<'a> Submission<'a> {
                 Submission::Resume { peer, failed_upto, taken }
             }
             kind::RESUME_END => Submission::ResumeEnd,
+            kind::WAKE => Submission::Wake { peer: i.u32()? },
             k => return Err(RecordError::UnknownKind(k)),
         };
         i.end()?;
@@ -351,6 +379,19 @@ impl<'a> Completion<'a> {
                 o.put(&[kind::COUNTERS])?;
                 o.put(&((values.len() / 8) as u16).to_le_bytes())?;
                 o.put(values)?;
+            }
+            Completion::Local { peer, generation } => {
+                o.put(&[kind::LOCAL])?;
+                o.put(&peer.to_le_bytes())?;
+                o.put(&generation.to_le_bytes())?;
+            }
+            Completion::LocalGone { peer } => {
+                o.put(&[kind::LOCAL_GONE])?;
+                o.put(&peer.to_le_bytes())?;
+            }
+            Completion::PeerAdded { peer } => {
+                o.put(&[kind::PEER_ADDED])?;
+                o.put(&peer.to_le_bytes())?;
             }
         }
         Ok(o.at)
@@ -396,6 +437,9 @@ impl<'a> Completion<'a> {
                 }
                 Completion::Counters { values: i.take(8 * n)? }
             }
+            kind::LOCAL => Completion::Local { peer: i.u32()?, generation: i.u64()? },
+            kind::LOCAL_GONE => Completion::LocalGone { peer: i.u32()? },
+            kind::PEER_ADDED => Completion::PeerAdded { peer: i.u32()? },
             k => return Err(RecordError::UnknownKind(k)),
         };
         i.end()?;
@@ -432,6 +476,7 @@ mod tests {
                     taken: Some(Taken { incarnation: id, epoch: peer, next: linger }),
                 },
                 Submission::ResumeEnd,
+                Submission::Wake { peer },
             ];
             let mut buf = vec![0u8; 1024];
             for s in all {
@@ -469,6 +514,9 @@ mod tests {
                 Completion::Settled { peer: from, below: seq },
                 Completion::Failed { failed, reason: reason(code).unwrap() },
                 Completion::Counters { values: &payload[..payload.len() / 8 * 8] },
+                Completion::Local { peer: from, generation: seq },
+                Completion::LocalGone { peer: from },
+                Completion::PeerAdded { peer: from },
             ];
             let mut buf = vec![0u8; 1024];
             for c in all {

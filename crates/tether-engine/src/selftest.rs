@@ -155,6 +155,7 @@ impl SelfTest {
             };
             // The engine's configuration was validated when it started.
             let (Some(tx), Some(rx)) = (core(a, b), core(b, a)) else { continue };
+            let wake = [tx.poll_timeout(), rx.poll_timeout()].into_iter().flatten().min();
             pairs.push(Pair {
                 rail: r as RailId,
                 addr: reachable(addr),
@@ -169,7 +170,7 @@ impl SelfTest {
                 large: false,
                 withhold: false,
                 stirred: false,
-                wake: None,
+                wake,
             });
         }
         let datagram_payload = config.max_datagram.saturating_sub(128).max(64);

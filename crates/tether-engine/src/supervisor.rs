@@ -83,6 +83,11 @@ pub fn supervise(
         Heartbeat::new(Arc::new(Region::create(&options.dir.join(HEARTBEAT_FILE), Heartbeat::LEN)?));
     let mut replacing: Option<(u32, Instant)> = None;
     let result = loop {
+        // An idle engine sleeps at most half the threshold: a hang while
+        // it sleeps (a SIGSTOP) shows once the sleep should have ended, so
+        // it is still seen within 1.5 thresholds. (Unset, the bound was
+        // 0, and an idle engine woke every 100 us and spun: a whole core.)
+        heartbeat.reset(watch.hang_after / 2);
         let pid = spawn(&options, &sockets, &heartbeat)?;
         match replacing.take() {
             Some((old, since)) => report(&Incident::Replaced { old, new: pid, after: since.elapsed() }),

@@ -478,3 +478,102 @@ fn a_new_engine_resumes_where_the_dead_one_stopped() {
         assert!(b.try_recv().unwrap().is_none(), "nothing more, nothing twice");
     }
 }
+
+/// Two applications on one engine: a direct path (docs/ENGINE.md, "The
+/// direct path"). Messages of every size both ways arrive exactly, in
+/// order, each reported delivered, and none of them went through the
+/// engine's core (it sent no datagram for them).
+#[test]
+fn applications_on_one_engine_talk_by_the_direct_path() {
+    let e = Running::start(1);
+    let (a, b) = (e.attach(1), e.attach(2));
+    a.add_peer_rails(2, &e.addrs).unwrap();
+    // The other side learns of the path without asking; asking is fine too.
+    b.add_peer_rails(1, &e.addrs).unwrap();
+    let sizes = [0, 1, 8, 100, 1000, 70_000, a.max_message_len() - 8];
+    let mut ids = Vec::new();
+    for (i, &len) in sizes.iter().cycle().take(200).enumerate() {
+        ids.push(a.send(2, &msg(i, len), WAIT).unwrap());
+        let d = b.recv(WAIT).unwrap();
+        assert_eq!((d.from, &d.message[..]), (1, &msg(i, len)[..]), "message {i}");
+        b.send(1, &msg(i + 1000, len), WAIT).unwrap();
+        assert_eq!(&a.recv(WAIT).unwrap().message[..], &msg(i + 1000, len)[..], "reply {i}");
+    }
+    a.flush(WAIT).unwrap();
+    for id in ids {
+        assert_eq!(a.message_state(id), MessageState::Delivered, "{id:?}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for c in [&a, &b] {
+        let s = c.stats();
+        assert_eq!(
+            (s.messages_sent, s.datagrams_sent),
+            (0, 0),
+            "the engine's core carried none of it: {s:?}"
+        );
+    }
+}
+
+/// The direct path's other side goes (detaches with messages it never
+/// took): what it took is delivered, the rest fails exactly, at once.
+/// When it attaches again (a new life), a new path carries new messages.
+#[test]
+fn a_direct_peer_that_goes_fails_exactly_what_it_did_not_take() {
+    let e = Running::start(1);
+    let a = e.attach(1);
+    let b = e.attach(2);
+    a.add_peer_rails(2, &e.addrs).unwrap();
+    let first: Vec<_> = (0..5).map(|i| a.send(2, &msg(i, 100), WAIT).unwrap()).collect();
+    for i in 0..5 {
+        assert_eq!(&b.recv(WAIT).unwrap().message[..], &msg(i, 100)[..]);
+    }
+    a.flush(WAIT).unwrap();
+    let rest: Vec<_> = (5..12).map(|i| a.send(2, &msg(i, 100), WAIT).unwrap()).collect();
+    drop(b);
+    let event = a.next_event(WAIT).unwrap();
+    let Event::PeerUnreachable { failed } = event else { panic!("{event:?}") };
+    assert_eq!((failed.peer, failed.first, failed.end, failed.in_doubt_end), (2, 5, 12, 5));
+    for id in &first {
+        assert_eq!(a.message_state(*id), MessageState::Delivered);
+    }
+    for id in &rest {
+        assert_eq!(a.message_state(*id), MessageState::Failed(tether_proto::FailReason::PeerUnreachable));
+    }
+    // Sent while it is gone: failed at once.
+    let lone = a.send(2, b"nobody", WAIT).unwrap();
+    assert_eq!(a.message_state(lone), MessageState::Failed(tether_proto::FailReason::PeerUnreachable));
+    assert_eq!(a.unsettled(), 0);
+    // A new life of node 2: a new path, and what is sent now arrives.
+    let b = e.attach(2);
+    let id = wait_for(|| {
+        let id = a.send(2, b"again", WAIT).unwrap();
+        (a.message_state(id) != MessageState::Failed(tether_proto::FailReason::PeerUnreachable)).then_some(id)
+    });
+    assert_eq!(&b.recv(WAIT).unwrap().message[..], b"again");
+    assert_eq!(a.tracker().wait_settled(id, WAIT).unwrap(), MessageState::Delivered);
+}
+
+/// The engine dies while two of its applications talk by a direct path:
+/// the path goes on without it (messages sent during the outage arrive),
+/// and the new engine adopts it: every message once, in order.
+#[test]
+fn a_direct_path_outlives_its_engine() {
+    let mut e = Running::start(1);
+    let (a, b) = (e.attach(1), e.attach(2));
+    a.add_peer_rails(2, &e.addrs).unwrap();
+    b.add_peer_rails(1, &e.addrs).unwrap();
+    let mut sent = 0;
+    for _ in 0..3 {
+        for _ in 0..50 {
+            a.send(2, &msg(sent, 64), WAIT).unwrap();
+            sent += 1;
+        }
+        e.restart();
+    }
+    for i in 0..sent {
+        assert_eq!(&b.recv(WAIT).unwrap().message[..], &msg(i, 64)[..], "message {i}");
+    }
+    a.flush(WAIT).unwrap();
+    assert!(b.try_recv().unwrap().is_none(), "nothing twice");
+    assert_eq!(a.unsettled(), 0);
+}

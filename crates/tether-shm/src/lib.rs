@@ -15,6 +15,8 @@
 //!   (engine to application); every record carries its length and a
 //!   CRC32C, so a record a crashed writer never finished is never visible
 //!   and one a stray write damaged is detected, not taken;
+//! - [`PairEnd`]: two applications' direct path, a ring each way that the
+//!   engine lays out and stays out of;
 //! - [`Block`]: a control block (the host-side backup of a stream, say)
 //!   written under a sequence lock and a CRC32C, so a reader can tell a
 //!   half-written block from a whole one and never trusts the first.
@@ -25,11 +27,13 @@
 mod block;
 mod client;
 mod error;
+mod pair;
 mod region;
 mod ring;
 
 pub use block::{Block, BlockBody, StreamBackup, BLOCK_BODY};
 pub use client::{ClientHeader, ClientRegion, Control, LAYOUT_VERSION, MAX_STREAMS, SECRET_LEN};
 pub use error::ShmError;
+pub use pair::{create_pair, pair_len, PairEnd};
 pub use region::Region;
 pub use ring::{Ring, RING_HEADER};

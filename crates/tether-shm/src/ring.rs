@@ -207,10 +207,17 @@ impl Ring {
 
     /// Producer: append `record`; `Full` if the consumer has not made room.
     pub fn push(&mut self, record: &[u8]) -> Result<(), ShmError> {
-        if record.len() > self.max_record() {
-            return Err(ShmError::RecordTooLarge(record.len()));
+        self.push_parts(&[], record)
+    }
+
+    /// Producer: append one record made of `prefix` then `body` (a
+    /// message id before a payload, say) without joining them first.
+    pub fn push_parts(&mut self, prefix: &[u8], body: &[u8]) -> Result<(), ShmError> {
+        let len = prefix.len() + body.len();
+        if len > self.max_record() {
+            return Err(ShmError::RecordTooLarge(len));
         }
-        let need = RECORD_HEADER + pad16(record.len());
+        let need = RECORD_HEADER + pad16(len);
         let tail = self.position(TAIL_AT).load(Ordering::Relaxed);
         let idx = (tail & (self.capacity - 1)) as usize;
         let to_end = self.capacity as usize - idx;
@@ -236,25 +243,21 @@ impl Ring {
             self.publish(at, pos, PAD, record_crc(pos, PAD, &[]));
             (at, pos) = (0, tail + pad as u64);
         }
-        let field = record.len() as u32 + 1;
-        let crc = if record.len() <= SMALL {
-            // SAFETY: `at + need <= capacity` (a record fits before the
-            // end, or starts at 0 after the padding), in space the consumer
-            // has released (its position, read with acquire above or before).
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    record.as_ptr(),
-                    self.data.add(at + RECORD_HEADER),
-                    record.len(),
-                )
-            };
-            record_crc(pos, field, record)
+        let field = len as u32 + 1;
+        // SAFETY: `at + need <= capacity` (a record fits before the end, or
+        // starts at 0 after the padding), in space the consumer has
+        // released (its position, read with acquire above or before);
+        // until the header is published below, no one else reads or
+        // writes these bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.data.add(at + RECORD_HEADER), len) };
+        let (head, rest) = dst.split_at_mut(prefix.len());
+        head.copy_from_slice(prefix);
+        let crc = if len <= SMALL {
+            rest.copy_from_slice(body);
+            record_crc(pos, field, dst)
         } else {
-            // SAFETY: as above; until the header is published below, no
-            // one else reads or writes these bytes.
-            let dst =
-                unsafe { std::slice::from_raw_parts_mut(self.data.add(at + RECORD_HEADER), record.len()) };
-            tether_wire::integrity::crc32c_copy(head_crc(pos, field), dst, record)
+            let c = crc32c::crc32c_append(head_crc(pos, field), prefix);
+            tether_wire::integrity::crc32c_copy(c, rest, body)
         };
         // The header last: storing its tag is what makes the record exist.
         self.publish(at, pos, field, crc);

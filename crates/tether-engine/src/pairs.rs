@@ -1,0 +1,130 @@
+//! The engine's table of direct paths (docs/ENGINE.md, "The direct
+//! path"): for two applications attached to the same engine, a pair region
+//! in the engine's directory (`tether_shm::create_pair`) that they use
+//! alone. The engine only lays it out, tells both sides its generation
+//! (`Completion::Local`), rings a sleeper's doorbell when asked, and tells
+//! the survivor when one side goes (`Completion::LocalGone`).
+//!
+//! A new engine (after a crash) has an empty table: when the applications
+//! name their peers again it adopts the region files it finds, so a path
+//! in use goes on untouched through the engine's death.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tether_proto::NodeId;
+use tether_shm::{create_pair, PairEnd, ShmError};
+
+use crate::records::pair_file;
+
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    generation: u64,
+    /// The region exists (false once a side went: laid anew when it
+    /// attaches again).
+    live: bool,
+}
+
+#[derive(Debug)]
+pub struct Pairs {
+    /// By (lower node, higher node).
+    table: BTreeMap<(NodeId, NodeId), Pair>,
+    /// Generations are unique across engines' lives: they start at the
+    /// clock's nanoseconds.
+    next_generation: u64,
+}
+
+impl Default for Pairs {
+    fn default() -> Self {
+        Pairs { table: BTreeMap::new(), next_generation: crate::engine::monotonic_ns().max(1) }
+    }
+}
+
+fn key(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
+    (a.min(b), a.max(b))
+}
+
+impl Pairs {
+    /// The direct path between `a` and `b`: the one in use, one a dead
+    /// engine left in `dir`, or a new one with rings of `capacity` bytes.
+    pub fn open(&mut self, dir: &Path, a: NodeId, b: NodeId, capacity: usize) -> Result<u64, ShmError> {
+        if a == b {
+            return Err(ShmError::BadField("a direct path to itself"));
+        }
+        let k = key(a, b);
+        match self.table.get(&k) {
+            Some(p) if p.live => return Ok(p.generation),
+            Some(_) => {}
+            None => {
+                if let Some(generation) = adoptable(dir, a, b) {
+                    self.table.insert(k, Pair { generation, live: true });
+                    return Ok(generation);
+                }
+            }
+        }
+        self.lay(dir, a, b, capacity)
+    }
+
+    fn lay(&mut self, dir: &Path, a: NodeId, b: NodeId, capacity: usize) -> Result<u64, ShmError> {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        create_pair(&dir.join(pair_file(a, b, generation)), a, b, capacity)?;
+        self.table.insert(key(a, b), Pair { generation, live: true });
+        Ok(generation)
+    }
+
+    /// `node` attached as a new life: each of its paths is laid anew (what
+    /// the old life left in them is the other side's to fail, exactly, by
+    /// what was taken). The peers and their new generations.
+    pub fn renew(&mut self, dir: &Path, node: NodeId, capacity: usize) -> Vec<(NodeId, u64)> {
+        let keys: Vec<_> = self.table.keys().filter(|(l, h)| *l == node || *h == node).copied().collect();
+        let mut laid = Vec::new();
+        for k in keys {
+            let other = if k.0 == node { k.1 } else { k.0 };
+            let old = self.table[&k];
+            if old.live {
+                let _ = std::fs::remove_file(dir.join(pair_file(k.0, k.1, old.generation)));
+            }
+            match self.lay(dir, node, other, capacity) {
+                Ok(generation) => laid.push((other, generation)),
+                Err(e) => {
+                    tracing::warn!(node, peer = other, error = %e, "direct path not laid anew");
+                    self.table.remove(&k);
+                }
+            }
+        }
+        laid
+    }
+
+    /// `node` went: its paths are closed (the files removed; the survivors
+    /// keep their mappings to drain them). The survivors and the
+    /// generations closed.
+    pub fn gone(&mut self, node: NodeId) -> Vec<(NodeId, u64)> {
+        let mut closed = Vec::new();
+        for (k, p) in self.table.iter_mut().filter(|(k, _)| k.0 == node || k.1 == node) {
+            if p.live {
+                p.live = false;
+                closed.push((if k.0 == node { k.1 } else { k.0 }, p.generation));
+            }
+        }
+        closed
+    }
+
+    /// Remove the files of paths closed in `dir` (after `gone`).
+    pub fn remove_closed(&self, dir: &Path, node: NodeId, closed: &[(NodeId, u64)]) {
+        for &(other, generation) in closed {
+            let _ = std::fs::remove_file(dir.join(pair_file(node, other, generation)));
+        }
+    }
+}
+
+/// The newest pair region of `a` and `b` in `dir` that opens and checks.
+fn adoptable(dir: &Path, a: NodeId, b: NodeId) -> Option<u64> {
+    let prefix = format!("pair-{}-{}-", a.min(b), a.max(b));
+    let newest = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_prefix(&prefix)?.strip_suffix(".shm")?.parse::<u64>().ok())
+        .max()?;
+    PairEnd::open(&dir.join(pair_file(a, b, newest)), a, b).ok().map(|_| newest)
+}
