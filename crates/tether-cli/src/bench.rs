@@ -1,19 +1,33 @@
-//! `tether bench`: pingpong and stream, raw and reliable, over a size sweep,
-//! each a median of several runs, with the ratio reliable / raw from the
-//! same invocation.
+//! `tether bench`: pingpong and stream over a size sweep, each a median of
+//! several runs: tether against the limit of the machine (`crate::limit`:
+//! spinning non-blocking sockets, maximal datagrams), with the ratio from
+//! the same invocation; and the bare transport layer (`tether-io`, no
+//! tether header, no reliability) beside them, to tell its cost from the
+//! protocol's.
 
 use serde::Serialize;
 
 use crate::net::NetOpts;
 use crate::summary::Summary;
-use crate::{pingpong, stream};
+use crate::{limit, pingpong, stream};
 
 pub const SIZES: [usize; 8] = [8, 64, 1024, 4096, 16384, 65536, 262144, 1048576];
 
 #[derive(Debug, Serialize)]
 pub struct BenchRow {
     pub size: usize,
+    /// Median round trip per run at the limit, microseconds.
+    pub pingpong_limit_us: Summary,
+    /// tether over the limit (lower is better).
+    pub pingpong_limit_ratio: f64,
+    /// Goodput per run at the limit, MB/s, and the datagrams it delivered
+    /// (median fraction: UDP drops what the receiver has no room for).
+    pub stream_limit_mb_s: Summary,
+    pub stream_limit_delivered_fraction: f64,
+    /// tether over the limit (higher is better).
+    pub stream_limit_ratio: f64,
     /// Median round trip per run, microseconds: distribution over runs.
+    /// `raw`: the bare transport layer (`tether-io`).
     pub pingpong_raw_us: Summary,
     pub pingpong_tether_us: Summary,
     pub pingpong_ratio: f64,
@@ -41,9 +55,16 @@ pub fn row(o: &NetOpts, size: usize, progress: &dyn Fn(&str)) -> anyhow::Result<
     let pp_count = o.count.unwrap_or(pingpong::default_count(size) / 2);
     let st_count = o.count.unwrap_or(stream::default_count(size) / 4);
     progress(&format!("{size} B pingpong"));
+    let pingpong_limit_us = repeat(o.runs, || Ok(limit::round_trips(size, pp_count)?.median))?;
     let pingpong_raw_us = repeat(o.runs, || Ok(pingpong::raw_loopback(&o, pp_count)?.rtt_us.median))?;
     let pingpong_tether_us = repeat(o.runs, || Ok(pingpong::reliable_loopback(&o, pp_count)?.rtt_us.median))?;
     progress(&format!("{size} B stream"));
+    let mut limit_frac = Vec::new();
+    let stream_limit_mb_s = repeat(o.runs, || {
+        let r = limit::stream(size, st_count)?;
+        limit_frac.push(r.delivered_fraction);
+        Ok(r.goodput_mb_s)
+    })?;
     let mut raw_msgs = Vec::new();
     let mut raw_frac = Vec::new();
     let stream_raw_mb_s = repeat(o.runs, || {
@@ -65,6 +86,11 @@ pub fn row(o: &NetOpts, size: usize, progress: &dyn Fn(&str)) -> anyhow::Result<
     let med = |v: &[f64]| Summary::of(v).map_or(0.0, |s| s.median);
     Ok(BenchRow {
         size,
+        pingpong_limit_ratio: pingpong_tether_us.median / pingpong_limit_us.median,
+        stream_limit_ratio: stream_tether_mb_s.median / stream_limit_mb_s.median,
+        stream_limit_delivered_fraction: med(&limit_frac),
+        pingpong_limit_us,
+        stream_limit_mb_s,
         pingpong_ratio: pingpong_tether_us.median / pingpong_raw_us.median,
         stream_ratio: stream_tether_mb_s.median / stream_raw_mb_s.median,
         stream_raw_msgs_s: med(&raw_msgs),

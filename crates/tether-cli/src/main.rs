@@ -16,6 +16,7 @@ mod engine_campaign;
 mod engine_cmd;
 mod engine_proc;
 mod fault_hook;
+mod limit;
 mod model;
 mod net;
 mod netns;

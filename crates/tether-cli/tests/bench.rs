@@ -164,3 +164,28 @@ fn engine_document_has_every_cost_and_a_recovery_that_lost_nothing() {
         assert_eq!(r[field].as_u64(), Some(0), "{field}: {r}");
     }
 }
+
+#[test]
+fn bench_rows_compare_tether_with_the_limit_and_the_transport() {
+    let doc = tether_json(&["bench", "--sizes", "8,70000", "--runs", "1", "--count", "200", "--json"]);
+    let rows = doc.as_array().expect("one row per size");
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        for field in [
+            "pingpong_limit_us",
+            "pingpong_tether_us",
+            "pingpong_raw_us",
+            "stream_limit_mb_s",
+            "stream_tether_mb_s",
+            "stream_raw_mb_s",
+        ] {
+            positive(&r[field], field);
+        }
+        let ratio = r["pingpong_limit_ratio"].as_f64().unwrap();
+        let want = r["pingpong_tether_us"]["median"].as_f64().unwrap()
+            / r["pingpong_limit_us"]["median"].as_f64().unwrap();
+        assert!((ratio - want).abs() < 1e-9, "the ratio is of the same run's medians: {r}");
+        let delivered = r["stream_limit_delivered_fraction"].as_f64().unwrap();
+        assert!(delivered > 0.0 && delivered <= 1.0, "{r}");
+    }
+}

@@ -27,7 +27,7 @@ pub use mem::{MemNetwork, MemTransport};
 pub use tether_fault::{FaultCounters, FaultPlan};
 /// A node's identity: the one type the wire format and the core use too.
 pub use tether_wire::NodeId;
-pub use udp::{AddressBook, UdpTransport};
+pub use udp::{grow_buffers, AddressBook, UdpTransport};
 
 /// What a transport did, for operators and for showing batching at work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -109,15 +109,15 @@ impl UdpTransport {
     }
 }
 
-/// Ask for large socket buffers; as root, past the sysctl limit too. What
-/// the kernel grants is accepted either way.
-fn grow_buffers(socket: &Socket) {
-    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
-    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+/// Ask for large socket buffers (8 MiB each way); as root, past the sysctl
+/// limit too. What the kernel grants is accepted either way. Public for the
+/// benchmarks' baselines, whose sockets must get what tether's get.
+pub fn grow_buffers(socket: &impl AsRawFd) {
     let size = SOCKET_BUFFER as libc::c_int;
-    for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
-        // SAFETY: passes a pointer to a live c_int and its exact size; the
-        // call fails harmlessly (EPERM) when not privileged.
+    // The plain options are capped at the sysctl limit; the forcing ones
+    // go past it, and fail harmlessly (EPERM) when not privileged.
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF, libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+        // SAFETY: passes a pointer to a live c_int and its exact size.
         unsafe {
             libc::setsockopt(
                 socket.as_raw_fd(),
