@@ -388,3 +388,34 @@ fn engine_campaign_detects_every_kill_and_loses_nothing() {
         assert!(s["recovery_ms"].as_f64().is_some(), "delivery resumed after every kill: {s}");
     }
 }
+
+/// The largest datagram a path carries (`tether_io::max_datagram_to`) is
+/// that of the link the route leaves by: a veth link set to 1,400 and then
+/// 9,000 bytes gives 1,372 and 8,972 (less the IPv4 and UDP headers), read
+/// from inside the namespace (`setns` moves only the calling thread).
+#[test]
+fn the_path_mtu_is_the_links() {
+    let ns = match Netns::pair("m") {
+        Ok(ns) => ns,
+        Err(why) => {
+            skipped("the_path_mtu_is_the_links", &why);
+            return;
+        }
+    };
+    let a = ns.names[0].clone();
+    let (va, _) = veth(std::process::id() % 200, "m", 0, 1);
+    for (mtu, want) in [("1400", 1372), ("9000", 8972)] {
+        must(&["-n", &a, "link", "set", &va, "mtu", mtu]);
+        let ns_path = format!("/run/netns/{a}");
+        let got = std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let f = std::fs::File::open(&ns_path).expect("the namespace's file");
+            // SAFETY: a namespace file descriptor and its type; this thread only.
+            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+            tether_io::max_datagram_to("10.201.0.2:9".parse().unwrap()).expect("the route's MTU")
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, want, "veth at mtu {mtu}");
+    }
+}

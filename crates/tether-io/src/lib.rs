@@ -7,6 +7,7 @@
 //! * [`MemNetwork`]: an in-memory network for tests.
 //! * [`FaultyTransport`]: any transport with a seeded fault plan (Li et al.
 //!   [CI]).
+//! * [`max_datagram_to`]: the largest datagram the route to a peer carries.
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -14,6 +15,7 @@ mod batch;
 mod error;
 mod faulty;
 mod mem;
+mod path_mtu;
 mod udp;
 
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ pub use batch::RecvBatch;
 pub use error::TransportError;
 pub use faulty::{error_of, FaultHandle, FaultyTransport};
 pub use mem::{MemNetwork, MemTransport};
+pub use path_mtu::max_datagram_to;
 pub use tether_fault::{FaultCounters, FaultPlan};
 /// A node's identity: the one type the wire format and the core use too.
 pub use tether_wire::NodeId;
