@@ -124,6 +124,21 @@ pub fn config_field(set: fn(&mut Config, usize)) -> impl Fn(&str) -> Result<usiz
     }
 }
 
+/// `--mtu`: a datagram size in bytes (checked as `config_field` does), or
+/// `auto`: the largest the path to the peer carries
+/// (`tether_io::max_datagram_to`), found once the peer is known:
+/// [`MTU_AUTO`] until `NetOpts::resolve_mtu`.
+pub fn mtu(text: &str) -> Result<usize, String> {
+    if text == "auto" {
+        return Ok(MTU_AUTO);
+    }
+    config_field(|c, v| c.max_datagram = v)(text)
+}
+
+/// `--mtu auto` before it is resolved: no datagram is this small, and
+/// `Config::validate` refuses it, so an unresolved one cannot go unseen.
+pub const MTU_AUTO: usize = 0;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +163,8 @@ mod tests {
 
     #[test]
     fn protocol_limits_come_from_the_protocol() {
+        assert_eq!(super::mtu("auto"), Ok(MTU_AUTO));
+        assert!(super::mtu("9").is_err());
         let mtu = config_field(|c, v| c.max_datagram = v);
         assert!(mtu("1472").is_ok());
         assert!(mtu("10").unwrap_err().contains("between"), "{:?}", mtu("10"));

@@ -128,7 +128,15 @@ fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Pingpong(o) | Command::Stream(o) | Command::Bench(BenchOpts { net: o, .. }) =
+        &mut cli.command
+    {
+        if let Err(e) = o.resolve_mtu() {
+            eprintln!("tether: {}", message(&e));
+            std::process::exit(2);
+        }
+    }
     // Refusals of what was asked (values that clash, options that would be
     // ignored) exit 2, as clap's own do; failures of what ran exit 1.
     if let Err(e) = refuse(&cli.command, &matches) {

@@ -53,9 +53,10 @@ pub struct NetOpts {
     #[arg(long, default_value_t = 1024, allow_negative_numbers = true,
           value_parser = args::config_field(|c, v| { c.send_window = v; c.recv_window = v.max(1024) }))]
     pub window: usize,
-    /// Largest datagram in bytes, header included.
-    #[arg(long, default_value_t = 1472, allow_negative_numbers = true,
-          value_parser = args::config_field(|c, v| c.max_datagram = v))]
+    /// Largest datagram in bytes, header included, or `auto`: the largest
+    /// the path to the peer carries, as the kernel knows it (65507 on
+    /// loopback; the link's MTU less 28 elsewhere).
+    #[arg(long, default_value = "1472", allow_negative_numbers = true, value_parser = args::mtu)]
     pub mtu: usize,
     /// Floor of the adaptive retransmission timeout, in microseconds (above
     /// the 25 us coalescing delay, at most the 250 ms ceiling).
@@ -222,6 +223,33 @@ pub const SENDER: NodeId = 1;
 pub const RECEIVER: NodeId = 2;
 
 impl NetOpts {
+    /// `--mtu auto` made a size: the largest datagram every path to the
+    /// peer carries (`tether_io::max_datagram_to`; the smallest over the
+    /// rails): the listener for `--connect`, the sender for `--listen`,
+    /// loopback otherwise. The handshake then takes the smaller of the
+    /// two sides' sizes.
+    pub fn resolve_mtu(&mut self) -> anyhow::Result<()> {
+        if self.mtu != args::MTU_AUTO {
+            return Ok(());
+        }
+        let first = match (self.listen, self.connect) {
+            (_, Some(c)) => c,
+            (Some(_), None) => self.peer.or(self.bind).unwrap_or_else(loopback),
+            (None, None) => loopback(),
+        };
+        let mut mtu = usize::MAX;
+        for to in std::iter::once(first).chain(self.extra_rails.iter().map(|&(_, remote)| remote)) {
+            let n = tether_io::max_datagram_to(to)
+                .map_err(|e| anyhow::anyhow!("--mtu auto: the path to {to}: {e}"))?;
+            mtu = mtu.min(n);
+        }
+        if (Config { max_datagram: mtu, ..Config::default() }).validate().is_err() {
+            anyhow::bail!("--mtu auto: the path to {first} carries {mtu} B datagrams, too few for tether");
+        }
+        self.mtu = mtu;
+        Ok(())
+    }
+
     pub fn config(&self) -> Config {
         let rto_min = Duration::from_micros(self.rto_min_us);
         Config {

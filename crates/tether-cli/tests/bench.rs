@@ -189,3 +189,15 @@ fn bench_rows_compare_tether_with_the_limit_and_the_transport() {
         assert!(delivered > 0.0 && delivered <= 1.0, "{r}");
     }
 }
+
+/// `--mtu auto` is the path's largest datagram: on loopback, 65,507 B.
+#[test]
+fn mtu_auto_takes_the_paths_largest_datagram() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["bench", "--mtu", "auto", "--sizes", "70000", "--runs", "1", "--count", "50"])
+        .output()
+        .expect("the tether binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("mtu 65507 B"), "{text}");
+}
