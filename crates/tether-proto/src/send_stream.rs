@@ -190,6 +190,14 @@ pub(crate) struct SendStream {
     next_tx_order: u64,
     next_ack_request: u64,
     rto_deadline: Option<Instant>,
+    /// A timeout resent only the first unacknowledged segment (a probe,
+    /// after RFC 5682's F-RTO). An
+    /// acknowledgement of a segment sent only once means the flight is
+    /// arriving and the timeout was spurious (the receiver late, on a busy
+    /// machine: with the whole flight resent at once, fault-free 1 KiB
+    /// streams resent 1024 segments a timeout); nothing more goes again.
+    /// The next timeout before that resends everything.
+    rto_probe: bool,
     /// Last time the peer showed it is alive on this stream, for abandonment.
     last_heard: Instant,
     /// Corrupted state was found (`integrity_faults`): nothing more is
@@ -214,6 +222,9 @@ pub(crate) struct AckOutcome {
     pub latest_rails: u8,
     /// Segments it took off the log.
     popped: u64,
+    /// It newly covers a segment sent only once (not a resend): after a
+    /// timeout, proof the flight was arriving (`SendStream::rto_probe`).
+    original: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -237,6 +248,7 @@ impl SendStream {
             next_tx_order: 0,
             next_ack_request: 0,
             rto_deadline: None,
+            rto_probe: false,
             last_heard: Instant::ZERO,
             halted: false,
             verify: config.verify_payloads,
@@ -588,6 +600,7 @@ impl SendStream {
             }
             // Karn: only a segment sent exactly once gives an unambiguous sample.
             sample = if tx.tx_count == 1 { Some(now - tx.last_tx) } else { None };
+            outcome.original |= tx.tx_count == 1 && !tx.sacked;
             if !tx.sacked {
                 outcome.rails |= tx.evidence();
                 outcome.latest_rails |= 1 << tx.rail;
@@ -612,17 +625,27 @@ impl SendStream {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
         if mode == RetransmitMode::Selective {
-            let (proved, latest) = self.apply_sack(cumulative, ranges);
+            let (proved, latest, original) = self.apply_sack(cumulative, ranges);
             outcome.rails |= proved;
             outcome.latest_rails |= latest;
+            outcome.original |= original;
+        }
+        if outcome.original {
+            // The flight is arriving: the timeout was spurious, and nothing
+            // more of it goes again. An acknowledgement of the probe alone
+            // proves nothing (the receiver acknowledges in-order data as it
+            // comes, the first segment first): the next timeout judges.
+            self.rto_probe = false;
         }
         Ok(outcome)
     }
 
     /// Mark what the SACK ranges cover; returns the rails (bit per rail)
     /// the newly covered segments prove, and those they last went over.
-    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> (u8, u8) {
+    /// Also whether a newly covered segment had been sent only once.
+    fn apply_sack(&mut self, cumulative: u64, ranges: impl Iterator<Item = SackRange>) -> (u8, u8, bool) {
         let (mut rails, mut latest) = (0u8, 0u8);
+        let mut original = false;
         let mut newest_sacked: Option<(u64, u64)> = None; // (seq, tx_order)
         let base = self.log.acked_upto;
         let mut covered = [(0u64, 0u64); MAX_SACK_RANGES];
@@ -639,6 +662,7 @@ impl SendStream {
                 if !tx.sacked {
                     tx.sacked = true;
                     self.sacked_count += 1;
+                    original |= tx.tx_count == 1;
                     rails |= tx.evidence();
                     latest |= 1 << tx.rail;
                     if tx.lost {
@@ -652,7 +676,7 @@ impl SendStream {
             }
         }
         self.detect_reneging(cumulative, &covered[..n]);
-        let Some((top_seq, top_order)) = newest_sacked else { return (rails, latest) };
+        let Some((top_seq, top_order)) = newest_sacked else { return (rails, latest, original) };
         for s in self.segments.iter_mut() {
             if s.log.seq + REORDER_ALLOWANCE > top_seq {
                 break;
@@ -663,7 +687,7 @@ impl SendStream {
                 self.lost_count += 1;
             }
         }
-        (rails, latest)
+        (rails, latest, original)
     }
 
     /// A segment the receiver selectively acknowledged and no longer
@@ -709,8 +733,10 @@ impl SendStream {
         self.abandon_deadline(config).is_some_and(|at| now >= at)
     }
 
-    /// The retransmission timer expired: back off and resend everything in
-    /// flight that the receiver has not shown it holds.
+    /// The retransmission timer expired: back off and resend the first
+    /// unacknowledged segment (selective repair, first timeout: a probe,
+    /// `rto_probe`), or everything in flight that the receiver has not
+    /// shown it holds (go-back-N, or a second timeout).
     pub fn on_timer(&mut self, now: Instant, mode: RetransmitMode, stats: &mut Stats) {
         let Some(deadline) = self.rto_deadline else { return };
         if now < deadline {
@@ -719,7 +745,10 @@ impl SendStream {
         stats.timeouts += 1;
         self.rtt.on_timeout();
         let in_flight = self.in_flight() as usize;
-        for (i, s) in self.segments.iter_mut().take(in_flight).enumerate() {
+        let probe = mode == RetransmitMode::Selective && !self.rto_probe;
+        self.rto_probe = probe;
+        let resend = if probe { in_flight.min(1) } else { in_flight };
+        for (i, s) in self.segments.iter_mut().take(resend).enumerate() {
             // The first unacknowledged segment goes again even if selectively
             // acknowledged: the receiver holds it but has not delivered it
             // (its delivery queue is full), and only a resend makes it

@@ -1097,3 +1097,35 @@ fn a_datagram_from_another_peers_address_is_refused() {
     p.a.handle_datagram_from(now, 0, Origin::Node(B), &genuine);
     assert_eq!(p.a.recv().map(|d| d.message.to_vec()), Some(b"genuine".to_vec()));
 }
+
+/// A receiver that stalls (its acknowledgements held 12 ms, past the first
+/// timeout, 5 ms before any round trip is measured) with nothing lost: the timeout resends the first segment
+/// only, and the acknowledgements of the rest, when they come, show the
+/// flight arrived: a handful of resends, not the whole flight's 64 (the
+/// old rule resent every segment in flight at each timeout). Every
+/// message is still delivered once, in order.
+#[test]
+fn a_late_receiver_costs_a_probe_not_the_flight() {
+    let mut p = Pair::connected(Config::default());
+    let held = std::rc::Rc::new(std::cell::Cell::new(true));
+    let hold = held.clone();
+    p.net.link = Box::new(move |s: &mut Sent<'_>| {
+        // B's first acknowledgements are late; everything arrives.
+        if s.src == B && hold.get() {
+            Fate::Deliver(Duration::from_millis(12))
+        } else {
+            Fate::Deliver(LATENCY)
+        }
+    });
+    let want: Vec<Vec<u8>> = (0..64).map(|i| msg(i, 1200)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_millis(10));
+    held.set(false);
+    p.run(Duration::from_millis(200));
+    check(&p.drain_b(), &want, "late acknowledgements");
+    let s = p.a().stats().clone();
+    assert!(s.timeouts >= 1, "the acknowledgements were late enough for a timeout: {s:?}");
+    assert!(s.retransmits <= 8, "{} resends for one late receiver (64 segments in flight)", s.retransmits);
+}
