@@ -943,14 +943,14 @@ impl Engine {
             if self.clients[i].gone {
                 continue;
             }
+            // A pair's rings are as large as the asking side's own.
+            let capacity = self.clients[i].region.header.submission_capacity as usize;
             if std::mem::take(&mut self.clients[i].fresh) {
-                let capacity = self.clients[i].region.header.submission_capacity as usize;
                 for (other, generation) in self.pairs.renew(&self.options.dir, node, capacity) {
                     self.tell_local(node, other, generation);
                 }
             }
             for peer in std::mem::take(&mut self.clients[i].local_requests) {
-                let capacity = self.clients[i].region.header.submission_capacity as usize;
                 match self.pairs.open(&self.options.dir, node, peer, capacity) {
                     Ok(generation) => self.tell_local(node, peer, generation),
                     Err(e) => {
@@ -968,7 +968,7 @@ impl Engine {
                 c.control_out.push_back(completion(&Completion::PeerAdded { peer }));
             }
             for peer in std::mem::take(&mut self.clients[i].wakes) {
-                if let Some(o) = self.clients.iter_mut().find(|c| c.node == peer && !c.gone) {
+                if let Some(o) = self.live_mut(peer) {
                     attach::ring(&mut o.conn);
                 }
             }
@@ -977,21 +977,24 @@ impl Engine {
         // detached close their paths, and the survivors are told.
         let gone: Vec<NodeId> = self.clients.iter().filter(|c| c.gone).map(|c| c.node).collect();
         for node in gone {
-            let closed = self.pairs.gone(node);
-            self.pairs.remove_closed(&self.options.dir, node, &closed);
-            for (other, _) in closed {
-                if let Some(o) = self.clients.iter_mut().find(|c| c.node == other && !c.gone) {
+            for other in self.pairs.gone(&self.options.dir, node) {
+                if let Some(o) = self.live_mut(other) {
                     o.control_out.push_back(completion(&Completion::LocalGone { peer: node }));
                 }
             }
         }
     }
 
+    /// The application attached as `node`, unless it is going.
+    fn live_mut(&mut self, node: NodeId) -> Option<&mut Attached> {
+        self.clients.iter_mut().find(|c| c.node == node && !c.gone)
+    }
+
     /// Tell both sides of a direct path where it is (the side that asked
     /// first; the other too, if attached, which maps it on sight).
     fn tell_local(&mut self, a: NodeId, b: NodeId, generation: u64) {
         for (me, peer) in [(a, b), (b, a)] {
-            if let Some(c) = self.clients.iter_mut().find(|c| c.node == me && !c.gone) {
+            if let Some(c) = self.live_mut(me) {
                 c.control_out.push_back(completion(&Completion::Local { peer, generation }));
             }
         }

@@ -96,25 +96,18 @@ impl Pairs {
         laid
     }
 
-    /// `node` went: its paths are closed (the files removed; the survivors
-    /// keep their mappings to drain them). The survivors and the
-    /// generations closed.
-    pub fn gone(&mut self, node: NodeId) -> Vec<(NodeId, u64)> {
-        let mut closed = Vec::new();
+    /// `node` went: its paths are closed and their files in `dir` removed
+    /// (the survivors keep their mappings to drain them). The survivors.
+    pub fn gone(&mut self, dir: &Path, node: NodeId) -> Vec<NodeId> {
+        let mut survivors = Vec::new();
         for (k, p) in self.table.iter_mut().filter(|(k, _)| k.0 == node || k.1 == node) {
             if p.live {
                 p.live = false;
-                closed.push((if k.0 == node { k.1 } else { k.0 }, p.generation));
+                let _ = std::fs::remove_file(dir.join(pair_file(k.0, k.1, p.generation)));
+                survivors.push(if k.0 == node { k.1 } else { k.0 });
             }
         }
-        closed
-    }
-
-    /// Remove the files of paths closed in `dir` (after `gone`).
-    pub fn remove_closed(&self, dir: &Path, node: NodeId, closed: &[(NodeId, u64)]) {
-        for &(other, generation) in closed {
-            let _ = std::fs::remove_file(dir.join(pair_file(node, other, generation)));
-        }
+        survivors
     }
 }
 

@@ -263,8 +263,9 @@ impl SelfTest {
         let mut busy = false;
         let SelfTest { options, pairs, stats, datagram_payload, scratch, .. } = self;
         for p in pairs.iter_mut() {
-            let probing = now >= p.due && p.pending.is_empty() && p.used;
-            if now >= p.due && p.pending.is_empty() && !p.used {
+            let due = now >= p.due && p.pending.is_empty();
+            let probing = due && p.used;
+            if due && !p.used {
                 p.due = now + options.every;
                 stats.idle_skips += 1;
             }
