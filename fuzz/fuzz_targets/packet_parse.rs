@@ -112,7 +112,7 @@ fn walk(frame: &Frame<'_>) -> usize {
             }
             let repr: AckRepr = a.to_repr();
             assert_eq!(repr.ranges(), &ranges[..], "to_repr dropped a range");
-            assert_eq!((repr.epoch, repr.cumulative, repr.full), (a.epoch, a.cumulative, a.full));
+            assert_eq!((repr.epoch, repr.cumulative, repr.full, repr.answer), (a.epoch, a.cumulative, a.full, a.answer));
             repr.encoded_len()
         }
         // HELLO, WELCOME and CONFIRM: fixed length, every field a plain

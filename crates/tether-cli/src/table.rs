@@ -444,7 +444,12 @@ pub struct SimRow {
     pub failed: u64,
     pub in_doubt_delivered: u64,
     pub lost_in_crash: u64,
+    /// Data frames sent for the first time.
+    pub first_sends: u64,
     pub retransmits: u64,
+    /// Retransmission timer expiries, and those found spurious.
+    pub timeouts: u64,
+    pub spurious_timeouts: u64,
     pub checksum_failures: u64,
     pub datagrams_dropped: u64,
     pub datagrams_corrupted: u64,
@@ -464,7 +469,10 @@ impl SimRow {
             failed: sum(&|r| r.failed),
             in_doubt_delivered: sum(&|r| r.in_doubt_delivered),
             lost_in_crash: sum(&|r| r.lost_in_crash),
+            first_sends: sum(&|r| r.stats.data_frames_sent - r.stats.retransmits),
             retransmits: sum(&|r| r.stats.retransmits),
+            timeouts: sum(&|r| r.stats.timeouts),
+            spurious_timeouts: sum(&|r| r.stats.spurious_timeouts),
             checksum_failures: sum(&|r| r.stats.checksum_failures),
             datagrams_dropped: sum(&|r| r.links.faults.dropped),
             datagrams_corrupted: sum(&|r| r.links.faults.modified),
@@ -485,6 +493,8 @@ pub fn sim(rows: &[SimRow]) {
         "in doubt",
         "crash-lost",
         "retransmits",
+        "resent %",
+        "timeouts",
         "cksum fail",
         "dropped/corrupt/dup/cut",
     ]);
@@ -499,6 +509,8 @@ pub fn sim(rows: &[SimRow]) {
             r.in_doubt_delivered.to_string(),
             r.lost_in_crash.to_string(),
             r.retransmits.to_string(),
+            format!("{:.2}", 100.0 * r.retransmits as f64 / r.first_sends.max(1) as f64),
+            format!("{} ({} spurious)", r.timeouts, r.spurious_timeouts),
             r.checksum_failures.to_string(),
             format!(
                 "{}/{}/{}/{}",
@@ -509,6 +521,7 @@ pub fn sim(rows: &[SimRow]) {
     right(&mut t);
     println!("{t}");
     println!("in doubt: delivered, then reported failed because the ACK died with the link (allowed, see FailedMessages)");
+    println!("resent %: data frames sent again per hundred sent once; spurious: a timeout whose probe's answer showed everything sent before it arrived");
 }
 
 pub fn campaign(rows: &[crate::campaign::Row]) {

@@ -32,6 +32,7 @@ mod event;
 pub mod fault_hook;
 mod handshake;
 mod landing;
+mod loss;
 mod paths;
 mod peer;
 mod recv_stream;

@@ -23,7 +23,7 @@ use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
 use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
 use crate::replay::ReplayWindow;
-use crate::send_stream::{AckRefused, SendStream};
+use crate::send_stream::{AckNews, AckRefused, SendStream};
 use crate::snapshot::PeerSnapshot;
 use crate::timer::{Timer, TimerTable};
 use crate::{Config, Instant, NodeId, PeerMoved, Transmit, MAX_MOVES};
@@ -154,6 +154,7 @@ impl Peer {
         let session = self.session();
         self.timers.set_all([
             self.send.rto_deadline(),
+            self.send.reorder_deadline().filter(|_| session),
             self.recv.ack_deadline().filter(|_| session),
             self.send.new_data_due(config).filter(|_| session),
             self.paths.silence_deadline(config).filter(|_| session),
@@ -169,7 +170,10 @@ impl Peer {
         self.hs.hello_due()
             || self.hs.confirm_due()
             || (self.session()
-                && (self.recv.ack_due(now) || self.send.has_work(now, config) || self.paths.control_due(now)))
+                && (self.recv.ack_due(now)
+                    || self.send.has_work(now, config)
+                    || self.send.probe_owed()
+                    || self.paths.control_due(now)))
     }
 
     /// A handshake proved the peer's incarnation: data may flow.
@@ -262,6 +266,11 @@ impl Peer {
         // An empty datagram is a probe (ACK-request flag) or its answer.
         let empty = packet.body_len() == 0;
         let (probe, pong) = (empty && h.flags.ack_request(), empty && !h.flags.ack_request());
+        if probe {
+            // A probe of the peer's retransmission timeout (or of a path):
+            // it wants to know what we hold, at once.
+            self.recv.answer_probe();
+        }
         if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
             info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
             cx.events.push_back(t.event(self.id, now));
@@ -289,11 +298,26 @@ impl Peer {
                         self.on_stream_reset(cx, a.epoch);
                         continue;
                     }
-                    if a.epoch != self.send.epoch() {
+                    let (cumulative, ranges) = if a.epoch == self.send.epoch() {
+                        (a.cumulative, Some(a.ranges()))
+                    } else if a.answer {
+                        // The answer to our probe from a receiver that holds
+                        // nothing of our epoch (it never got its first data):
+                        // everything sent before the probe was lost.
+                        (self.send.log().acked_upto, None)
+                    } else {
                         // An ACK of an epoch we abandoned: nothing to learn.
                         continue;
-                    }
-                    match self.send.on_ack(now, a.cumulative, a.full, a.ranges(), cx.config.retransmit) {
+                    };
+                    let ranges = ranges.into_iter().flatten();
+                    let mode = cx.config.retransmit;
+                    match self.send.on_ack(
+                        now,
+                        AckNews { cumulative, full: a.full, answer: a.answer },
+                        ranges,
+                        mode,
+                        cx.stats,
+                    ) {
                         Ok(outcome) => {
                             cx.stats.messages_acked += outcome.messages_acked;
                             let (events, id) = (&mut *cx.events, self.id);
@@ -526,13 +550,17 @@ impl Peer {
             }
         }
         let expired = |t| self.timers.expired(t, now);
-        let (paths_due, rto_due, abandon_due) = (
+        let (paths_due, rto_due, reorder_due, abandon_due) = (
             expired(Timer::PathSilence) || expired(Timer::Probe),
             expired(Timer::Retransmit),
+            expired(Timer::Reorder),
             expired(Timer::Abandon),
         );
         if paths_due {
             self.on_path_timers(cx, now);
+        }
+        if reorder_due {
+            self.send.on_reorder_timer(now, cx.config.retransmit);
         }
         if rto_due {
             // A failover just now may have re-armed it: `on_timer` checks again.
@@ -616,6 +644,19 @@ impl Peer {
             let len = w.finish();
             self.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
             stats.probes_sent += (control == Control::Probe) as u64;
+            stats.datagrams_sent += 1;
+            stats.bytes_sent += len as u64;
+            return Some(Transmit { dst: self.id, len, rail, to_addr: None });
+        }
+        if self.send.take_probe(now) {
+            // A retransmission timeout's probe: no frames, alone in its
+            // datagram, over the rail data would take.
+            let rail = self.paths.data_rail(config.rail_policy);
+            let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
+            w.set_ack_request(true);
+            let len = w.finish();
+            self.paths.on_sent(now, rail, 0, 0, true);
+            stats.probes_sent += 1;
             stats.datagrams_sent += 1;
             stats.bytes_sent += len as u64;
             return Some(Transmit { dst: self.id, len, rail, to_addr: None });

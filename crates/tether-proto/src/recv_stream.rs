@@ -151,6 +151,8 @@ enum Partial {
 struct AckState {
     pending: bool,
     due: Option<Instant>,
+    /// The next ACK answers a probe (`AckRepr::answer`).
+    answer: bool,
 }
 
 #[derive(Debug)]
@@ -366,6 +368,13 @@ impl RecvStream {
         self.ack.due = Some(Instant::ZERO);
     }
 
+    /// A probe came: the next ACK goes at once and says it answers one,
+    /// covering all that arrived before the probe did.
+    pub fn answer_probe(&mut self) {
+        self.request_ack_now();
+        self.ack.answer = true;
+    }
+
     /// Take the in-order segment `self.expected` into reassembly or delivery.
     fn consume(
         &mut self,
@@ -484,8 +493,10 @@ impl RecvStream {
     /// The ACK to send now: cumulative plus SACK ranges of what waits out of
     /// order (as many as fit; the lowest holes matter most).
     pub fn take_ack(&mut self) -> AckRepr {
+        let answer = self.ack.answer;
         self.ack = AckState::default();
         let mut ack = AckRepr::new(self.epoch.unwrap_or(0), self.ack_point());
+        ack.answer = answer;
         self.held_back = ack.cumulative < self.expected;
         ack.full = self.waits_for_room();
         if ack.cumulative + 1 < self.expected {

@@ -78,6 +78,11 @@ impl RttEstimator {
         self.update();
     }
 
+    /// The smoothed RTT in nanoseconds (0 before a sample).
+    pub fn smoothed_ns(&self) -> u64 {
+        self.srtt_ns.unwrap_or(0)
+    }
+
     pub fn smoothed(&self) -> Option<Duration> {
         self.srtt_ns.map(Duration::from_nanos)
     }

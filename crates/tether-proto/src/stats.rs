@@ -68,6 +68,9 @@ counters! {
     retransmits,
     /// Retransmission timer expiries.
     timeouts,
+    /// Timeouts found spurious: the answer to their probe showed nothing
+    /// lost (the receiver, or its ACKs, were late).
+    spurious_timeouts,
     /// ACK frames sent, piggy-backed or alone.
     acks_sent,
     /// ACKs that went alone, with no data to ride on.
@@ -172,6 +175,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 42);
+        assert_eq!(names.len(), 43);
     }
 }

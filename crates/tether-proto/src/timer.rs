@@ -14,6 +14,9 @@ use crate::Instant;
 pub enum Timer {
     /// The retransmission timeout of the send stream.
     Retransmit,
+    /// Time-based loss detection waits on a segment sent before one
+    /// delivered (RACK's reorder timer, `loss`).
+    Reorder,
     /// An ACK owed to the peer may wait no longer for data to ride on.
     DelayedAck,
     /// Small messages waiting to share a datagram must go.
@@ -30,8 +33,9 @@ pub enum Timer {
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 7] = [
+    pub const ALL: [Timer; 8] = [
         Timer::Retransmit,
+        Timer::Reorder,
         Timer::DelayedAck,
         Timer::Coalesce,
         Timer::PathSilence,

@@ -30,6 +30,8 @@ pub(crate) const ACK_FIXED_LEN: usize = 16;
 pub(crate) const SACK_RANGE_LEN: usize = 8;
 /// ACK flag (byte 2, bit 0): the receiver's delivery queue is full.
 const ACK_FULL: u8 = 0x01;
+/// ACK flag (byte 2, bit 1): the answer to a probe.
+const ACK_ANSWER: u8 = 0x02;
 
 /// Most selective ranges one ACK frame carries.
 pub const MAX_SACK_RANGES: usize = 16;
@@ -96,6 +98,11 @@ pub struct AckRepr {
     /// deliver it (its application is not reading): the sender should
     /// not take the silence that follows for loss (flag bit 0 of byte 2).
     pub full: bool,
+    /// Sent in answer to a probe (a datagram with no frames and the
+    /// ACK-request flag): it covers everything the receiver took in before
+    /// the probe, so what it does not cover, sent well before the probe,
+    /// was lost (flag bit 1 of byte 2).
+    pub answer: bool,
     ranges: [SackRange; MAX_SACK_RANGES],
     len: u8,
 }
@@ -135,6 +142,8 @@ pub struct AckFrame<'a> {
     pub cumulative: u64,
     /// See [`AckRepr::full`].
     pub full: bool,
+    /// See [`AckRepr::answer`].
+    pub answer: bool,
     raw_ranges: &'a [u8],
 }
 
@@ -150,6 +159,7 @@ impl<'a> AckFrame<'a> {
     pub fn to_repr(&self) -> AckRepr {
         let mut repr = AckRepr::new(self.epoch, self.cumulative);
         repr.full = self.full;
+        repr.answer = self.answer;
         for r in self.ranges() {
             repr.push_range(r);
         }
@@ -245,17 +255,17 @@ pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             if n > MAX_SACK_RANGES {
                 return Err(WireError::MalformedFrame("too many SACK ranges"));
             }
-            if b[2] & !ACK_FULL != 0 || b[3] != 0 {
+            if b[2] & !(ACK_FULL | ACK_ANSWER) != 0 || b[3] != 0 {
                 return Err(WireError::MalformedFrame("reserved ACK bits set"));
             }
-            let full = b[2] & ACK_FULL != 0;
+            let (full, answer) = (b[2] & ACK_FULL != 0, b[2] & ACK_ANSWER != 0);
             let epoch = u32_at(b, 4);
             let cumulative = u64_at(b, 8);
             let total = ACK_FIXED_LEN + n * SACK_RANGE_LEN;
             if b.len() < total {
                 return Err(WireError::FrameTruncated);
             }
-            let ack = AckFrame { epoch, cumulative, full, raw_ranges: &b[ACK_FIXED_LEN..total] };
+            let ack = AckFrame { epoch, cumulative, full, answer, raw_ranges: &b[ACK_FIXED_LEN..total] };
             let mut prev_end = 0u32;
             for r in ack.ranges() {
                 if r.start == 0 || r.start >= r.end || (r.start <= prev_end && prev_end != 0) {
@@ -346,7 +356,7 @@ pub(crate) fn emit_ack(out: &mut [u8], ack: &AckRepr) -> Result<usize, WireError
     }
     out[0] = FRAME_ACK;
     out[1] = ack.len;
-    out[2] = if ack.full { ACK_FULL } else { 0 };
+    out[2] = if ack.full { ACK_FULL } else { 0 } | if ack.answer { ACK_ANSWER } else { 0 };
     out[3] = 0;
     out[4..8].copy_from_slice(&ack.epoch.to_le_bytes());
     out[8..16].copy_from_slice(&ack.cumulative.to_le_bytes());

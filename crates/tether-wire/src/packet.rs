@@ -605,6 +605,7 @@ mod tests {
         w.push_data(5, DataFlags::new(true, true), 0, b"hello").unwrap();
         let mut ack = AckRepr::new(1, 100);
         ack.full = true;
+        ack.answer = true;
         assert!(ack.push_range(SackRange { start: 2, end: 4 }));
         w.push_ack(&ack).unwrap();
         w.finish()
@@ -629,7 +630,7 @@ mod tests {
         }
         match frames[1] {
             Frame::Ack(a) => {
-                assert_eq!((a.epoch, a.cumulative, a.full), (1, 100, true));
+                assert_eq!((a.epoch, a.cumulative, a.full, a.answer), (1, 100, true, true));
                 assert_eq!(a.ranges().collect::<Vec<_>>(), vec![SackRange { start: 2, end: 4 }]);
             }
             _ => panic!("expected ack"),
@@ -655,10 +656,10 @@ mod tests {
         assert!(matches!(with(&|d| d.push(0)), WireError::LengthMismatch { .. }));
         assert_eq!(with(&|d| d[HEADER_LEN + 14] ^= 1), WireError::ChecksumMismatch);
         // The ACK frame starts after the 17-byte DATA frame: its flag byte
-        // takes only the FULL bit, its reserved byte nothing.
+        // takes only the FULL and ANSWER bits, its reserved byte nothing.
         let ack_at = HEADER_LEN + 12 + 5;
         let mut bad = good.clone();
-        bad[ack_at + 2] |= 0x02;
+        bad[ack_at + 2] |= 0x04;
         let trailer = ChecksumKind::Crc32c.compute(&[&bad[HEADER_LEN..n - 4], &bad[..HEADER_LEN]]) as u32;
         bad[n - 4..].copy_from_slice(&trailer.to_le_bytes());
         assert!(matches!(Packet::parse(&bad), Err(WireError::MalformedFrame(_))));

@@ -18,7 +18,7 @@ use tether_wire::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum FrameModel {
     Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
-    Ack { epoch: u32, cumulative: u64, full: bool, ranges: Vec<SackRange> },
+    Ack { epoch: u32, cumulative: u64, full: bool, answer: bool, ranges: Vec<SackRange> },
     Handshake(HandshakeFrame),
 }
 
@@ -35,6 +35,7 @@ impl FrameModel {
                 epoch: a.epoch,
                 cumulative: a.cumulative,
                 full: a.full,
+                answer: a.answer,
                 ranges: a.ranges().collect(),
             },
             Frame::Handshake(h) => FrameModel::Handshake(*h),
@@ -58,9 +59,10 @@ impl FrameModel {
                 w.push_data(*seq, *flags, total_len.unwrap_or(0), payload)
             }
             FrameModel::Handshake(h) => w.push_handshake(h),
-            FrameModel::Ack { epoch, cumulative, full, ranges } => {
+            FrameModel::Ack { epoch, cumulative, full, answer, ranges } => {
                 let mut ack = AckRepr::new(*epoch, *cumulative);
                 ack.full = *full;
+                ack.answer = *answer;
                 for r in ranges {
                     assert!(ack.push_range(*r), "generator produced an invalid SACK range {r:?}");
                 }
@@ -131,9 +133,17 @@ fn sack_ranges(cumulative: u64) -> BoxedStrategy<Vec<SackRange>> {
 
 fn ack_strategy() -> impl Strategy<Value = FrameModel> {
     let cumulative = prop_oneof![any::<u64>(), 0..1_000u64, u64::MAX - 1_000..=u64::MAX];
-    (any::<u32>(), cumulative, any::<bool>()).prop_flat_map(|(epoch, cumulative, full)| {
-        sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack { epoch, cumulative, full, ranges })
-    })
+    (any::<u32>(), cumulative, any::<bool>(), any::<bool>()).prop_flat_map(
+        |(epoch, cumulative, full, answer)| {
+            sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack {
+                epoch,
+                cumulative,
+                full,
+                answer,
+                ranges,
+            })
+        },
+    )
 }
 
 fn handshake_strategy() -> impl Strategy<Value = FrameModel> {
