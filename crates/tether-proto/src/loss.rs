@@ -15,12 +15,18 @@
 //! acknowledged after one sent later than it shows how late it came (its
 //! acknowledgement is unambiguous), and the window covers at once the
 //! latest lateness seen, an eighth added. It starts at the whole
-//! retransmission timeout, and every sixteen round trips it halves, down
+//! retransmission timeout, and every eight round trips it halves, down
 //! to the latest lateness of that period, and never below a quarter of the
 //! smallest round trip (RFC 8985 section 6.2's base). So a stream waits
 //! long before it calls anything lost until it has seen how its network
 //! behaves, and a stream on a network that does not reorder comes down to
-//! a quarter round trip within about a hundred round trips.
+//! a quarter round trip within about fifty round trips. The period is a
+//! trade: a long one keeps a window learned under steady reordering (the
+//! simulator's reordering mix resent 0.03% of its data frames at eight
+//! round trips, 0.43% at four, 2.91% at two), a short one detects real
+//! loss sooner once reordering stops (a campaign stream losing 10% of its
+//! datagrams both ways took 3.32 times the fault-free time at sixteen,
+//! 2.09 at eight).
 //!
 //! RFC 8985 starts small and grows the window by a quarter round trip per
 //! round that reports a spurious retransmission (DSACK). Measured in the
@@ -28,7 +34,7 @@
 //! link, ten seeds, 8,702 segments), learning only after the fact cannot
 //! be cheap: starting small and learning the full extent at the first
 //! spurious retransmission still resent 983 segments, 11%, almost all in
-//! each stream's first flight; starting at the timeout resends none. This
+//! each stream's first flight; starting at the timeout, almost none. This
 //! replaced a count of later segments acknowledged (three, like TCP's
 //! duplicate threshold), which resent 91,602 (stale ACKs, overtaken on the
 //! way, also looked like reneging: `SendStream::apply_sack`).
@@ -47,7 +53,7 @@ pub(crate) struct Delivered {
 }
 
 /// Round trips without reordering after which the window halves.
-const DECAY_ROUND_TRIPS: u64 = 16;
+const DECAY_ROUND_TRIPS: u64 = 8;
 
 /// The detector's state for one send stream: soft, rebuilt empty on restore.
 #[derive(Debug, Clone)]
@@ -218,6 +224,15 @@ impl Rack {
         self.window.unwrap_or(rto_ns).max(base).min(rto_ns)
     }
 
+    /// The smallest round trip of a segment sent once (0: none yet).
+    pub fn min_rtt(&self) -> u64 {
+        if self.min_rtt_ns == u64::MAX {
+            0
+        } else {
+            self.min_rtt_ns
+        }
+    }
+
     /// The smallest round trip of a segment sent once, if any.
     #[cfg(test)]
     pub fn min_rtt_ns(&self) -> Option<u64> {
@@ -268,7 +283,7 @@ mod tests {
         ack(&mut r, 41, &[(1, 1, false)]);
         ack(&mut r, 340, &[(0, 0, false)]);
         assert_eq!(r.window_ns(1_000 * US), 1_000 * US, "the lateness is inside the window");
-        // Sixteen round trips (50 us each) on: halved, but no lower than
+        // Eight round trips (50 us each) on: halved, but no lower than
         // the lateness that period saw (300 us, an eighth added).
         ack(&mut r, 1_000, &[(950, 2, false)]);
         assert_eq!(r.window_ns(1_000 * US), 500 * US);

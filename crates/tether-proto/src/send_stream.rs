@@ -41,7 +41,7 @@ use crate::{Config, Instant, NodeId, RetransmitMode, Stats};
 const PROGRESS_BYTES: usize = 1 << 20;
 /// Consecutive unanswered timeouts after which a timeout resends the
 /// first unacknowledged segment besides its probes.
-const DATA_PROBE_AFTER: u32 = 3;
+const DATA_PROBE_AFTER: u32 = 5;
 /// Failure records kept for `message_state` queries.
 const FAILURE_HISTORY: usize = 256;
 
@@ -234,6 +234,8 @@ pub(crate) struct SendStream {
     halted: bool,
     /// `Config::verify_payloads`.
     verify: bool,
+    /// `Config::send_window`: segments in flight at most.
+    send_window: u64,
     pub rtt: RttEstimator,
 }
 
@@ -293,6 +295,7 @@ impl SendStream {
             last_heard: Instant::ZERO,
             halted: false,
             verify: config.verify_payloads,
+            send_window: config.send_window as u64,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -549,9 +552,13 @@ impl SendStream {
         }
         if written > 0 {
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
-            if self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request {
+            let filled = self.in_flight() >= config.send_window as u64;
+            if filled || (self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request)
+            {
                 // Ask for an immediate ACK, but at most once per quarter
-                // window, so a full pipe does not turn every packet into a request.
+                // window, so a full pipe does not turn every packet into a
+                // request; and with the datagram that fills the window,
+                // after which nothing goes until an ACK comes.
                 w.set_ack_request(true);
                 stats.ack_requests += 1;
                 self.next_ack_request = self.log.sent_upto + (config.send_window as u64 / 4).max(1);
@@ -762,8 +769,17 @@ impl SendStream {
         let window = self.rack.window_ns(self.rtt.rto().as_nanos() as u64);
         let wait = Duration::from_nanos(newest.rtt_ns.saturating_add(window));
         let in_flight = self.in_flight() as usize;
+        // The segment at the cumulative point holds the whole window shut
+        // while data waits to go: waiting out the reordering window for it
+        // stalls the stream that long (a tenth of the datagrams delayed by
+        // a millisecond on average made a campaign cell 4.85 times as
+        // slow). It is given a quarter of the smallest round trip, no more:
+        // a stall costs more than a segment sent twice.
+        let blocked = self.log.sent_upto < self.log.next_seq && in_flight as u64 >= self.send_window;
+        let head_wait =
+            Duration::from_nanos(newest.rtt_ns.saturating_add(window.min(self.rack.min_rtt() / 4)));
         let held = self.peer_full as usize;
-        for s in self.segments.iter_mut().take(in_flight).skip(held) {
+        for (i, s) in self.segments.iter_mut().take(in_flight).enumerate().skip(held) {
             let tx = &mut s.tx;
             if tx.lost || tx.sacked {
                 continue;
@@ -777,7 +793,7 @@ impl SendStream {
                 }
                 continue;
             }
-            let due = tx.last_tx + wait;
+            let due = tx.last_tx + if i == 0 && blocked { head_wait } else { wait };
             if due <= now {
                 tx.lost = true;
                 self.lost_count += 1;
