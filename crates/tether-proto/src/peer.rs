@@ -152,6 +152,7 @@ impl Peer {
         // In `Timer::ALL` order. Without a session nothing but the
         // handshake (and the patience clock) runs.
         let session = self.session();
+        self.paths.set_rto(self.send.rtt.base_rto());
         self.timers.set_all([
             self.send.rto_deadline(),
             self.send.reorder_deadline().filter(|_| session),

@@ -87,6 +87,15 @@ impl RttEstimator {
         self.srtt_ns.map(Duration::from_nanos)
     }
 
+    /// The timeout without back-off: what the estimate alone says.
+    pub fn base_rto(&self) -> Duration {
+        let base = match self.srtt_ns {
+            None => self.initial_ns,
+            Some(srtt) => srtt + (self.rttvar_ns * 4).max(MIN_VARIANCE_NS),
+        };
+        Duration::from_nanos(base.clamp(self.min_ns, self.max_ns))
+    }
+
     /// Current timeout, back-off included.
     pub fn rto(&self) -> Duration {
         Duration::from_nanos(self.rto_ns)

@@ -304,3 +304,34 @@ fn one_rail_behaves_as_before_no_probes() {
     assert_eq!(a.stats().probes_sent, 0);
     assert!(a.paths(B).iter().all(|p| p.state == PathState::Active));
 }
+
+/// Both rails healthy, but round trips of 3 to 5 ms (a busy machine whose
+/// threads are late, or a long path): longer than the configured 2 ms
+/// suspect threshold. Silence is judged against the measured timeout, so
+/// no healthy path turns suspect and nothing fails over (the fixed
+/// threshold flapped both paths all through the run).
+#[test]
+fn slow_round_trips_do_not_fail_healthy_paths() {
+    let mut r = Rails::new(Config::default());
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    r.net.link = Box::new(move |_: &mut Sent<'_>| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Fate::Deliver(Duration::from_micros(1_500 + x % 1_000))
+    });
+    let now = r.now();
+    r.a().connect(now, B).unwrap();
+    r.run(Duration::from_millis(50));
+    let want: Vec<Vec<u8>> = (0..400).map(|i| msg(i, 1000)).collect();
+    stream(&mut r, &want, Duration::from_micros(250));
+    r.run(Duration::from_millis(300));
+    check(&r.drain_b(), &want, "slow but healthy");
+    let changes: u64 = r.net.ep(A).paths(B).iter().map(|p| p.stats.state_changes).sum();
+    let s = r.a().stats().clone();
+    assert_eq!(changes, 0, "healthy paths changed state: {:?}", r.net.ep(A).paths(B));
+    assert_eq!(s.failovers, 0, "{s:?}");
+    // The jitter reorders datagrams by up to a millisecond: a resend or
+    // two while loss detection learns that, not a failover's window.
+    assert!(s.retransmits <= 4, "{s:?}");
+}
