@@ -77,6 +77,12 @@ pub struct Config {
     pub max_datagram: usize,
     /// Segments in flight per peer: the papers' send-queue size.
     pub send_window: usize,
+    /// Payload bytes in flight per peer, whatever the segment count: what
+    /// a receiver's socket buffer can hold (the runtime asks for 8 MiB).
+    /// With 65,507-byte datagrams a window of 1,024 segments put 64 MiB on
+    /// the wire at once and the receiving kernel dropped what did not fit;
+    /// a segment is always admitted when nothing is in flight.
+    pub send_window_bytes: usize,
     /// Memory the send buffer toward one peer may hold: the bytes of the
     /// messages accepted and not yet acknowledged plus the log's own
     /// bookkeeping for each of their segments (`SEGMENT_COST` bytes), so a
@@ -171,6 +177,7 @@ impl Default for Config {
             send_window: 256,
             send_buffer_bytes: 64 << 20,
             send_buffer_messages: 1 << 20,
+            send_window_bytes: 4 << 20,
             recv_window: 1024,
             delivery_queue_bytes: 64 << 20,
             delivery_queue_messages: 1 << 20,
@@ -231,6 +238,9 @@ impl Config {
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");
+        }
+        if self.send_window_bytes < self.max_datagram {
+            return bad("send_window_bytes", "must admit at least one full datagram");
         }
         if self.recv_window < 1 || self.recv_window > 1 << 20 {
             return bad("recv_window", "must be between 1 and 2^20 segments");

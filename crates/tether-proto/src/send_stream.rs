@@ -236,6 +236,10 @@ pub(crate) struct SendStream {
     verify: bool,
     /// `Config::send_window`: segments in flight at most.
     send_window: u64,
+    /// `Config::send_window_bytes`: payload bytes in flight at most.
+    window_bytes: usize,
+    /// Payload bytes of the segments in flight (derived from the log).
+    in_flight_bytes: usize,
     pub rtt: RttEstimator,
 }
 
@@ -296,6 +300,8 @@ impl SendStream {
             halted: false,
             verify: config.verify_payloads,
             send_window: config.send_window as u64,
+            window_bytes: config.send_window_bytes,
+            in_flight_bytes: 0,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -338,6 +344,7 @@ impl SendStream {
             }
             let mut tx = TxState::unsent(now);
             if logged.seq < in_flight_end {
+                s.in_flight_bytes += logged.data.len();
                 // Sent before, over rails nobody remembers: a resend, and
                 // its ACK proves no rail delivers (it may answer a copy
                 // sent before the restore).
@@ -396,6 +403,15 @@ impl SendStream {
         self.log.sent_upto - self.log.acked_upto
     }
 
+    /// The window admits the next unsent segment: fewer than
+    /// `send_window` segments in flight and its bytes within
+    /// `send_window_bytes` (or nothing in flight at all).
+    fn window_admits(&self) -> bool {
+        let Some(next) = self.segments.get(self.in_flight() as usize) else { return false };
+        self.in_flight() < self.send_window
+            && (self.in_flight() == 0 || self.in_flight_bytes + next.log.data.len() <= self.window_bytes)
+    }
+
     /// Something to put on the wire now: a lost segment, or new data the
     /// window admits and the coalescing rule lets go.
     pub fn has_work(&self, now: Instant, config: &Config) -> bool {
@@ -408,8 +424,7 @@ impl SendStream {
     /// no message waits longer than `coalesce_delay`. `None`: nothing to send
     /// or the window is closed.
     pub fn new_data_due(&self, config: &Config) -> Option<Instant> {
-        let idle =
-            || self.log.sent_upto == self.log.next_seq || self.in_flight() >= config.send_window as u64;
+        let idle = || self.log.sent_upto == self.log.next_seq || !self.window_admits();
         if self.halted {
             return None;
         }
@@ -540,19 +555,20 @@ impl SendStream {
                 written += 1;
             }
         }
-        while self.log.sent_upto < self.log.next_seq && self.in_flight() < config.send_window as u64 {
+        while self.log.sent_upto < self.log.next_seq && self.window_admits() {
             let i = (self.log.sent_upto - self.log.acked_upto) as usize;
             if !self.write_segment(w, i, now, rail, stats) {
                 break;
             }
             let s = &self.segments[i].log;
             self.unsent_wire_bytes -= DataFrame::encoded_len(s.data.len(), s.flags);
+            self.in_flight_bytes += s.data.len();
             self.log.sent_upto += 1;
             written += 1;
         }
         if written > 0 {
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
-            let filled = self.in_flight() >= config.send_window as u64;
+            let filled = self.log.sent_upto < self.log.next_seq && !self.window_admits();
             if filled || (self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request)
             {
                 // Ask for an immediate ACK, but at most once per quarter
@@ -643,6 +659,7 @@ impl SendStream {
             }
             outcome.popped += 1;
             let Segment { log: s, tx, .. } = self.segments.pop_front().expect("front checked above");
+            self.in_flight_bytes -= s.data.len();
             if tx.lost {
                 self.lost_count -= 1;
             }
@@ -775,7 +792,7 @@ impl SendStream {
         // a millisecond on average made a campaign cell 4.85 times as
         // slow). It is given a quarter of the smallest round trip, no more:
         // a stall costs more than a segment sent twice.
-        let blocked = self.log.sent_upto < self.log.next_seq && in_flight as u64 >= self.send_window;
+        let blocked = self.log.sent_upto < self.log.next_seq && !self.window_admits();
         let head_wait =
             Duration::from_nanos(newest.rtt_ns.saturating_add(window.min(self.rack.min_rtt() / 4)));
         let held = self.peer_full as usize;
@@ -978,6 +995,7 @@ impl SendStream {
         self.lost_count = 0;
         self.sacked_count = 0;
         self.bytes_buffered = 0;
+        self.in_flight_bytes = 0;
         self.unsent_wire_bytes = 0;
         self.next_ack_request = 0;
         self.rto_deadline = None;
@@ -1126,7 +1144,7 @@ impl SendStream {
             )?;
         }
         check(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer")?;
-        let (mut lost, mut sacked, mut buffered, mut unsent) = (0, 0, 0, 0);
+        let (mut lost, mut sacked, mut buffered, mut unsent, mut flying) = (0, 0, 0, 0, 0);
         let mut msg = None;
         for (i, s) in self.segments.iter().enumerate() {
             check(s.log.seq == log.acked_upto + i as u64, "segments contiguous")?;
@@ -1148,13 +1166,16 @@ impl SendStream {
             if s.log.flags.last() {
                 buffered += s.log.total_len as usize;
             }
-            if !sent {
+            if sent {
+                flying += s.log.data.len();
+            } else {
                 unsent += DataFrame::encoded_len(s.log.data.len(), s.log.flags);
             }
         }
         check(lost == self.lost_count, "lost count")?;
         check(sacked == self.sacked_count, "selectively acknowledged count")?;
         check(buffered == self.bytes_buffered, "buffered bytes")?;
-        check(unsent == self.unsent_wire_bytes, "unsent wire bytes")
+        check(unsent == self.unsent_wire_bytes, "unsent wire bytes")?;
+        check(flying == self.in_flight_bytes, "bytes in flight")
     }
 }

@@ -1191,3 +1191,30 @@ fn reordering_without_loss_is_not_taken_for_loss() {
         s.data_frames_sent
     );
 }
+
+/// Large datagrams: the window in bytes bounds what is in flight, not the
+/// segment count alone (1,024 segments of 60,000 bytes would put 60 MB on
+/// the wire at once, far past any socket buffer). Before the first ACK
+/// can come back only 256 KiB have gone; every message still arrives.
+#[test]
+fn the_window_in_bytes_bounds_large_datagrams() {
+    let config = Config { max_datagram: 65_507, send_window_bytes: 256 << 10, ..Config::default() };
+    let mut p = Pair::connected(config);
+    let sent = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let count = sent.clone();
+    p.net.link = Box::new(move |s: &mut Sent<'_>| {
+        if s.src == A && s.bytes.len() > 60_000 {
+            count.set(count.get() + 1);
+        }
+        Fate::Deliver(Duration::from_millis(1))
+    });
+    let want: Vec<Vec<u8>> = (0..64).map(|i| msg(i, 60_000)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_micros(1_500));
+    assert_eq!(sent.get(), 4, "256 KiB admits four 60,000-byte segments before an ACK");
+    p.run(Duration::from_millis(200));
+    check(&p.drain_b(), &want, "large datagrams");
+    assert_eq!(p.a().stats().retransmits, 0);
+}
