@@ -64,7 +64,8 @@ counters! {
     messages_acked,
     /// Data frames sent, first sends and retransmissions.
     data_frames_sent,
-    /// Data frames sent again after a timeout or a SACK gap.
+    /// Data frames sent again: judged lost by time (RACK), moved off a failed
+    /// path, or resent with a timeout's probes.
     retransmits,
     /// Retransmission timer expiries.
     timeouts,
@@ -110,7 +111,8 @@ counters! {
     /// Paths that stopped answering with data in flight on them: data
     /// moved to another rail.
     failovers,
-    /// Probes sent to suspect, down or idle paths.
+    /// Probes sent: at retransmission timeouts, and to suspect, down or
+    /// idle paths.
     probes_sent,
     /// HELLOs sent (first tries and retries).
     hellos_sent,
