@@ -786,17 +786,20 @@ impl SendStream {
         let window = self.rack.window_ns(self.rtt.rto().as_nanos() as u64);
         let wait = Duration::from_nanos(newest.rtt_ns.saturating_add(window));
         let in_flight = self.in_flight() as usize;
-        // The segment at the cumulative point holds the whole window shut
-        // while data waits to go: waiting out the reordering window for it
-        // stalls the stream that long (a tenth of the datagrams delayed by
-        // a millisecond on average made a campaign cell 4.85 times as
-        // slow). It is given a quarter of the smallest round trip, no more:
-        // a stall costs more than a segment sent twice.
+        // While the window is shut with data waiting, every hole holds it
+        // shut: waiting out the reordering window for each, one after the
+        // other as each reaches the cumulative point, stalls the stream
+        // (a tenth of the datagrams delayed by a millisecond on average
+        // made a campaign cell 4.85 times as slow; judging only the first
+        // hole quickly, 2.31 times; every hole, 1.63 times, at twice the
+        // duplicates: 7,073 against 3,490). They are given a quarter of the
+        // smallest round trip, no more: a stall costs more than a segment
+        // sent twice.
         let blocked = self.log.sent_upto < self.log.next_seq && !self.window_admits();
         let head_wait =
             Duration::from_nanos(newest.rtt_ns.saturating_add(window.min(self.rack.min_rtt() / 4)));
         let held = self.peer_full as usize;
-        for (i, s) in self.segments.iter_mut().take(in_flight).enumerate().skip(held) {
+        for s in self.segments.iter_mut().take(in_flight).skip(held) {
             let tx = &mut s.tx;
             if tx.lost || tx.sacked {
                 continue;
@@ -810,7 +813,7 @@ impl SendStream {
                 }
                 continue;
             }
-            let due = tx.last_tx + if i == 0 && blocked { head_wait } else { wait };
+            let due = tx.last_tx + if blocked { head_wait } else { wait };
             if due <= now {
                 tx.lost = true;
                 self.lost_count += 1;
