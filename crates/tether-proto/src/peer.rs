@@ -638,26 +638,18 @@ impl Peer {
             return None;
         }
         let stats = &mut *cx.stats;
-        if let Some((rail, control)) = self.paths.take_control(now, config, self.send.has_unacked()) {
-            // A probe or its answer: no frames, alone in its datagram.
+        // A datagram with no frames: a path's probe or its answer, or a
+        // retransmission timeout's probe over the rail data would take.
+        let control = match self.paths.take_control(now, config, self.send.has_unacked()) {
+            Some((rail, control)) => Some((rail, control == Control::Probe)),
+            None => self.send.take_probe(now).then(|| (self.paths.data_rail(config.rail_policy), true)),
+        };
+        if let Some((rail, probe)) = control {
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
-            w.set_ack_request(control == Control::Probe);
+            w.set_ack_request(probe);
             let len = w.finish();
-            self.paths.on_sent(now, rail, 0, 0, control == Control::Probe);
-            stats.probes_sent += (control == Control::Probe) as u64;
-            stats.datagrams_sent += 1;
-            stats.bytes_sent += len as u64;
-            return Some(Transmit { dst: self.id, len, rail, to_addr: None });
-        }
-        if self.send.take_probe(now) {
-            // A retransmission timeout's probe: no frames, alone in its
-            // datagram, over the rail data would take.
-            let rail = self.paths.data_rail(config.rail_policy);
-            let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
-            w.set_ack_request(true);
-            let len = w.finish();
-            self.paths.on_sent(now, rail, 0, 0, true);
-            stats.probes_sent += 1;
+            self.paths.on_sent(now, rail, 0, 0, probe);
+            stats.probes_sent += probe as u64;
             stats.datagrams_sent += 1;
             stats.bytes_sent += len as u64;
             return Some(Transmit { dst: self.id, len, rail, to_addr: None });

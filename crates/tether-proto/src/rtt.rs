@@ -40,12 +40,17 @@ impl RttEstimator {
         r
     }
 
-    fn update(&mut self) {
-        let base = match self.srtt_ns {
+    /// srtt + 4 rttvar (the initial timeout before a sample), unclamped.
+    fn estimate_ns(&self) -> u64 {
+        match self.srtt_ns {
             None => self.initial_ns,
             Some(srtt) => srtt + (self.rttvar_ns * 4).max(MIN_VARIANCE_NS),
-        };
-        self.rto_ns = base.saturating_mul(1 << self.backoff_shift).clamp(self.min_ns, self.max_ns);
+        }
+    }
+
+    fn update(&mut self) {
+        self.rto_ns =
+            self.estimate_ns().saturating_mul(1 << self.backoff_shift).clamp(self.min_ns, self.max_ns);
     }
 
     /// Feed one sample. Callers follow Karn's rule: never a sample from a
@@ -89,11 +94,7 @@ impl RttEstimator {
 
     /// The timeout without back-off: what the estimate alone says.
     pub fn base_rto(&self) -> Duration {
-        let base = match self.srtt_ns {
-            None => self.initial_ns,
-            Some(srtt) => srtt + (self.rttvar_ns * 4).max(MIN_VARIANCE_NS),
-        };
-        Duration::from_nanos(base.clamp(self.min_ns, self.max_ns))
+        Duration::from_nanos(self.estimate_ns().clamp(self.min_ns, self.max_ns))
     }
 
     /// Current timeout, back-off included.

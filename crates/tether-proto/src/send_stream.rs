@@ -11,9 +11,9 @@
 //! lost once one sent *after* it was acknowledged, cumulatively or
 //! selectively, and longer has passed than the reordering the stream has
 //! seen explains. The retransmission timeout, one per stream ([TB]: one
-//! timer, not one per packet), only probes: it resends the first
-//! unacknowledged segment, and the acknowledgement that answers the probe
-//! lets RACK judge the rest, or shows the timeout was spurious.
+//! timer, not one per packet), only probes: it sends datagrams with no
+//! data that the receiver answers at once, and the answer lets RACK judge
+//! the flight, or shows the timeout was spurious.
 //!
 //! The state is split in two types. [`SendLog`] and each segment's
 //! [`LoggedSegment`] are *hard* state: what must survive an engine failure
@@ -89,11 +89,6 @@ impl TxState {
     /// (sent before, over rails nobody remembers).
     fn resent(&self) -> bool {
         self.tx_count > 1 || self.rails_sent == u8::MAX
-    }
-
-    /// Mark it lost; whether it was not already.
-    fn mark_lost(&mut self) -> bool {
-        !std::mem::replace(&mut self.lost, true)
     }
 
     /// The rail this segment's arrival proves delivers: its only one.
@@ -844,8 +839,8 @@ impl SendStream {
     /// the ACK may have run out of room for ranges, so nothing is judged
     /// there, unless there are no ranges at all (the receiver holds
     /// nothing out of order). Judged only from an ACK that moved the
-    /// cumulative point (`apply_sack`): the reneged hole is filled by the
-    /// next timeout's probe at the latest.
+    /// cumulative point or answers a probe (`apply_sack`): at the latest,
+    /// the next timeout's probe is answered with one.
     fn detect_reneging(&mut self, cumulative: u64, covered: &[(u64, u64)]) {
         if self.sacked_count == 0 {
             return;
@@ -894,13 +889,7 @@ impl SendStream {
         self.rtt.on_timeout();
         let in_flight = self.in_flight() as usize;
         if mode == RetransmitMode::GoBackN {
-            for s in self.segments.iter_mut().take(in_flight) {
-                if s.tx.sacked {
-                    s.tx.sacked = false;
-                    self.sacked_count -= 1;
-                }
-                self.lost_count += s.tx.mark_lost() as usize;
-            }
+            (0..in_flight).for_each(|i| self.resend(i));
         } else if in_flight > 0 {
             // Two probes, each a datagram of its own with no frames: one
             // lost datagram must not cost a doubled timeout (after a 20 ms
@@ -914,15 +903,21 @@ impl SendStream {
                 // (one whose state of this stream is older than ours, one
                 // whose delivery queue is full and whose ACK with room was
                 // lost): it answers what it receives.
-                let first = &mut self.segments[0].tx;
-                if first.sacked {
-                    first.sacked = false;
-                    self.sacked_count -= 1;
-                }
-                self.lost_count += first.mark_lost() as usize;
+                self.resend(0);
             }
         }
         self.rto_deadline = (in_flight > 0).then(|| now + self.rtt.rto());
+    }
+
+    /// Segment `i` goes again, even if selectively acknowledged.
+    fn resend(&mut self, i: usize) {
+        let tx = &mut self.segments[i].tx;
+        if std::mem::take(&mut tx.sacked) {
+            self.sacked_count -= 1;
+        }
+        if !std::mem::replace(&mut tx.lost, true) {
+            self.lost_count += 1;
+        }
     }
 
     /// A probe is owed: whether to send one now (a datagram with no
