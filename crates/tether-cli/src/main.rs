@@ -8,6 +8,7 @@ mod auth_bench;
 mod bandwidth;
 mod bench;
 mod campaign;
+mod congestion_bench;
 mod demo;
 mod demo_engine;
 mod detection;
@@ -16,6 +17,7 @@ mod engine_campaign;
 mod engine_cmd;
 mod engine_proc;
 mod fault_hook;
+mod flows;
 mod limit;
 mod model;
 mod net;
@@ -119,6 +121,12 @@ enum BenchWhat {
     /// endpoints, two applications on one engine, and recovery from engines
     /// killed (SIGKILL) and hung (SIGSTOP) during a verified stream.
     Engine(engine_bench::EngineBenchOpts),
+    /// Congestion control through a real bottleneck (two network
+    /// namespaces, tc tbf at 1 Gbit/s with a shallow queue): N tether
+    /// streams together (utilization, Jain fairness, queue drops), one
+    /// beside a TCP Cubic connection (tether's share of fair), and the
+    /// 8 B round trip through the idle link, shaped and not. Needs root.
+    Congestion(congestion_bench::CongestionOpts),
 }
 
 fn main() {
@@ -198,10 +206,18 @@ fn flag(id: &str) -> String {
 fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
     let Some((_, m)) = m.subcommand() else { return Ok(()) };
     match command {
+        Command::Pingpong(o) if o.flows > 1 => {
+            anyhow::bail!("--flows is for stream: a round trip is one flow at a time")
+        }
         Command::Pingpong(o) | Command::Stream(o) => check_net(o, m),
         Command::Bench(o) => match (&o.what, m.subcommand()) {
             (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
-            (Some(BenchWhat::Auth(_) | BenchWhat::Shm(_) | BenchWhat::Engine(_)), _) => Ok(()),
+            (
+                Some(
+                    BenchWhat::Auth(_) | BenchWhat::Shm(_) | BenchWhat::Engine(_) | BenchWhat::Congestion(_),
+                ),
+                _,
+            ) => Ok(()),
             _ => check_bench(&o.net, m),
         },
         Command::Demo(o) => demo::check(o),
@@ -231,6 +247,11 @@ fn check_net(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
         if o.rails > 1 {
             anyhow::bail!("--rails is for loopback; across hosts add each rail with --rail LOCAL=REMOTE");
         }
+        if o.flows > 1 {
+            anyhow::bail!(
+                "--flows runs on loopback; across hosts start one --listen/--connect pair per flow"
+            );
+        }
     } else if let Some(f) = first_given(m, &["bind", "peer", "extra_rails"]) {
         anyhow::bail!("{f} is for two-process mode (--listen or --connect); on loopback use --rails N");
     }
@@ -245,6 +266,8 @@ fn check_net(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
             "rails",
             "extra_rails",
             "rail_policy",
+            "congestion",
+            "flows",
         ];
         if let Some(f) = first_given(m, &reliable) {
             anyhow::bail!("--raw measures the bare transport, without tether: {f} does not apply");
@@ -273,6 +296,9 @@ fn check_bench(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
     }
     if given(m, "rail_policy") && o.rails < 2 {
         anyhow::bail!("--rail-policy needs --rails 2 or more");
+    }
+    if given(m, "flows") {
+        anyhow::bail!("bench sweeps one flow; --flows is for stream (and `bench congestion` runs its own)");
     }
     o.plan()?;
     Ok(())
@@ -387,6 +413,19 @@ fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
 
 fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
     let count = o.count.unwrap_or(stream::default_count(o.size));
+    if o.flows > 1 {
+        let runs = (0..o.runs.max(1))
+            .map(|_| flows::loopback(o, o.flows, count))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let verified = runs.iter().flat_map(|r| &r.flows).all(|f| f.corrupted == 0 && f.out_of_order == 0);
+        if o.json {
+            print_json(&runs)?;
+        } else {
+            table::flows(&runs, o.size);
+        }
+        anyhow::ensure!(verified, "verification failed: reordered or corrupted messages");
+        return Ok(());
+    }
     let mode = if o.raw { "raw" } else { "tether" };
     let runs = match two_process(o)? {
         Some((addr, peer, true)) => vec![stream::listen(o, addr, peer, count)?],
@@ -459,6 +498,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Auth(a)) => return run_bench_auth(a),
         Some(BenchWhat::Shm(s)) => return run_bench_shm(s),
         Some(BenchWhat::Engine(e)) => return run_bench_engine(e),
+        Some(BenchWhat::Congestion(c)) => return congestion_bench::run(c),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };

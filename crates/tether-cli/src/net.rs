@@ -131,6 +131,12 @@ pub struct NetOpts {
     #[arg(long, default_value_t = 1, allow_negative_numbers = true,
           value_parser = args::int_in::<usize>(1, tether::MAX_RAILS as u64, "", ""))]
     pub rails: usize,
+    /// `stream` on loopback: this many streams at once, each between two
+    /// endpoints of its own; each one's goodput is measured until the
+    /// first is done, with their sum and Jain's fairness index.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, MAX_FLOWS as u64, "", ""))]
+    pub flows: usize,
     /// Two-process mode: another rail, `LOCAL=REMOTE` (this side's address
     /// on that network and the peer's), repeatable; --listen/--connect and
     /// --bind/--peer are rail 0 [default: none].
@@ -140,10 +146,19 @@ pub struct NetOpts {
     /// sends on the first healthy rail, stripe spreads over all.
     #[arg(long, value_enum, default_value_t = Policy::PrimaryBackup)]
     pub rail_policy: Policy,
+    /// Congestion control: delay (queueing delay against a target, loss
+    /// when sharing a queue with loss-based flows), new-reno (loss only),
+    /// off (no congestion window, no pacing).
+    #[arg(long, value_enum, default_value_t = Congestion::Delay)]
+    pub congestion: Congestion,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The most flows `stream --flows` runs at once (each is two endpoints and
+/// four threads).
+pub const MAX_FLOWS: usize = 64;
 
 /// The most messages one run may send: far beyond any measurement, and low
 /// enough that per-message bookkeeping (pingpong keeps every round trip)
@@ -157,6 +172,27 @@ fn rto_min_us() -> impl Fn(&str) -> Result<u64, String> + Clone {
     let lo = c.coalesce_delay.as_micros() as u64 + 1;
     let hi = c.rto_max.as_micros() as u64;
     args::int_in(lo, hi, "microseconds", "above the coalescing delay, at most the retransmission ceiling")
+}
+
+/// `--congestion`: the congestion controller (`tether::CongestionControl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Congestion {
+    /// Queueing delay against a target; loss when competing with loss-based flows.
+    Delay,
+    /// Loss only.
+    NewReno,
+    /// No congestion window, no pacing.
+    Off,
+}
+
+impl Congestion {
+    pub fn control(self) -> tether::CongestionControl {
+        match self {
+            Congestion::Delay => tether::CongestionControl::Delay,
+            Congestion::NewReno => tether::CongestionControl::NewReno,
+            Congestion::Off => tether::CongestionControl::Off,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -269,6 +305,7 @@ impl NetOpts {
                 Policy::PrimaryBackup => RailPolicy::PrimaryBackup,
                 Policy::Stripe => RailPolicy::Stripe,
             },
+            congestion: self.congestion.control(),
             ..Config::default()
         }
     }

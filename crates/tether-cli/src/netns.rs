@@ -50,11 +50,21 @@ fn ip(args: &[&str]) -> std::io::Result<Output> {
 
 /// Run `ip args`, its complaint as the error.
 fn must(args: &[&str]) -> Result<(), NetnsError> {
-    let out = ip(args).map_err(|e| NetnsError::Failed(format!("ip {}: {e}", args.join(" "))))?;
+    must_run(&[], args)
+}
+
+/// Run `ip PREFIX... ARGS...`, its complaint as the error.
+fn must_run(prefix: &[&str], args: &[&str]) -> Result<(), NetnsError> {
+    let line = || format!("ip {}", [prefix, args].concat().join(" "));
+    let out = Command::new("ip")
+        .args(prefix)
+        .args(args)
+        .output()
+        .map_err(|e| NetnsError::Failed(format!("{}: {e}", line())))?;
     if !out.status.success() {
         return Err(NetnsError::Failed(format!(
-            "ip {}: {}",
-            args.join(" "),
+            "{}: {}",
+            line(),
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
@@ -64,6 +74,11 @@ fn must(args: &[&str]) -> Result<(), NetnsError> {
 impl Netns {
     /// Make the two hosts, joined by `rails` veth pairs (1 to [`MAX_RAILS`]).
     pub fn pair(rails: u8) -> Result<Netns, NetnsError> {
+        Self::pair_for("campaign", rails)
+    }
+
+    /// The same, the namespaces named for `purpose` (`tether-PURPOSE-PID-a`).
+    pub fn pair_for(purpose: &str, rails: u8) -> Result<Netns, NetnsError> {
         if !(1..=MAX_RAILS).contains(&rails) {
             return Err(NetnsError::Failed(format!("{rails} rails: 1 to {MAX_RAILS} are supported")));
         }
@@ -82,7 +97,7 @@ impl Netns {
         let pid = std::process::id();
         // The guard exists before the first namespace does, so a failure
         // half way removes what was made.
-        let mut ns = Netns { names: [0, 1].map(|s| format!("tether-campaign-{pid}-{}", side(s))), rails: 0 };
+        let mut ns = Netns { names: [0, 1].map(|s| format!("tether-{purpose}-{pid}-{}", side(s))), rails: 0 };
         for n in &ns.names {
             let out = ip(&["netns", "add", n]).map_err(|e| NetnsError::Unavailable(e.to_string()))?;
             if !out.status.success() {
@@ -98,7 +113,7 @@ impl Netns {
         for r in 0..rails {
             // Interface names are at most 15 bytes: "tc" + pid (<= 7
             // digits) + side + rail fits.
-            let (va, vb) = (format!("tc{pid}a{r}"), format!("tc{pid}b{r}"));
+            let (va, vb) = (Self::veth(0, r), Self::veth(1, r));
             let (na, nb) = (&ns.names[0], &ns.names[1]);
             must(&["link", "add", &va, "netns", na, "type", "veth", "peer", "name", &vb, "netns", nb])?;
             ns.rails = r + 1;
@@ -119,6 +134,46 @@ impl Netns {
     /// Rails joining the two.
     pub fn rails(&self) -> u8 {
         self.rails
+    }
+
+    /// Side `s`'s end of rail `r`'s veth pair.
+    pub fn veth(s: usize, r: u8) -> String {
+        format!("tc{}{}{r}", std::process::id(), side(s))
+    }
+
+    /// Run `f` on a thread inside side `s`'s namespace: the sockets it
+    /// makes belong there, whichever thread uses them afterwards.
+    pub fn within<T: Send>(&self, s: usize, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+        let path = format!("/var/run/netns/{}", self.names[s]);
+        let file = std::fs::File::open(&path)?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: setns on a descriptor we hold open; it moves
+                    // only this thread, which ends with the scope.
+                    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(f())
+                })
+                .join()
+                .map_err(|_| std::io::Error::other("a thread inside the namespace panicked"))?
+        })
+    }
+
+    /// Run `tc args` inside side `s`'s namespace.
+    pub fn tc(&self, s: usize, args: &[&str]) -> Result<(), NetnsError> {
+        must_run(&["netns", "exec", &self.names[s], "tc"], args)
+    }
+
+    /// `tc -s qdisc show dev DEV` inside side `s`'s namespace: the text.
+    pub fn qdisc_stats(&self, s: usize, dev: &str) -> String {
+        Command::new("ip")
+            .args(["netns", "exec", &self.names[s], "tc", "-s", "qdisc", "show", "dev", dev])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
     }
 
     /// Side `s`'s address on rail `r`.

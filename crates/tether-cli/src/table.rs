@@ -181,6 +181,31 @@ pub fn pingpong(runs: &[PingpongRun], mode: &str, size: usize) {
     }
 }
 
+/// `stream --flows N`: each run's flows side by side, their sum and
+/// fairness.
+pub fn flows(runs: &[crate::flows::FlowsRun], size: usize) {
+    let n = runs.first().map_or(0, |r| r.flows.len());
+    let mut head: Vec<String> = vec!["run".into(), "total MB/s".into(), "Jain".into()];
+    head.extend((1..=n).map(|i| format!("flow {i}")));
+    head.extend(["retransmits".into(), "s".into()]);
+    let mut t = table(&head.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, r) in runs.iter().enumerate() {
+        let mut row = vec![(i + 1).to_string(), format!("{:.1}", r.total_mb_s), format!("{:.3}", r.jain)];
+        row.extend(r.flows.iter().map(|f| format!("{:.1}", f.goodput_mb_s)));
+        row.push(r.flows.iter().map(|f| f.retransmits).sum::<u64>().to_string());
+        row.push(format!("{:.3}", r.seconds));
+        t.add_row(row);
+    }
+    right(&mut t);
+    println!("{n} tether streams at once, {size} B messages (MB/s until the first was done):\n{t}");
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.total_mb_s).collect::<Vec<_>>()) {
+        println!("median total: {:.1} MB/s (min {:.1}, max {:.1})", m.median, m.min, m.max);
+    }
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.jain).collect::<Vec<_>>()) {
+        println!("median Jain fairness: {:.3} (min {:.3}, max {:.3})", m.median, m.min, m.max);
+    }
+}
+
 pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {
     let mut t = table(&[
         "run",

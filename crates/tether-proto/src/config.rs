@@ -168,6 +168,10 @@ pub struct Config {
     /// A healthy path that carried nothing this long is probed, so a dead
     /// backup is known before it is needed.
     pub path_idle_probe_interval: Duration,
+    /// The congestion controller of every stream (`congestion`): by
+    /// default queueing delay against a target, and loss when competing
+    /// with loss-based flows.
+    pub congestion: crate::congestion::CongestionControl,
 }
 
 impl Default for Config {
@@ -201,6 +205,7 @@ impl Default for Config {
             path_probe_interval: Duration::from_millis(1),
             path_down_probe_interval: Duration::from_millis(50),
             path_idle_probe_interval: Duration::from_millis(20),
+            congestion: crate::congestion::CongestionControl::Delay,
         }
     }
 }

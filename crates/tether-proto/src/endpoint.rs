@@ -617,6 +617,12 @@ impl Endpoint {
         self.peers.get(&peer).map(|p| p.paths.info().collect()).unwrap_or_default()
     }
 
+    /// The congestion state of the stream toward `peer` (`None`: no
+    /// state for it).
+    pub fn congestion(&self, peer: NodeId) -> Option<crate::CongestionInfo> {
+        self.peers.get(&peer).map(|p| p.send.congestion())
+    }
+
     /// Take in one received datagram, from rail 0. Anything wrong with it
     /// is a counted drop.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod config;
+pub mod congestion;
 mod context;
 mod delivery;
 mod endpoint;
@@ -47,6 +48,7 @@ mod time;
 mod timer;
 
 pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
+pub use congestion::{CongestionControl, CongestionInfo, Controller, ControllerFactory};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;

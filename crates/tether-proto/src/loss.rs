@@ -106,6 +106,9 @@ pub(crate) struct AckScan {
     min_original_ns: u64,
     /// An answered probe.
     probe: Option<Delivered>,
+    /// A resend was acknowledged sooner than any round trip: the first
+    /// copy arrived after all, and judging it lost was a mistake.
+    spurious: bool,
 }
 
 impl AckScan {
@@ -122,6 +125,7 @@ impl AckScan {
             if !soon && later(self.resent) {
                 self.resent = Some(d);
             }
+            self.spurious |= soon;
             return;
         }
         self.min_original_ns = self.min_original_ns.min(rtt_ns);
@@ -203,6 +207,14 @@ impl Rack {
         let late = scan.late_ns.saturating_add(scan.late_ns / 8);
         self.period_late_ns = self.period_late_ns.max(late);
         let mut window = window.max(late);
+        if scan.spurious {
+            // A segment judged lost arrived: the lateness samples so far
+            // underestimate this network's (both directions' jitter, and
+            // a delayed ACK, add up). Twice the window, kept through the
+            // current decay period (RFC 8985 section 7.2 grows it on DSACK).
+            window = window.saturating_mul(2).min(rto_ns.max(window));
+            self.period_late_ns = self.period_late_ns.max(window);
+        }
         if now - self.period_start > decay_after(srtt_ns) {
             window = (window / 2).max(self.period_late_ns);
             self.period_late_ns = 0;

@@ -157,7 +157,7 @@ impl Peer {
             self.send.rto_deadline(),
             self.send.reorder_deadline().filter(|_| session),
             self.recv.ack_deadline().filter(|_| session),
-            self.send.new_data_due(config).filter(|_| session),
+            self.send.send_due(config).filter(|_| session),
             self.paths.silence_deadline(config).filter(|_| session),
             self.paths.probe_deadline(config).filter(|_| session),
             self.send.abandon_deadline(config),

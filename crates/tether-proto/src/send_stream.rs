@@ -30,6 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
 
+use crate::congestion::{AckSignal, CongestionInfo, Controller, LossSignal, Pacer};
 use crate::delivery::give_back;
 use crate::event::{FailReason, FailedMessages, MessageState};
 use crate::loss::{AckScan, Rack};
@@ -235,6 +236,15 @@ pub(crate) struct SendStream {
     window_bytes: usize,
     /// Payload bytes of the segments in flight (derived from the log).
     in_flight_bytes: usize,
+    /// Payload bytes in flight that are neither selectively acknowledged
+    /// nor judged lost: what the congestion window bounds (RFC 6675's pipe).
+    pipe: u64,
+    /// The congestion window's keeper (`congestion`, `Config::congestion`).
+    cc: Box<dyn Controller>,
+    /// Spreads what the window allows over the round trip.
+    pacer: Pacer,
+    /// The largest payload of one segment: the window's unit.
+    mss: u64,
     pub rtt: RttEstimator,
 }
 
@@ -297,6 +307,10 @@ impl SendStream {
             send_window: config.send_window as u64,
             window_bytes: config.send_window_bytes,
             in_flight_bytes: 0,
+            pipe: 0,
+            cc: config.congestion.build(config.max_fragment() as u64),
+            pacer: Pacer::new(),
+            mss: config.max_fragment() as u64,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -403,14 +417,50 @@ impl SendStream {
     /// `send_window_bytes` (or nothing in flight at all).
     fn window_admits(&self) -> bool {
         let Some(next) = self.segments.get(self.in_flight() as usize) else { return false };
+        self.flow_admits(next)
+            && (self.pipe == 0 || self.pipe + next.log.data.len() as u64 <= self.cc.window())
+    }
+
+    /// The flow-control half of `window_admits`: the limits counted from
+    /// the cumulative point, which one hole holds shut however much beyond
+    /// it arrived (the congestion window counts only what is in the pipe).
+    fn flow_admits(&self, next: &Segment) -> bool {
         self.in_flight() < self.send_window
             && (self.in_flight() == 0 || self.in_flight_bytes + next.log.data.len() <= self.window_bytes)
+    }
+
+    /// The pacing rate, bytes per second (`None`: unpaced).
+    fn pacing_rate(&self) -> Option<u64> {
+        Pacer::rate(self.cc.window(), self.cc.pacing_gain(), self.rtt.smoothed_ns())
+    }
+
+    /// When the pacer lets the next datagram of data go.
+    fn paced_until(&self) -> Instant {
+        self.pacer.ready_at(self.pacing_rate())
+    }
+
+    /// The congestion window's state, for `Endpoint::congestion`.
+    pub fn congestion(&self) -> CongestionInfo {
+        CongestionInfo {
+            window: self.cc.window(),
+            in_flight: self.pipe,
+            state: self.cc.state(),
+            pacing_rate: self.pacing_rate(),
+        }
     }
 
     /// Something to put on the wire now: a lost segment, or new data the
     /// window admits and the coalescing rule lets go.
     pub fn has_work(&self, now: Instant, config: &Config) -> bool {
-        (!self.halted && self.lost_count > 0) || self.new_data_due(config).is_some_and(|due| due <= now)
+        self.send_due(config).is_some_and(|due| due <= now)
+    }
+
+    /// When data may go next: a lost segment at once, new data when
+    /// `new_data_due` says; either no sooner than the pacer allows.
+    pub fn send_due(&self, config: &Config) -> Option<Instant> {
+        let due =
+            if !self.halted && self.lost_count > 0 { Some(Instant::ZERO) } else { self.new_data_due(config) };
+        due.map(|d| d.max(self.paced_until()))
     }
 
     /// When unsent data may go: at once if nothing is in flight (no one to
@@ -526,9 +576,10 @@ impl SendStream {
         stats: &mut Stats,
     ) -> usize {
         let mut written = 0;
-        if self.halted {
+        if self.halted || self.paced_until() > now {
             return 0;
         }
+        let mut bytes = 0u64;
         if !self.consistent() {
             stats.integrity_faults += 1;
             self.halted = true;
@@ -547,6 +598,9 @@ impl SendStream {
                 }
                 self.segments[i].tx.lost = false;
                 self.lost_count -= 1;
+                let len = self.segments[i].log.data.len() as u64;
+                self.pipe += len;
+                bytes += len;
                 written += 1;
             }
         }
@@ -558,10 +612,14 @@ impl SendStream {
             let s = &self.segments[i].log;
             self.unsent_wire_bytes -= DataFrame::encoded_len(s.data.len(), s.flags);
             self.in_flight_bytes += s.data.len();
+            self.pipe += s.data.len() as u64;
+            bytes += s.data.len() as u64;
             self.log.sent_upto += 1;
             written += 1;
         }
         if written > 0 {
+            let rate = self.pacing_rate();
+            self.pacer.on_sent(now, bytes, rate, self.cc.window(), self.mss);
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
             let filled = self.log.sent_upto < self.log.next_seq && !self.window_admits();
             if filled || (self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request)
@@ -637,6 +695,11 @@ impl SendStream {
         }
         self.last_heard = now;
         self.peer_full = full;
+        // Only a sender the window held back learns from an ACK that a
+        // larger window works.
+        let window_limited =
+            self.log.sent_upto < self.log.next_seq || self.pipe.saturating_mul(2) >= self.cc.window();
+        let mut delivered = 0u64;
         let mut outcome = AckOutcome::default();
         let mut scan = self.rack.scan();
         let answered = self.probe.filter(|_| answer);
@@ -655,6 +718,12 @@ impl SendStream {
             outcome.popped += 1;
             let Segment { log: s, tx, .. } = self.segments.pop_front().expect("front checked above");
             self.in_flight_bytes -= s.data.len();
+            if !tx.lost && !tx.sacked {
+                self.pipe -= s.data.len() as u64;
+            }
+            if !tx.sacked {
+                delivered += s.data.len() as u64;
+            }
             if tx.lost {
                 self.lost_count -= 1;
             }
@@ -692,7 +761,8 @@ impl SendStream {
         }
         if mode == RetransmitMode::Selective {
             let fresh = outcome.progressed || answer;
-            let (proved, latest) = self.apply_sack(now, cumulative, ranges, fresh, &mut scan);
+            let (proved, latest, sacked) = self.apply_sack(now, cumulative, ranges, fresh, &mut scan);
+            delivered += sacked;
             outcome.rails |= proved;
             outcome.latest_rails |= latest;
         }
@@ -704,6 +774,15 @@ impl SendStream {
             if self.in_flight() > 0 && outcome.progressed {
                 self.rto_deadline = Some(now + self.rtt.rto());
             }
+        }
+        if delivered > 0 || scan.sample().is_some() {
+            self.cc.on_ack(&AckSignal {
+                now,
+                delivered,
+                rtt: scan.sample(),
+                srtt_ns: self.rtt.smoothed_ns(),
+                window_limited,
+            });
         }
         if outcome.progressed || scan.any_original() {
             self.unanswered_timeouts = 0;
@@ -738,8 +817,8 @@ impl SendStream {
         ranges: impl Iterator<Item = SackRange>,
         fresh: bool,
         scan: &mut AckScan,
-    ) -> (u8, u8) {
-        let (mut rails, mut latest) = (0u8, 0u8);
+    ) -> (u8, u8, u64) {
+        let (mut rails, mut latest, mut delivered) = (0u8, 0u8, 0u64);
         scan.ranges_follow();
         let base = self.log.acked_upto;
         let mut covered = [(0u64, 0u64); MAX_SACK_RANGES];
@@ -752,10 +831,14 @@ impl SendStream {
                 n += 1;
             }
             for seq in lo..hi {
-                let tx = &mut self.segments[(seq - base) as usize].tx;
+                let Segment { log, tx, .. } = &mut self.segments[(seq - base) as usize];
                 if !tx.sacked {
                     tx.sacked = true;
                     self.sacked_count += 1;
+                    delivered += log.data.len() as u64;
+                    if !tx.lost {
+                        self.pipe -= log.data.len() as u64;
+                    }
                     scan.delivered(now, tx.last_tx, tx.tx_order, tx.resent(), &self.rack);
                     rails |= tx.evidence();
                     latest |= 1 << tx.rail;
@@ -769,7 +852,7 @@ impl SendStream {
         if fresh {
             self.detect_reneging(cumulative, &covered[..n]);
         }
-        (rails, latest)
+        (rails, latest, delivered)
     }
 
     /// RACK (`loss`): every segment sent before the latest one known
@@ -790,10 +873,11 @@ impl SendStream {
         // duplicates: 7,073 against 3,490). They are given a quarter of the
         // smallest round trip, no more: a stall costs more than a segment
         // sent twice.
-        let blocked = self.log.sent_upto < self.log.next_seq && !self.window_admits();
+        let blocked = self.segments.get(in_flight).is_some_and(|next| !self.flow_admits(next));
         let head_wait =
             Duration::from_nanos(newest.rtt_ns.saturating_add(window.min(self.rack.min_rtt() / 4)));
         let held = self.peer_full as usize;
+        let (mut lost, mut latest_sent) = (0u64, Instant::ZERO);
         for s in self.segments.iter_mut().take(in_flight).skip(held) {
             let tx = &mut s.tx;
             if tx.lost || tx.sacked {
@@ -812,9 +896,15 @@ impl SendStream {
             if due <= now {
                 tx.lost = true;
                 self.lost_count += 1;
+                lost += s.log.data.len() as u64;
+                latest_sent = latest_sent.max(tx.last_tx);
             } else if self.reorder_deadline.is_none_or(|d| due < d) {
                 self.reorder_deadline = Some(due);
             }
+        }
+        if lost > 0 {
+            self.pipe -= lost;
+            self.cc.on_loss(&LossSignal { now, lost, latest_sent });
         }
     }
 
@@ -911,12 +1001,16 @@ impl SendStream {
 
     /// Segment `i` goes again, even if selectively acknowledged.
     fn resend(&mut self, i: usize) {
-        let tx = &mut self.segments[i].tx;
-        if std::mem::take(&mut tx.sacked) {
+        let Segment { log, tx, .. } = &mut self.segments[i];
+        let sacked = std::mem::take(&mut tx.sacked);
+        if sacked {
             self.sacked_count -= 1;
         }
         if !std::mem::replace(&mut tx.lost, true) {
             self.lost_count += 1;
+            if !sacked {
+                self.pipe -= log.data.len() as u64;
+            }
         }
     }
 
@@ -957,6 +1051,7 @@ impl SendStream {
         for s in self.segments.iter_mut().take(in_flight) {
             if s.tx.rail == rail && !s.tx.sacked && !s.tx.lost {
                 s.tx.lost = true;
+                self.pipe -= s.log.data.len() as u64;
                 moved += 1;
             }
         }
@@ -994,6 +1089,7 @@ impl SendStream {
         self.sacked_count = 0;
         self.bytes_buffered = 0;
         self.in_flight_bytes = 0;
+        self.pipe = 0;
         self.unsent_wire_bytes = 0;
         self.next_ack_request = 0;
         self.rto_deadline = None;
@@ -1142,7 +1238,7 @@ impl SendStream {
             )?;
         }
         check(self.in_flight() == 0 || self.rto_deadline.is_some(), "data in flight with no timer")?;
-        let (mut lost, mut sacked, mut buffered, mut unsent, mut flying) = (0, 0, 0, 0, 0);
+        let (mut lost, mut sacked, mut buffered, mut unsent, mut flying, mut pipe) = (0, 0, 0, 0, 0, 0);
         let mut msg = None;
         for (i, s) in self.segments.iter().enumerate() {
             check(s.log.seq == log.acked_upto + i as u64, "segments contiguous")?;
@@ -1166,6 +1262,9 @@ impl SendStream {
             }
             if sent {
                 flying += s.log.data.len();
+                if !s.tx.lost && !s.tx.sacked {
+                    pipe += s.log.data.len() as u64;
+                }
             } else {
                 unsent += DataFrame::encoded_len(s.log.data.len(), s.log.flags);
             }
@@ -1174,6 +1273,7 @@ impl SendStream {
         check(sacked == self.sacked_count, "selectively acknowledged count")?;
         check(buffered == self.bytes_buffered, "buffered bytes")?;
         check(unsent == self.unsent_wire_bytes, "unsent wire bytes")?;
-        check(flying == self.in_flight_bytes, "bytes in flight")
+        check(flying == self.in_flight_bytes, "bytes in flight")?;
+        check(pipe == self.pipe, "bytes in the pipe")
     }
 }

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 use tether_fault::{CallVerdict, FaultCounters, FaultPlan, Injector, Side};
 use tether_io::{error_of, AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
 use tether_proto::{
-    Config, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState, NodeId,
-    PathInfo, RailId, SendError, Stats, MAX_RAILS,
+    Config, CongestionInfo, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState,
+    NodeId, PathInfo, RailId, SendError, Stats, MAX_RAILS,
 };
 
 use crate::attached::Attached;
@@ -405,6 +405,10 @@ impl Embedded {
         self.shared.lock().core.paths(peer)
     }
 
+    fn congestion(&self, peer: NodeId) -> Option<CongestionInfo> {
+        self.shared.lock().core.congestion(peer)
+    }
+
     fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
         let d = self.shared.lock();
         (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
@@ -578,6 +582,16 @@ impl Endpoint {
         match &self.inner {
             Inner::Embedded(e) => e.paths(peer),
             Inner::Engine(a) => a.paths(peer),
+        }
+    }
+
+    /// The congestion state of the stream toward `peer`: window, bytes in
+    /// flight, the controller's state, the pacing rate. `None` for a peer
+    /// with no state yet, and in engine mode (the engine keeps it).
+    pub fn congestion(&self, peer: NodeId) -> Option<CongestionInfo> {
+        match &self.inner {
+            Inner::Embedded(e) => e.congestion(peer),
+            Inner::Engine(_) => None,
         }
     }
 

@@ -42,9 +42,10 @@ pub use builder::Builder;
 pub use endpoint::{Endpoint, Options, Progress, SendHandle};
 pub use error::Error;
 pub use tether_proto::{
-    ClusterKey, Config, ConfigError, Delivery, Event, FailReason, FailedMessages, Failover, Instant,
-    MessageId, MessageState, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy,
-    RetransmitMode, SendError, Stats, MAX_PEERS, MAX_RAILS,
+    ClusterKey, Config, ConfigError, CongestionControl, CongestionInfo, Controller, ControllerFactory,
+    Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,
+    PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, RetransmitMode, SendError, Stats,
+    MAX_PEERS, MAX_RAILS,
 };
 pub use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 

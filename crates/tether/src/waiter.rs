@@ -64,9 +64,16 @@ impl Waiter {
             slot.fd = fd;
         }
         let count = 1 + sockets.len().min(MAX_FDS - 1);
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live array of at least `count` pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), count as libc::nfds_t, ms) };
+        // ppoll, not poll: a pacing deadline is tens of microseconds away,
+        // and poll's milliseconds would round it up a hundredfold.
+        let timeout = timeout.min(Duration::from_secs(3600));
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
+        // SAFETY: `fds` is a live array of at least `count` pollfd structs,
+        // `ts` a live timespec; a null signal mask leaves the mask alone.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), count as libc::nfds_t, &ts, std::ptr::null()) };
         if n > 0 && fds[0].revents & libc::POLLIN != 0 {
             let mut buf = [0u8; 8];
             // SAFETY: reads at most 8 bytes into a live 8-byte buffer.

@@ -1,0 +1,275 @@
+//! `tether bench congestion`: tether's congestion control through a real
+//! bottleneck. Two hosts in two network namespaces joined by a veth pair;
+//! the sender's end is shaped by `tc` tbf (1 Gbit/s, a shallow queue),
+//! which drops what overflows the queue like a switch port. Measured in
+//! one run:
+//!
+//! - 8 B round trips through the idle link, unshaped and shaped: control
+//!   must not cost latency when nothing queues;
+//! - N tether streams at once through the bottleneck: their sum against
+//!   its rate, Jain's fairness index, the share of datagrams the queue
+//!   dropped;
+//! - one tether stream beside one TCP connection (Cubic): tether's share
+//!   against the fair half.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+use tether::transport::{AddressBook, UdpTransport};
+use tether::{Config, Endpoint, Options};
+
+use crate::args;
+use crate::flows::{self, FlowsRun, Until};
+use crate::net::{Congestion, RECEIVER, SENDER};
+use crate::netns::{Netns, NetnsError};
+use crate::summary::Summary;
+
+#[derive(Debug, Clone, Args)]
+pub struct CongestionOpts {
+    /// The bottleneck's rate, megabits per second.
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(10, 100_000, "Mbit/s", ""))]
+    pub rate_mbit: u64,
+    /// The bottleneck's queue, KiB (tbf's limit): shallow, as a switch
+    /// port's share of a shared buffer.
+    #[arg(long, default_value_t = 128, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(16, 65_536, "KiB", ""))]
+    pub queue_kib: u64,
+    /// tether streams through the bottleneck together.
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, 16, "", ""))]
+    pub flows: usize,
+    /// Message size of the streams, bytes.
+    #[arg(long, default_value_t = 16384, allow_negative_numbers = true, value_parser = args::size(1))]
+    pub size: usize,
+    /// How long each measurement runs, after its warm-up.
+    #[arg(long, default_value = "4s", value_parser = args::duration_in(Duration::from_millis(100), Duration::from_secs(3600), "a measurement"))]
+    pub duration: Duration,
+    /// Warm-up before each measurement (slow start, the first queue).
+    #[arg(long, default_value = "1s", value_parser = args::duration_in(Duration::ZERO, Duration::from_secs(600), "a warm-up"))]
+    pub warmup: Duration,
+    /// Round trips per latency measurement.
+    #[arg(long, default_value_t = 2000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(10, 10_000_000, "", ""))]
+    pub round_trips: u64,
+    /// The tether streams' congestion control.
+    #[arg(long, value_enum, default_value_t = Congestion::Delay)]
+    pub congestion: Congestion,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Round trips of 8 B through the idle link, microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub unshaped_us: Summary,
+    pub shaped_us: Summary,
+}
+
+/// Flows through the bottleneck, with what its queue dropped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Shared {
+    pub run: FlowsRun,
+    /// The flows' goodput against the bottleneck's rate.
+    pub utilization: f64,
+    /// Datagrams (and TCP segments) the queue dropped over the whole run,
+    /// against the tether datagrams sent.
+    pub queue_drops: u64,
+    pub loss: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CongestionReport {
+    pub rate_mbit: u64,
+    pub queue_kib: u64,
+    pub size: usize,
+    pub congestion: String,
+    pub latency: Latency,
+    pub tether_flows: Shared,
+    /// One tether stream beside one TCP connection.
+    pub beside_tcp: Shared,
+    /// The TCP connection's congestion control, as the kernel names it.
+    pub tcp_algorithm: String,
+    /// tether's goodput against half of the two flows' sum.
+    pub tether_share_of_fair: f64,
+}
+
+/// Why the bench did not run: not root, or no `ip`/`tc`. Reported, not
+/// failed: the machine cannot make the bottleneck.
+pub fn run(o: &CongestionOpts) -> anyhow::Result<()> {
+    let ns = match Netns::pair_for("congestion", 1) {
+        Ok(ns) => ns,
+        Err(NetnsError::Unavailable(why)) => {
+            eprintln!("bench congestion SKIPPED: it needs two network namespaces (root and iproute2): {why}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let dev = Netns::veth(0, 0);
+    let config = Config { congestion: o.congestion.control(), ..Config::default() };
+    let mut port = 7600;
+    let mut pair = |ns: &Netns| -> anyhow::Result<(Endpoint, Endpoint)> {
+        port += 1;
+        endpoints(ns, &config, port)
+    };
+    let unshaped_us = latency(pair(&ns)?, o.round_trips)?;
+    shape(&ns, &dev, o)?;
+    let shaped_us = latency(pair(&ns)?, o.round_trips)?;
+    let mut tether_flows = Vec::new();
+    for _ in 0..o.flows {
+        let (tx, rx) = pair(&ns)?;
+        tether_flows.push(flows::tether_flow(tx, rx, o.size, u64::MAX));
+    }
+    let together = measure(&ns, &dev, o, tether_flows)?;
+    let (tx, rx) = pair(&ns)?;
+    let (tcp_tx, tcp_rx, tcp_algorithm) = tcp(&ns)?;
+    let beside = measure(
+        &ns,
+        &dev,
+        o,
+        vec![flows::tether_flow(tx, rx, o.size, u64::MAX), flows::tcp_flow(tcp_tx, tcp_rx)],
+    )?;
+    let f = &beside.run.flows;
+    let fair = (f[0].goodput_mb_s + f[1].goodput_mb_s) / 2.0;
+    let report = CongestionReport {
+        rate_mbit: o.rate_mbit,
+        queue_kib: o.queue_kib,
+        size: o.size,
+        congestion: format!("{:?}", o.congestion).to_lowercase(),
+        latency: Latency { unshaped_us, shaped_us },
+        tether_flows: together,
+        tether_share_of_fair: if fair > 0.0 { f[0].goodput_mb_s / fair } else { 0.0 },
+        beside_tcp: beside,
+        tcp_algorithm,
+    };
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(())
+}
+
+/// The bottleneck: tbf at the rate, its bucket a few datagrams deep, its
+/// queue `queue_kib`.
+fn shape(ns: &Netns, dev: &str, o: &CongestionOpts) -> anyhow::Result<()> {
+    let rate = format!("{}mbit", o.rate_mbit);
+    let limit = format!("{}kb", o.queue_kib);
+    ns.tc(
+        0,
+        &["qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst", "16kb", "limit", &limit],
+    )?;
+    Ok(())
+}
+
+/// The queue's drop counter (`tc -s qdisc`: "dropped N").
+fn queue_drops(ns: &Netns, dev: &str) -> u64 {
+    let text = ns.qdisc_stats(0, dev);
+    text.split("dropped ")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn measure(ns: &Netns, dev: &str, o: &CongestionOpts, flows: Vec<flows::Flow>) -> anyhow::Result<Shared> {
+    let before = queue_drops(ns, dev);
+    let run = flows::run(flows, o.warmup, Until::Elapsed(o.duration))?;
+    let queue_drops = queue_drops(ns, dev) - before;
+    let capacity_mb_s = o.rate_mbit as f64 / 8.0;
+    let datagrams: u64 = run.flows.iter().map(|f| f.datagrams).sum();
+    Ok(Shared {
+        utilization: run.total_mb_s / capacity_mb_s,
+        loss: if datagrams > 0 { queue_drops as f64 / datagrams as f64 } else { 0.0 },
+        queue_drops,
+        run,
+    })
+}
+
+/// A sender in `a` and a receiver in `b` on `port`, each knowing the other.
+fn endpoints(ns: &Netns, config: &Config, port: u16) -> anyhow::Result<(Endpoint, Endpoint)> {
+    let (a, b) = (SocketAddr::new(Netns::host(0, 0), port), SocketAddr::new(Netns::host(1, 0), port));
+    let options = Options { config: config.clone(), linger: Duration::ZERO, ..Options::default() };
+    let make = |node, bind, peer, peer_addr| -> anyhow::Result<Endpoint> {
+        let mut book = AddressBook::new();
+        book.insert(peer, peer_addr);
+        let udp = UdpTransport::bind(bind, book)?;
+        Ok(Endpoint::with_transport(node, Box::new(udp), options.clone())?)
+    };
+    let rx = ns.within(1, || make(RECEIVER, b, SENDER, a))??;
+    let tx = ns.within(0, || make(SENDER, a, RECEIVER, b))??;
+    Ok((tx, rx))
+}
+
+/// A TCP connection from `a` to `b`, Cubic asked for.
+fn tcp(ns: &Netns) -> anyhow::Result<(TcpStream, TcpStream, String)> {
+    let listener = ns.within(1, || TcpListener::bind(SocketAddr::new(Netns::host(1, 0), 0)))??;
+    let to = listener.local_addr()?;
+    flows::tcp_pair(|| Ok(listener), |_| ns.within(0, || TcpStream::connect(to))?)
+}
+
+/// 8 B round trips between the two endpoints.
+fn latency((tx, rx): (Endpoint, Endpoint), rounds: u64) -> anyhow::Result<Summary> {
+    let wait = Some(Duration::from_secs(5));
+    let echo = std::thread::spawn(move || -> anyhow::Result<()> {
+        for _ in 0..rounds + 100 {
+            let d = rx.recv(wait)?;
+            rx.send(d.from, &d.message)?;
+        }
+        rx.flush(wait)?;
+        Ok(())
+    });
+    let mut samples = Vec::with_capacity(rounds as usize);
+    for i in 0..rounds + 100 {
+        let t0 = std::time::Instant::now();
+        tx.send(RECEIVER, &i.to_le_bytes())?;
+        let d = tx.recv(wait)?;
+        anyhow::ensure!(d.message[..] == i.to_le_bytes(), "the echo came back changed");
+        if i >= 100 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    Ok(Summary::of(&samples).expect("rounds >= 10"))
+}
+
+fn print(r: &CongestionReport) {
+    let l = &r.latency;
+    println!(
+        "bottleneck: tbf {} Mbit/s, queue {} KiB; tether streams of {} B messages, congestion control {}",
+        r.rate_mbit, r.queue_kib, r.size, r.congestion
+    );
+    println!(
+        "8 B round trip through the idle link: unshaped {:.1} us median (p99 {:.1}), shaped {:.1} us (p99 {:.1}): {:.2}x",
+        l.unshaped_us.median,
+        l.unshaped_us.p99,
+        l.shaped_us.median,
+        l.shaped_us.p99,
+        l.shaped_us.median / l.unshaped_us.median
+    );
+    let t = &r.tether_flows;
+    let rates: Vec<String> = t.run.flows.iter().map(|f| format!("{:.1}", f.goodput_mb_s)).collect();
+    println!(
+        "{} tether streams: {:.1} MB/s together ({:.1}% of the bottleneck), each {} MB/s, Jain {:.3}, queue drops {} ({:.3}% of datagrams), retransmits {}",
+        t.run.flows.len(),
+        t.run.total_mb_s,
+        t.utilization * 100.0,
+        rates.join(" / "),
+        t.run.jain,
+        t.queue_drops,
+        t.loss * 100.0,
+        t.run.flows.iter().map(|f| f.retransmits).sum::<u64>()
+    );
+    let b = &r.beside_tcp;
+    println!(
+        "1 tether stream beside 1 TCP ({}): tether {:.1} MB/s, TCP {:.1} MB/s, tether's share {:.2}x of fair, together {:.1}% of the bottleneck",
+        r.tcp_algorithm,
+        b.run.flows[0].goodput_mb_s,
+        b.run.flows[1].goodput_mb_s,
+        r.tether_share_of_fair,
+        b.utilization * 100.0
+    );
+}

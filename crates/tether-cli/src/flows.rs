@@ -1,0 +1,315 @@
+//! Several flows at once through one network: `tether stream --flows N` on
+//! loopback and `tether bench congestion` through a bottleneck. Each flow
+//! sends as fast as its congestion control lets it; what each delivered
+//! while all of them were running is compared (aggregate goodput and
+//! Jain's fairness index, `(sum x)^2 / (n sum x^2)`: 1 when every flow got
+//! the same, 1/n when one took everything).
+//!
+//! A flow is a tether stream (two endpoints, every delivered message
+//! verified) or, for a neighbour to compete with, a TCP connection (the
+//! kernel's Cubic unless the system says otherwise).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::net::{NetOpts, RECEIVER, SENDER};
+use crate::pattern;
+
+/// How long a blocked send or receive waits before looking at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One flow, ready to run: its two halves, each run on a thread of its
+/// own, told their flow's index in the run.
+pub struct Flow {
+    pub kind: &'static str,
+    sender: Box<dyn FnOnce(Arc<Shared>, usize) -> anyhow::Result<SenderTally> + Send>,
+    receiver: Box<dyn FnOnce(Arc<Shared>, usize) -> anyhow::Result<ReceiverTally> + Send>,
+}
+
+/// What the threads of one run share.
+struct Shared {
+    stop: AtomicBool,
+    /// Payload bytes each flow delivered so far (verified, for tether).
+    delivered: Vec<AtomicU64>,
+    /// A flow's receiver got everything it was to get.
+    done: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct SenderTally {
+    retransmits: u64,
+    datagrams: u64,
+}
+
+#[derive(Debug, Default)]
+struct ReceiverTally {
+    corrupted: u64,
+    out_of_order: u64,
+}
+
+/// When the measurement ends.
+#[derive(Debug, Clone, Copy)]
+pub enum Until {
+    /// After this long.
+    Elapsed(Duration),
+    /// When the first flow delivered all its messages (every flow was
+    /// sending until then), or after this long at the most.
+    FirstDone(Duration),
+}
+
+/// One flow's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowResult {
+    pub kind: &'static str,
+    /// Payload bytes delivered in the measured interval.
+    pub bytes: u64,
+    pub goodput_mb_s: f64,
+    /// Retransmissions and datagrams sent over the whole run (tether).
+    pub retransmits: u64,
+    pub datagrams: u64,
+    pub corrupted: u64,
+    pub out_of_order: u64,
+}
+
+/// The outcome of flows run together.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowsRun {
+    /// The measured interval (after the warm-up), seconds.
+    pub seconds: f64,
+    pub total_mb_s: f64,
+    pub jain: f64,
+    pub flows: Vec<FlowResult>,
+}
+
+/// Jain's fairness index of `x` (1 for an empty or all-zero sample).
+pub fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (x.len() as f64 * squares)
+}
+
+/// A tether flow from `tx` to `rx` (each knowing the other as its peer):
+/// `count` messages of `size` bytes, or fewer if stopped first.
+pub fn tether_flow(tx: tether::Endpoint, rx: tether::Endpoint, size: usize, count: u64) -> Flow {
+    let sender = move |shared: Arc<Shared>, _: usize| -> anyhow::Result<SenderTally> {
+        let mut buf = vec![0u8; size];
+        let mut i = 0;
+        while i < count && !shared.stop.load(Ordering::Relaxed) {
+            pattern::fill(&mut buf, SENDER, i);
+            match tx.send_blocking(RECEIVER, &buf, Some(POLL)) {
+                Ok(_) => i += 1,
+                Err(tether::Error::TimedOut) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Keep the endpoint driven until told to stop, so the receiver
+        // gets what was accepted.
+        while !shared.stop.load(Ordering::Relaxed) {
+            let _ = tx.flush(Some(POLL));
+        }
+        let s = tx.stats();
+        Ok(SenderTally { retransmits: s.retransmits, datagrams: s.datagrams_sent })
+    };
+    let receiver = move |shared: Arc<Shared>, flow: usize| -> anyhow::Result<ReceiverTally> {
+        let mut t = ReceiverTally::default();
+        let mut next = 0u64;
+        while !shared.stop.load(Ordering::Relaxed) {
+            let d = match rx.recv(Some(POLL)) {
+                Ok(d) => d,
+                Err(tether::Error::TimedOut) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let index =
+                if size >= 8 { pattern::index_of(&d.message, SENDER).unwrap_or(u64::MAX) } else { next };
+            if d.message.len() != size || !pattern::verify(&d.message, SENDER, index) {
+                t.corrupted += 1;
+            }
+            if index != next {
+                t.out_of_order += 1;
+            }
+            next = index.wrapping_add(1);
+            shared.delivered[flow].fetch_add(d.message.len() as u64, Ordering::Relaxed);
+            if next == count {
+                shared.done.store(true, Ordering::Relaxed);
+            }
+        }
+        Ok(t)
+    };
+    Flow { kind: "tether", sender: Box::new(sender), receiver: Box::new(receiver) }
+}
+
+/// A TCP flow over a connection `tx` made to `rx`: writes of 64 KiB until
+/// stopped.
+pub fn tcp_flow(mut tx: TcpStream, mut rx: TcpStream) -> Flow {
+    let sender = move |shared: Arc<Shared>, _: usize| -> anyhow::Result<SenderTally> {
+        tx.set_write_timeout(Some(POLL))?;
+        let buf = vec![0x5au8; 64 << 10];
+        while !shared.stop.load(Ordering::Relaxed) {
+            match tx.write(&buf) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(SenderTally::default())
+    };
+    let receiver = move |shared: Arc<Shared>, flow: usize| -> anyhow::Result<ReceiverTally> {
+        rx.set_read_timeout(Some(POLL))?;
+        let mut buf = vec![0u8; 256 << 10];
+        while !shared.stop.load(Ordering::Relaxed) {
+            match rx.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    shared.delivered[flow].fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(ReceiverTally::default())
+    };
+    Flow { kind: "tcp", sender: Box::new(sender), receiver: Box::new(receiver) }
+}
+
+/// A connected TCP pair: a listener bound at `listen` (made by `bind_rx`,
+/// so the caller can make it inside a namespace) and a stream to it from
+/// `connect` (likewise). Cubic is asked for by name; where the kernel does
+/// not have it the system's default stays, and the name is returned.
+pub fn tcp_pair(
+    bind_rx: impl FnOnce() -> std::io::Result<TcpListener>,
+    connect: impl FnOnce(SocketAddr) -> std::io::Result<TcpStream>,
+) -> anyhow::Result<(TcpStream, TcpStream, String)> {
+    let listener = bind_rx()?;
+    let addr = listener.local_addr()?;
+    let tx = connect(addr)?;
+    let (rx, _) = listener.accept()?;
+    let algo = congestion_algorithm(&tx, Some("cubic"));
+    Ok((tx, rx, algo))
+}
+
+/// Ask for `want` (if any) and return the algorithm the socket uses.
+fn congestion_algorithm(s: &TcpStream, want: Option<&str>) -> String {
+    use std::os::fd::AsRawFd;
+    let fd = s.as_raw_fd();
+    if let Some(name) = want {
+        // SAFETY: setsockopt reads `name.len()` bytes from a live slice.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                name.as_ptr().cast(),
+                name.len() as libc::socklen_t,
+            );
+        }
+    }
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live buffer.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
+    };
+    if r != 0 {
+        return "unknown".into();
+    }
+    let end = buf[..len as usize].iter().position(|&b| b == 0).unwrap_or(len as usize);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Run `flows` together: start them at once, measure from `warmup` on
+/// until `until`, stop them, and report.
+pub fn run(flows: Vec<Flow>, warmup: Duration, until: Until) -> anyhow::Result<FlowsRun> {
+    let n = flows.len();
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        delivered: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        done: AtomicBool::new(false),
+    });
+    let kinds: Vec<&'static str> = flows.iter().map(|f| f.kind).collect();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for (i, f) in flows.into_iter().enumerate() {
+        let (s1, s2) = (shared.clone(), shared.clone());
+        let (send, recv) = (f.sender, f.receiver);
+        receivers.push(std::thread::spawn(move || recv(s1, i)));
+        senders.push(std::thread::spawn(move || send(s2, i)));
+    }
+    let snapshot = || -> Vec<u64> { shared.delivered.iter().map(|d| d.load(Ordering::Relaxed)).collect() };
+    let start = Instant::now();
+    let limit = match until {
+        Until::Elapsed(d) | Until::FirstDone(d) => warmup + d,
+    };
+    let mut before = (start, vec![0; n]);
+    let mut warm = warmup.is_zero();
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = Instant::now();
+        if !warm && now - start >= warmup {
+            before = (now, snapshot());
+            warm = true;
+        }
+        let first_done = matches!(until, Until::FirstDone(_)) && shared.done.load(Ordering::Relaxed);
+        if now - start >= limit || (warm && first_done) {
+            break;
+        }
+    }
+    let after = (Instant::now(), snapshot());
+    shared.stop.store(true, Ordering::Relaxed);
+    let sent: Vec<SenderTally> = senders.into_iter().map(join).collect::<anyhow::Result<_>>()?;
+    let got: Vec<ReceiverTally> = receivers.into_iter().map(join).collect::<anyhow::Result<_>>()?;
+    let seconds = (after.0 - before.0).as_secs_f64().max(1e-9);
+    let flows: Vec<FlowResult> = (0..n)
+        .map(|i| {
+            let bytes = after.1[i] - before.1[i];
+            FlowResult {
+                kind: kinds[i],
+                bytes,
+                goodput_mb_s: bytes as f64 / seconds / 1e6,
+                retransmits: sent[i].retransmits,
+                datagrams: sent[i].datagrams,
+                corrupted: got[i].corrupted,
+                out_of_order: got[i].out_of_order,
+            }
+        })
+        .collect();
+    let rates: Vec<f64> = flows.iter().map(|f| f.goodput_mb_s).collect();
+    Ok(FlowsRun { seconds, total_mb_s: rates.iter().sum(), jain: jain(&rates), flows })
+}
+
+fn join<T>(h: std::thread::JoinHandle<anyhow::Result<T>>) -> anyhow::Result<T> {
+    h.join().map_err(|_| anyhow::anyhow!("a flow's thread panicked"))?
+}
+
+/// `tether stream --flows N` on loopback: N pairs of endpoints, each
+/// sending `count` messages; measured until the first pair is done.
+pub fn loopback(o: &NetOpts, flows: usize, count: u64) -> anyhow::Result<FlowsRun> {
+    let mut all = Vec::with_capacity(flows);
+    for _ in 0..flows {
+        let (rx, tx) = o.loopback_pair()?;
+        all.push(tether_flow(tx, rx, o.size, count));
+    }
+    run(all, Duration::ZERO, Until::FirstDone(Duration::from_secs(120)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_is_one_when_equal_and_one_over_n_when_one_takes_all() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0, 5.0]), 1.0);
+        assert_eq!(jain(&[8.0, 0.0, 0.0, 0.0]), 0.25);
+        assert!((jain(&[1.0, 2.0]) - 0.9).abs() < 1e-12);
+        assert_eq!(jain(&[]), 1.0);
+    }
+}
