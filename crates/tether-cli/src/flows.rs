@@ -44,6 +44,10 @@ struct Shared {
 struct SenderTally {
     retransmits: u64,
     datagrams: u64,
+    timeouts: u64,
+    /// The congestion window at the end, bytes, and the controller's state.
+    window: Option<u64>,
+    state: Option<&'static str>,
 }
 
 #[derive(Debug, Default)]
@@ -69,9 +73,15 @@ pub struct FlowResult {
     /// Payload bytes delivered in the measured interval.
     pub bytes: u64,
     pub goodput_mb_s: f64,
-    /// Retransmissions and datagrams sent over the whole run (tether).
+    /// Retransmissions, datagrams and timeouts over the whole run, and
+    /// the congestion window at its end (tether).
     pub retransmits: u64,
     pub datagrams: u64,
+    pub timeouts: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
     pub corrupted: u64,
     pub out_of_order: u64,
 }
@@ -116,7 +126,14 @@ pub fn tether_flow(tx: tether::Endpoint, rx: tether::Endpoint, size: usize, coun
             let _ = tx.flush(Some(POLL));
         }
         let s = tx.stats();
-        Ok(SenderTally { retransmits: s.retransmits, datagrams: s.datagrams_sent })
+        let cc = tx.congestion(RECEIVER);
+        Ok(SenderTally {
+            retransmits: s.retransmits,
+            datagrams: s.datagrams_sent,
+            timeouts: s.timeouts,
+            window: cc.map(|c| c.window),
+            state: cc.map(|c| c.state),
+        })
     };
     let receiver = move |shared: Arc<Shared>, flow: usize| -> anyhow::Result<ReceiverTally> {
         let mut t = ReceiverTally::default();
@@ -157,6 +174,8 @@ pub fn tcp_flow(mut tx: TcpStream, mut rx: TcpStream) -> Flow {
                 Ok(_) => {}
                 Err(e)
                     if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                // The receiver closed at the stop while this write waited.
+                Err(_) if shared.stop.load(Ordering::Relaxed) => break,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -227,8 +246,15 @@ fn congestion_algorithm(s: &TcpStream, want: Option<&str>) -> String {
 }
 
 /// Run `flows` together: start them at once, measure from `warmup` on
-/// until `until`, stop them, and report.
-pub fn run(flows: Vec<Flow>, warmup: Duration, until: Until) -> anyhow::Result<FlowsRun> {
+/// until `until`, stop them, and report. `mark` is called as the
+/// measurement starts and as it ends (to read the network's own counters
+/// over the same interval).
+pub fn run(
+    flows: Vec<Flow>,
+    warmup: Duration,
+    until: Until,
+    mark: &mut dyn FnMut(),
+) -> anyhow::Result<FlowsRun> {
     let n = flows.len();
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -251,11 +277,15 @@ pub fn run(flows: Vec<Flow>, warmup: Duration, until: Until) -> anyhow::Result<F
     };
     let mut before = (start, vec![0; n]);
     let mut warm = warmup.is_zero();
+    if warm {
+        mark();
+    }
     loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
         if !warm && now - start >= warmup {
-            before = (now, snapshot());
+            mark();
+            before = (Instant::now(), snapshot());
             warm = true;
         }
         let first_done = matches!(until, Until::FirstDone(_)) && shared.done.load(Ordering::Relaxed);
@@ -264,6 +294,7 @@ pub fn run(flows: Vec<Flow>, warmup: Duration, until: Until) -> anyhow::Result<F
         }
     }
     let after = (Instant::now(), snapshot());
+    mark();
     shared.stop.store(true, Ordering::Relaxed);
     let sent: Vec<SenderTally> = senders.into_iter().map(join).collect::<anyhow::Result<_>>()?;
     let got: Vec<ReceiverTally> = receivers.into_iter().map(join).collect::<anyhow::Result<_>>()?;
@@ -277,6 +308,9 @@ pub fn run(flows: Vec<Flow>, warmup: Duration, until: Until) -> anyhow::Result<F
                 goodput_mb_s: bytes as f64 / seconds / 1e6,
                 retransmits: sent[i].retransmits,
                 datagrams: sent[i].datagrams,
+                timeouts: sent[i].timeouts,
+                window: sent[i].window,
+                state: sent[i].state,
                 corrupted: got[i].corrupted,
                 out_of_order: got[i].out_of_order,
             }
@@ -298,7 +332,7 @@ pub fn loopback(o: &NetOpts, flows: usize, count: u64) -> anyhow::Result<FlowsRu
         let (rx, tx) = o.loopback_pair()?;
         all.push(tether_flow(tx, rx, o.size, count));
     }
-    run(all, Duration::ZERO, Until::FirstDone(Duration::from_secs(120)))
+    run(all, Duration::ZERO, Until::FirstDone(Duration::from_secs(120)), &mut || {})
 }
 
 #[cfg(test)]

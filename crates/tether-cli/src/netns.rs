@@ -162,6 +162,17 @@ impl Netns {
         })
     }
 
+    /// Set the MTU of every veth link, both ends.
+    pub fn set_mtu(&self, mtu: u32) -> Result<(), NetnsError> {
+        let mtu = mtu.to_string();
+        for r in 0..self.rails {
+            for s in 0..2 {
+                must(&["-n", &self.names[s], "link", "set", &Self::veth(s, r), "mtu", &mtu])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Run `tc args` inside side `s`'s namespace.
     pub fn tc(&self, s: usize, args: &[&str]) -> Result<(), NetnsError> {
         must_run(&["netns", "exec", &self.names[s], "tc"], args)
