@@ -108,8 +108,9 @@ pub struct CongestionReport {
     pub tether_share_of_fair: f64,
 }
 
-/// Why the bench did not run: not root, or no `ip`/`tc`. Reported, not
-/// failed: the machine cannot make the bottleneck.
+/// Run the bench and print its report. Where the machine cannot make the
+/// bottleneck (not root, no `ip`, no `tc` tbf) it says SKIPPED on stderr
+/// and succeeds: nothing was measured, nothing failed.
 pub fn run(o: &CongestionOpts) -> anyhow::Result<()> {
     let ns = match Netns::pair_for("congestion", 1) {
         Ok(ns) => ns,

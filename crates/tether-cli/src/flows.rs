@@ -121,9 +121,13 @@ pub fn tether_flow(tx: tether::Endpoint, rx: tether::Endpoint, size: usize, coun
             }
         }
         // Keep the endpoint driven until told to stop, so the receiver
-        // gets what was accepted.
+        // gets what was accepted; once all is acknowledged, only wait
+        // (flush returns at once then, and a loop of it took a core from
+        // the flows still running).
         while !shared.stop.load(Ordering::Relaxed) {
-            let _ = tx.flush(Some(POLL));
+            if tx.flush(Some(POLL)).is_ok() {
+                std::thread::sleep(POLL);
+            }
         }
         let s = tx.stats();
         let cc = tx.congestion(RECEIVER);

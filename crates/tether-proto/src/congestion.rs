@@ -17,12 +17,12 @@
 //! count) less the smallest round trip of the last ten seconds. Below a
 //! target the window grows by one datagram per round trip; above it, it
 //! shrinks at most once per round trip, by how far above (Swift's
-//! multiplicative decrease, at most half). Losses do not count while the
-//! queue is short: a datagram the checksum refused, or the fault injector
-//! dropped, on an empty queue says nothing about the network's load, and
-//! a stream that halved for each would crawl under 1% random loss. Only
-//! dense loss (more than a sixteenth of a round trip's bytes: a buffer
-//! shallower than the target overflowing) halves it.
+//! multiplicative decrease, at most half). A loss is not congestion by
+//! itself: a datagram the checksum refused, or the fault injector dropped,
+//! on an empty queue says nothing about the network's load, and a stream
+//! that halved for each would crawl under 1% random loss. A loss only
+//! drains the queue the stream sees: the window falls by the share of the
+//! round trip that is queue (at most half), nothing on an empty queue.
 //!
 //! A delay-based stream yields to one that fills buffers until they drop
 //! (TCP Cubic): the queue it measures never drains, whatever it does. Like
@@ -544,11 +544,14 @@ pub(crate) struct Pacer {
     /// Bytes that may go now (may run one datagram below zero).
     tokens: i64,
     last: Instant,
+    /// The largest payload of one datagram: the smallest burst is two.
+    mss: u64,
 }
 
 impl Pacer {
-    pub fn new() -> Self {
-        Pacer { tokens: i64::MAX / 4, last: Instant::ZERO }
+    /// A pacer for datagrams of at most `mss` payload bytes.
+    pub fn new(mss: u64) -> Self {
+        Pacer { tokens: i64::MAX / 4, last: Instant::ZERO, mss }
     }
 
     /// Bytes per second, or `None` when nothing limits the rate (no
@@ -560,7 +563,8 @@ impl Pacer {
         Some((window as f64 * gain * 1e9 / srtt_ns as f64) as u64)
     }
 
-    fn capacity(rate: u64, window: u64, mss: u64) -> i64 {
+    fn capacity(&self, rate: u64, window: u64) -> i64 {
+        let mss = self.mss;
         let burst = (rate as u128 * BURST_NS as u128 / 1_000_000_000) as u64;
         burst.min(window).max(MIN_BURST * mss) as i64
     }
@@ -584,9 +588,10 @@ impl Pacer {
     }
 
     /// `bytes` went on the wire at `now`.
-    pub fn on_sent(&mut self, now: Instant, bytes: u64, rate: Option<u64>, window: u64, mss: u64) {
+    pub fn on_sent(&mut self, now: Instant, bytes: u64, rate: Option<u64>, window: u64) {
         let Some(rate) = rate.filter(|&r| r > 0) else { return };
-        self.refill(now, rate, Self::capacity(rate, window, mss));
+        let cap = self.capacity(rate, window);
+        self.refill(now, rate, cap);
         self.tokens -= bytes as i64;
     }
 }
@@ -720,7 +725,7 @@ mod tests {
 
     #[test]
     fn the_pacer_spreads_a_window_over_the_round_trip() {
-        let mut p = Pacer::new();
+        let mut p = Pacer::new(MSS);
         let window = 100 * MSS;
         let rate = Pacer::rate(window, 1.0, 100 * US);
         assert_eq!(rate, Some(1_400_000_000));
@@ -730,7 +735,7 @@ mod tests {
         while sent < 1000 * MSS {
             let at = p.ready_at(rate);
             now = now.max(at);
-            p.on_sent(now, MSS, rate, window, MSS);
+            p.on_sent(now, MSS, rate, window);
             sent += MSS;
         }
         // 1.4 MB at 1.4 GB/s: 1 ms, less the first burst.

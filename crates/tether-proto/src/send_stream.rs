@@ -243,8 +243,6 @@ pub(crate) struct SendStream {
     cc: Box<dyn Controller>,
     /// Spreads what the window allows over the round trip.
     pacer: Pacer,
-    /// The largest payload of one segment: the window's unit.
-    mss: u64,
     pub rtt: RttEstimator,
 }
 
@@ -309,8 +307,7 @@ impl SendStream {
             in_flight_bytes: 0,
             pipe: 0,
             cc: config.congestion.build(config.max_fragment() as u64),
-            pacer: Pacer::new(),
-            mss: config.max_fragment() as u64,
+            pacer: Pacer::new(config.max_fragment() as u64),
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
         }
     }
@@ -619,7 +616,7 @@ impl SendStream {
         }
         if written > 0 {
             let rate = self.pacing_rate();
-            self.pacer.on_sent(now, bytes, rate, self.cc.window(), self.mss);
+            self.pacer.on_sent(now, bytes, rate, self.cc.window());
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
             let filled = self.log.sent_upto < self.log.next_seq && !self.window_admits();
             if filled || (self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request)
