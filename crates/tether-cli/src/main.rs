@@ -610,14 +610,17 @@ fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
     b
 }
 
-/// The default network options, as `tether stream` with no flags has them.
-fn default_net() -> NetOpts {
+/// The default network options, as `tether stream` with no flags has them
+/// (`--mtu auto` resolved: loopback's largest datagram).
+fn default_net() -> anyhow::Result<NetOpts> {
     #[derive(Parser)]
     struct Defaults {
         #[command(flatten)]
         net: NetOpts,
     }
-    Defaults::parse_from(["tether"]).net
+    let mut net = Defaults::parse_from(["tether"]).net;
+    net.resolve_mtu()?;
+    Ok(net)
 }
 
 /// What a long measurement says it is doing: on the spinner, if there is one.
@@ -654,11 +657,11 @@ fn run_bench_shm(o: &shm_bench::ShmOpts) -> anyhow::Result<()> {
 }
 
 fn run_bench_engine(o: &engine_bench::EngineBenchOpts) -> anyhow::Result<()> {
-    measured(o.json, |say| engine_bench::run(o, &default_net(), say), |r| table::engine(r, o))
+    measured(o.json, |say| engine_bench::run(o, &default_net()?, say), |r| table::engine(r, o))
 }
 
 fn run_bench_auth(o: &auth_bench::AuthOpts) -> anyhow::Result<()> {
-    measured(o.json, |say| auth_bench::run(o, &default_net(), say), |r| table::auth(r, o))
+    measured(o.json, |say| auth_bench::run(o, &default_net()?, say), |r| table::auth(r, o))
 }
 
 fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
@@ -677,7 +680,7 @@ fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
     }
     let bandwidth = bandwidth::measure(o, &say);
     let model = if o.model {
-        let net = NetOpts { checksum: o.model_checksum, runs: o.model_runs, ..default_net() };
+        let net = NetOpts { checksum: o.model_checksum, runs: o.model_runs, ..default_net()? };
         say("network: raw pingpong and stream");
         let network = model::measure_network(&net, o.model_runs)?;
         let inputs = model::Inputs::from(&bandwidth, o.model_checksum, network)

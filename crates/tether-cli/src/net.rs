@@ -55,8 +55,10 @@ pub struct NetOpts {
     pub window: usize,
     /// Largest datagram in bytes, header included, or `auto`: the largest
     /// the path to the peer carries, as the kernel knows it (65507 on
-    /// loopback; the link's MTU less 28 elsewhere).
-    #[arg(long, default_value = "1472", allow_negative_numbers = true, value_parser = args::mtu)]
+    /// loopback; the link's MTU less 28 elsewhere). Either way the
+    /// handshake proves the size with a padded HELLO and falls back to
+    /// 1200 bytes where larger datagrams vanish on the way.
+    #[arg(long, default_value = "auto", allow_negative_numbers = true, value_parser = args::mtu)]
     pub mtu: usize,
     /// Floor of the adaptive retransmission timeout, in microseconds (above
     /// the 25 us coalescing delay, at most the 250 ms ceiling).

@@ -28,6 +28,10 @@ pub struct StreamRun {
     pub corrupted: u64,
     pub out_of_order: u64,
     pub retransmits: u64,
+    /// The largest datagram the sender sent, as its handshake proved the
+    /// path carries (`None`: the raw path, or this process only received).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_datagram: Option<usize>,
     /// Faults the endpoints' injectors applied (`--fault`, `--loss`).
     pub injected: FaultCounters,
     /// The sender's rails: state changes, failovers, per-path counters.
@@ -83,6 +87,7 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
         corrupted: t.corrupted,
         out_of_order: t.out_of_order,
         retransmits,
+        max_datagram: None,
         injected,
         rails: Timeline::default(),
         sender_drops: None,
@@ -135,6 +140,7 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     injected.accumulate(&rx.fault_counters());
     let mut run = run_from(tally, count, (end - start).as_secs_f64(), tx.stats().retransmits, injected);
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    run.max_datagram = tx.max_datagram_to(RECEIVER);
     run.sender_drops = Some(drops(&tx.stats()));
     run.receiver_drops = Some(drops(&rx.stats()));
     Ok(run)
@@ -297,6 +303,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
     let mut run = run_from(t, count, secs, s.retransmits, tx.fault_counters());
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
+    run.max_datagram = tx.max_datagram_to(RECEIVER);
     run.sender_drops = Some(drops(&s));
     Ok(run)
 }

@@ -90,6 +90,7 @@ impl UdpTransport {
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(at)?;
         socket.set_nonblocking(true)?;
         grow_buffers(&socket);
+        never_fragment(&socket, addr.is_ipv6())?;
         socket.bind(&addr.into()).map_err(at)?;
         let local = socket.local_addr()?.as_socket().ok_or(TransportError::InvalidArgs)?;
         let rx = Box::new(RecvScratch {
@@ -127,6 +128,39 @@ pub fn grow_buffers(socket: &impl AsRawFd) {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
+    }
+}
+
+/// Send every datagram whole with the don't-fragment bit set, up to the
+/// interface's MTU, whatever the kernel has learnt of the path
+/// (`IP_PMTUDISC_PROBE`, as QUIC stacks do): a datagram larger than the
+/// interface carries fails at once (`EMSGSIZE`, a counted loss), and one
+/// larger than a link on the way is dropped there, never cut into IP
+/// fragments of which one lost loses all. The handshake proves the size a
+/// path carries (its padded HELLO), so a forged ICMP "too big" cannot
+/// shrink it either.
+fn never_fragment(socket: &Socket, v6: bool) -> std::io::Result<()> {
+    let set = |level, opt, value: libc::c_int| {
+        // SAFETY: passes a pointer to a live c_int and its exact size.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                level,
+                opt,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    if v6 {
+        set(libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
     }
 }
 

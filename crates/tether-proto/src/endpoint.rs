@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use bytes::BytesMut;
 use tether_wire::{
     DataFlags, Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, PacketWriter, Unverified,
-    WireError, HANDSHAKE_LEN,
+    WireError,
 };
 use thiserror::Error;
 use tracing::{debug, trace, warn};
@@ -758,9 +758,10 @@ impl Endpoint {
         }
         if let Some(Frame::Handshake(f)) = first {
             if f.kind == HandshakeKind::Hello {
-                // Alone in its datagram, or it could be an amplifier's trick.
-                let alone = packet.body_len() == HANDSHAKE_LEN;
-                return self.on_hello(now, rail, &h, &f, alone);
+                // Alone in its datagram (but for padding), or it could be
+                // an amplifier's trick.
+                let alone = packet.frames().nth(1).is_none();
+                return self.on_hello(now, rail, &h, &f, alone, packet.datagram_len());
             }
         }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
@@ -811,8 +812,18 @@ impl Endpoint {
     }
 
     /// A HELLO from a known peer: answer with a WELCOME carrying a cookie,
-    /// and keep nothing else (see `handshake`).
-    fn on_hello(&mut self, now: Instant, rail: RailId, h: &Header, f: &HandshakeFrame, alone: bool) {
+    /// and keep nothing else (see `handshake`). The WELCOME accepts no
+    /// more than the HELLO's own length (what the path here carried) and
+    /// is padded to what it accepts: never larger than the HELLO.
+    fn on_hello(
+        &mut self,
+        now: Instant,
+        rail: RailId,
+        h: &Header,
+        f: &HandshakeFrame,
+        alone: bool,
+        len: usize,
+    ) {
         if h.src_inc == 0 || !alone {
             self.stats.handshakes_refused += 1;
             debug!(src = h.src_node, "handshake: dropped a HELLO with no incarnation or company");
@@ -828,7 +839,7 @@ impl Endpoint {
         let cookie = self.secrets.cookie(h.src_node, h.src_inc, f.nonce, ours, slot, self.from);
         let frame = HandshakeFrame {
             kind: HandshakeKind::Welcome,
-            max_datagram: self.config.max_datagram as u32,
+            max_datagram: self.config.max_datagram.min(len).min(f.max_datagram as usize) as u32,
             nonce: f.nonce,
             cookie,
         };
@@ -867,6 +878,7 @@ impl Endpoint {
             None => PacketWriter::new(&mut buf[..cap], &header).ok()?,
         };
         w.push_handshake(&r.frame).ok()?;
+        w.pad_to(r.frame.max_datagram as usize);
         let len = w.finish();
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;

@@ -235,7 +235,7 @@ impl Peer {
                 // The endpoint answers HELLOs; one reaching a peer is misplaced.
                 HandshakeKind::Hello => false,
                 HandshakeKind::Welcome => {
-                    self.on_welcome(cx, now, &h, &f);
+                    self.on_welcome(cx, now, &h, &f, packet.datagram_len());
                     false
                 }
                 HandshakeKind::Confirm => self.on_confirm(cx, now, rail, &h, &f),
@@ -355,7 +355,7 @@ impl Peer {
 
     /// A WELCOME: the answer to our HELLO, if it echoes our nonce and is
     /// addressed to our incarnation. It proves the peer's incarnation.
-    fn on_welcome(&mut self, cx: &mut Context<'_>, now: Instant, h: &Header, f: &HandshakeFrame) {
+    fn on_welcome(&mut self, cx: &mut Context<'_>, now: Instant, h: &Header, f: &HandshakeFrame, len: usize) {
         if self.hs.answered_before(f.nonce) && h.src_inc == self.incarnation {
             // Another HELLO of the same burst answered: nothing new.
             return;
@@ -365,7 +365,10 @@ impl Peer {
             debug!(peer = self.id, "handshake: dropped a WELCOME that answers no HELLO of ours");
             return;
         }
-        let Some(agreed) = self.agree(cx, f.max_datagram) else { return };
+        // No more than arrived: the WELCOME is padded to the size it
+        // accepts, so its length is what the path back has carried.
+        let proven = f.max_datagram.min(u32::try_from(len).unwrap_or(u32::MAX));
+        let Some(agreed) = self.agree(cx, proven) else { return };
         if !self.adopt(cx, h.src_inc) {
             return;
         }
@@ -623,11 +626,15 @@ impl Peer {
         if let Some((hello, try_no)) =
             self.hs.take_hello(now, config.max_datagram, config.rto_max, self.paths.rails_len())
         {
-            // Alone in its datagram, as large as the WELCOME it asks for;
-            // each try on the next rail, as nothing says which rail works.
+            // Alone in its datagram, padded to the size it proposes (its
+            // arrival proves the path carries it, and the WELCOME it asks
+            // for is no larger); each try on the next rail, as nothing says
+            // which rail works.
             let rail = self.paths.nth_rail(try_no);
+            let cap = buf.len().min(config.max_datagram);
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, false)?;
             w.push_handshake(&hello).ok()?;
+            w.pad_to(hello.max_datagram as usize);
             let len = w.finish();
             cx.stats.hellos_sent += 1;
             cx.stats.datagrams_sent += 1;

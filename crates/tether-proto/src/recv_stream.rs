@@ -33,7 +33,8 @@ pub(crate) enum Landed {
     Nowhere,
     /// Copied and committed: the stream keeps these bytes as they are.
     Arena(Bytes),
-    /// Written into the spare capacity of this stream's reassembly buffer,
+    /// Written into the spare capacity of this stream's reassembly buffer
+    /// (or, for a message's first fragment, of the buffer it will start),
     /// `len` bytes, through [`RecvStream::continuation`].
     Partial { len: usize },
 }
@@ -178,6 +179,19 @@ pub(crate) struct RecvStream {
     /// mode): the next take must be told at once.
     held_back: bool,
     ack_delay: Duration,
+    /// The buffer a message's first fragment lands in during verification
+    /// (`continuation`), to become the reassembly buffer when the fragment
+    /// is consumed: so the first fragment too is copied once, not landed
+    /// and copied again. One per stream, at most `max_message_len` bytes,
+    /// replaced by the next first fragment's if never consumed: it bounds
+    /// what an unverified header can make the stream allocate to what a
+    /// message in reassembly may hold anyway.
+    fresh: Option<BytesMut>,
+    /// Bytes of `fresh` lent to the current datagram's landing (as
+    /// `Partial::Assembling::lent`): 0 once consumed.
+    fresh_lent: usize,
+    /// `Config::max_message_len`.
+    max_message_len: usize,
     /// `Config::deliver_fragments`.
     fragments: bool,
     /// `Config::verify_payloads`.
@@ -196,6 +210,9 @@ impl RecvStream {
             ack: AckState::default(),
             held_back: false,
             ack_delay: config.ack_delay,
+            fresh: None,
+            fresh_lent: 0,
+            max_message_len: config.max_message_len,
             fragments: config.deliver_fragments,
             verify: config.verify_payloads,
         }
@@ -249,6 +266,7 @@ impl RecvStream {
         self.marks_copy = (0, 0);
         self.out_of_order.clear();
         self.partial = None;
+        self.fresh_lent = 0;
     }
 
     /// Where data of `epoch` stands: true if it is current (after adopting a
@@ -275,8 +293,11 @@ impl RecvStream {
     /// the buffer's spare capacity: the landing that asks is the only
     /// writer until the frame is consumed (see [`Partial::Assembling`]).
     pub fn continuation(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
-        if frame.seq != self.expected || frame.flags.first() {
+        if frame.seq != self.expected {
             return None;
+        }
+        if frame.flags.first() {
+            return self.fresh_landing(frame);
         }
         let len = frame.payload.len();
         match &mut self.partial {
@@ -287,6 +308,53 @@ impl RecvStream {
                 Some(buf)
             }
             _ => None,
+        }
+    }
+
+    /// A buffer of the whole message's size for a first fragment in order
+    /// to land in, where `consume` will start reassembly with it: only
+    /// with no message in reassembly, and for a length within the limit
+    /// (the header is not verified yet; `consume` checks again).
+    fn fresh_landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
+        let total = frame.total_len? as usize;
+        let len = frame.payload.len();
+        if self.fragments || self.partial.is_some() || total > self.max_message_len || len > total {
+            return None;
+        }
+        let buf = match self.fresh.take() {
+            Some(mut b) if b.capacity() >= total => {
+                b.clear();
+                b
+            }
+            _ => BytesMut::with_capacity(total),
+        };
+        self.fresh_lent = len;
+        Some(self.fresh.insert(buf))
+    }
+
+    /// The reassembly buffer for a first fragment being consumed: `fresh`,
+    /// if the fragment landed there, else a new one it is copied into.
+    fn start_message(&mut self, total: usize, payload: &[u8], landed: Landed, stats: &mut Stats) -> BytesMut {
+        let lent = std::mem::take(&mut self.fresh_lent);
+        match (landed, self.fresh.take()) {
+            (Landed::Partial { len }, Some(mut buf))
+                if len == payload.len() && lent == len && buf.is_empty() =>
+            {
+                // SAFETY: `fresh_landing` lent exactly `len` bytes of this
+                // empty buffer's spare capacity to this datagram's landing
+                // (`fresh_lent`, cleared by every other use), and
+                // verification succeeded, so they hold this payload.
+                unsafe { buf.set_len(len) };
+                debug_assert_eq!(&buf[..], payload);
+                buf
+            }
+            (_, fresh) => {
+                self.fresh = fresh;
+                let mut buf = BytesMut::with_capacity(total);
+                stats.bytes_copied_after_verify += payload.len() as u64;
+                buf.extend_from_slice(payload);
+                buf
+            }
         }
     }
 
@@ -419,9 +487,7 @@ impl RecvStream {
                 self.partial = Some(Partial::Discarding);
                 return;
             }
-            let mut buf = BytesMut::with_capacity(total);
-            stats.bytes_copied_after_verify += payload.len() as u64;
-            buf.extend_from_slice(payload);
+            let buf = self.start_message(total, payload, landed, stats);
             self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
             return;
         }

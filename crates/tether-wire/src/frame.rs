@@ -11,6 +11,10 @@
 //! * `HELLO`, `WELCOME` and `CONFIRM` are the handshake (docs/PROTOCOL.md,
 //!   "Handshake"): one shape, [`HandshakeFrame`], 24 bytes each, so an
 //!   answer is never larger than what provoked it.
+//! * `PADDING` fills a datagram to a size: a HELLO and its WELCOME are
+//!   padded to the datagram size they propose, so their arrival proves the
+//!   path carries it (RFC 8899's probe packets, in the handshake). It is
+//!   the last frame: its type byte, then zeros to the end of the body.
 
 use crate::integrity::Checksummer;
 use crate::WireError;
@@ -20,6 +24,7 @@ pub(crate) const FRAME_ACK: u8 = 0x02;
 pub(crate) const FRAME_HELLO: u8 = 0x03;
 pub(crate) const FRAME_WELCOME: u8 = 0x04;
 pub(crate) const FRAME_CONFIRM: u8 = 0x05;
+pub(crate) const FRAME_PADDING: u8 = 0x06;
 /// A handshake frame: type, flags, reserved, max_datagram, nonce, cookie.
 pub const HANDSHAKE_LEN: usize = 24;
 
@@ -213,9 +218,22 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
 }
 
-/// Parse the frame at the start of `b`; returns it and its encoded length.
-/// Every length is checked against `b.len()` before it is used.
-pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+/// Parse the frame at the start of `b`; returns it (`None` for padding,
+/// which means nothing) and its encoded length. Every length is checked
+/// against `b.len()` before it is used.
+pub(crate) fn parse_frame(b: &[u8]) -> Result<(Option<Frame<'_>>, usize), WireError> {
+    if b.first() == Some(&FRAME_PADDING) {
+        // Zeros to the end: nothing can hide in the padding.
+        if b[1..].iter().any(|&x| x != 0) {
+            return Err(WireError::MalformedFrame("padding not zero"));
+        }
+        return Ok((None, b.len()));
+    }
+    let (frame, len) = parse_meaningful(b)?;
+    Ok((Some(frame), len))
+}
+
+fn parse_meaningful(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
     match b.first().copied() {
         Some(FRAME_DATA) => {
             if b.len() < DATA_FIXED_LEN {
@@ -301,6 +319,15 @@ pub(crate) fn parse_frame(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
         Some(other) => Err(WireError::UnknownFrame(other)),
         None => Err(WireError::FrameTruncated),
     }
+}
+
+/// Fill `out` with one padding frame (nothing if it is empty).
+pub(crate) fn emit_padding(out: &mut [u8]) -> usize {
+    if let Some((first, rest)) = out.split_first_mut() {
+        *first = FRAME_PADDING;
+        rest.fill(0);
+    }
+    out.len()
 }
 
 pub(crate) fn emit_handshake(out: &mut [u8], h: &HandshakeFrame) -> Result<usize, WireError> {

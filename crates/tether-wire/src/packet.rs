@@ -29,8 +29,9 @@ use crate::integrity::{AuthKind, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
-/// 2: the handshake (HELLO, WELCOME, CONFIRM) and the ACK's FULL flag.
-pub const VERSION: u8 = 2;
+/// 3: PADDING, with which a HELLO and its WELCOME prove the datagram size
+/// (2: the handshake, HELLO, WELCOME, CONFIRM, and the ACK's FULL flag).
+pub const VERSION: u8 = 3;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
 /// Bytes after the body of an authenticated datagram: the packet number
@@ -125,6 +126,8 @@ impl Header {
 pub struct Packet<'a> {
     pub header: Header,
     body: &'a [u8],
+    /// The datagram's length as received (header and trailer included).
+    len: usize,
     /// The packet number of an authenticated datagram.
     pn: Option<u64>,
 }
@@ -145,6 +148,12 @@ impl<'a> Packet<'a> {
         self.body.len()
     }
 
+    /// The datagram's length as it was received: a padded handshake's
+    /// proof of the size the path carries.
+    pub fn datagram_len(&self) -> usize {
+        self.len
+    }
+
     /// The packet number, for an authenticated datagram (authenticated with it).
     pub fn packet_number(&self) -> Option<u64> {
         self.pn
@@ -160,9 +169,10 @@ impl<'a> Iterator for Frames<'a> {
     fn next(&mut self) -> Option<Frame<'a>> {
         // `Packet::parse` walked these exact bytes successfully, so an error
         // here is impossible; stopping is the safe answer regardless.
+        // Padding is last and means nothing: it ends the walk.
         let (frame, len) = parse_frame(self.rest).ok()?;
         self.rest = &self.rest[len..];
-        Some(frame)
+        frame
     }
 }
 
@@ -193,6 +203,8 @@ pub struct Opened<'s> {
     header: Header,
     body: &'s [u8],
     pn: u64,
+    /// The datagram's length as received.
+    len: usize,
 }
 
 impl<'s> Opened<'s> {
@@ -203,7 +215,7 @@ impl<'s> Opened<'s> {
         let mut rest = self.body;
         while !rest.is_empty() {
             let (frame, len) = parse_frame(rest)?;
-            if let Frame::Data(data) = frame {
+            if let Some(Frame::Data(data)) = frame {
                 if let Some(dst) = landing.landing(&data) {
                     let src = data.payload;
                     assert_eq!(dst.len(), src.len(), "a landing is as long as its payload");
@@ -217,7 +229,7 @@ impl<'s> Opened<'s> {
             }
             rest = &rest[len..];
         }
-        Ok(Packet { header: self.header, body: self.body, pn: Some(self.pn) })
+        Ok(Packet { header: self.header, body: self.body, pn: Some(self.pn), len: self.len })
     }
 }
 
@@ -348,7 +360,7 @@ impl<'a> Unverified<'a> {
             };
             let (bytes, after) = rest.split_at(len);
             rest = after;
-            let Frame::Data(data) = frame else {
+            let Some(Frame::Data(data)) = frame else {
                 sum.update(bytes);
                 continue;
             };
@@ -386,7 +398,7 @@ impl<'a> Unverified<'a> {
             if !key.open(pn, &d[..at + 8], tag, &[], &mut []) {
                 return Err(WireError::ChecksumMismatch);
             }
-            return Ok(Opened { header: self.header, body, pn });
+            return Ok(Opened { header: self.header, body, pn, len: d.len() });
         }
         if scratch.len() < body.len() {
             scratch.resize(body.len(), 0);
@@ -396,7 +408,7 @@ impl<'a> Unverified<'a> {
         if !key.open(pn, &aad, tag, body, out) {
             return Err(WireError::ChecksumMismatch);
         }
-        Ok(Opened { header: self.header, body: out, pn })
+        Ok(Opened { header: self.header, body: out, pn, len: d.len() })
     }
 
     /// What a malformed frame counts as: bad frames in a datagram whose
@@ -427,7 +439,12 @@ impl<'a> Unverified<'a> {
         if !self.trailer_matches(&mut sum) {
             return Err(WireError::ChecksumMismatch);
         }
-        Ok(Packet { header: self.header, body: &self.datagram[HEADER_LEN..self.at], pn: None })
+        Ok(Packet {
+            header: self.header,
+            body: &self.datagram[HEADER_LEN..self.at],
+            pn: None,
+            len: self.datagram.len(),
+        })
     }
 }
 
@@ -546,6 +563,18 @@ impl<'a> PacketWriter<'a> {
         self.push_frame(|out| frame::emit_ack(out, ack))
     }
 
+    /// Pad the datagram so that `finish` returns `datagram_len` bytes (or
+    /// as many as the buffer holds, if fewer). The padding is the last
+    /// frame: nothing can be pushed after it.
+    pub fn pad_to(&mut self, datagram_len: usize) {
+        let end = self.buf.len() - self.width;
+        let to = datagram_len.saturating_sub(self.width).clamp(self.len, end);
+        // The datagram ends where the padding does: no room is left.
+        let buf = core::mem::take(&mut self.buf);
+        self.buf = &mut buf[..to + self.width];
+        let _ = self.push_frame(|out| Ok(frame::emit_padding(out)));
+    }
+
     /// Append a frame without a payload: `emit` writes it into the room
     /// left, then it is checksummed as a whole.
     fn push_frame(
@@ -635,6 +664,36 @@ mod tests {
             }
             _ => panic!("expected ack"),
         }
+    }
+
+    /// A padded datagram is exactly as long as asked, its padding is
+    /// invisible to the frame walk, and a padding byte that is not zero
+    /// is refused.
+    #[test]
+    fn padding_fills_to_the_size_and_hides_nothing() {
+        let mut buf = vec![0u8; 2000];
+        let hello =
+            HandshakeFrame { kind: frame::HandshakeKind::Hello, max_datagram: 1200, nonce: 3, cookie: 0 };
+        let mut w = PacketWriter::new(&mut buf, &header()).unwrap();
+        w.push_handshake(&hello).unwrap();
+        w.pad_to(1200);
+        assert_eq!(w.remaining(), 0);
+        assert!(w.push_handshake(&hello).is_err(), "nothing goes after the padding");
+        let n = w.finish();
+        assert_eq!(n, 1200);
+        let p = Packet::parse(&buf[..n]).unwrap();
+        assert_eq!((p.datagram_len(), p.frames().collect::<Vec<_>>()), (1200, vec![Frame::Handshake(hello)]));
+        // Beyond the buffer: as much as it holds.
+        let mut small = [0u8; 300];
+        let mut w = PacketWriter::new(&mut small, &header()).unwrap();
+        w.pad_to(1200);
+        assert_eq!(w.finish(), 300);
+        // A byte of padding that is not zero, under a good checksum.
+        let mut bad = buf[..n].to_vec();
+        bad[HEADER_LEN + frame::HANDSHAKE_LEN + 7] = 1;
+        let trailer = ChecksumKind::Crc32c.compute(&[&bad[HEADER_LEN..n - 4], &bad[..HEADER_LEN]]) as u32;
+        bad[n - 4..].copy_from_slice(&trailer.to_le_bytes());
+        assert_eq!(Packet::parse(&bad).unwrap_err(), WireError::MalformedFrame("padding not zero"));
     }
 
     #[test]

@@ -409,6 +409,10 @@ impl Embedded {
         self.shared.lock().core.congestion(peer)
     }
 
+    fn max_datagram_to(&self, peer: NodeId) -> usize {
+        self.shared.lock().core.max_datagram_to(peer)
+    }
+
     fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
         let d = self.shared.lock();
         (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
@@ -591,6 +595,16 @@ impl Endpoint {
     pub fn congestion(&self, peer: NodeId) -> Option<CongestionInfo> {
         match &self.inner {
             Inner::Embedded(e) => e.congestion(peer),
+            Inner::Engine(_) => None,
+        }
+    }
+
+    /// The largest datagram sent to `peer`, header included: the size its
+    /// handshake proved the path carries (this endpoint's own largest
+    /// before one). `None` in engine mode (the engine's session).
+    pub fn max_datagram_to(&self, peer: NodeId) -> Option<usize> {
+        match &self.inner {
+            Inner::Embedded(e) => Some(e.max_datagram_to(peer)),
             Inner::Engine(_) => None,
         }
     }
