@@ -2,9 +2,25 @@
 //! without a copy of what was sent, so benchmarks and the demo prove
 //! "exact bytes" rather than assume it.
 
+/// A new message of `size` bytes filled as `fill` fills it, as the
+/// `Bytes` that `Endpoint::send_bytes` keeps without copying.
+pub fn message(size: usize, src: u32, index: u64) -> tether::Bytes {
+    use std::mem::MaybeUninit;
+    let mut v = Vec::with_capacity(size);
+    // Written once, not zeroed first: the pattern is the only pass.
+    tile(&mut v.spare_capacity_mut()[..size], word(src, index).to_le_bytes().map(MaybeUninit::new));
+    // SAFETY: `tile` wrote every one of the first `size` bytes.
+    unsafe { v.set_len(size) };
+    v.into()
+}
+
 /// Fill `buf` with the pattern of message `index` from `src`.
 pub fn fill(buf: &mut [u8], src: u32, index: u64) {
-    let word = word(src, index).to_le_bytes();
+    tile(buf, word(src, index).to_le_bytes());
+}
+
+/// Every element of `buf` written: `word` repeated, cut short at the end.
+fn tile<T: Copy>(buf: &mut [T], word: [T; 8]) {
     let mut chunks = buf.chunks_exact_mut(8);
     for c in &mut chunks {
         c.copy_from_slice(&word);
@@ -47,6 +63,7 @@ mod tests {
             let mut b = vec![0u8; len];
             fill(&mut b, 3, 42);
             assert!(verify(&b, 3, 42));
+            assert_eq!(&message(len, 3, 42)[..], &b[..], "message() is fill() in a buffer of its own");
             if len >= 8 {
                 assert_eq!(index_of(&b, 3), Some(42));
             }

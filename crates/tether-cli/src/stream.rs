@@ -110,11 +110,11 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         }
         Ok((t, Instant::now(), rx))
     });
-    let mut buf = vec![0u8; size];
     let start = Instant::now();
+    // Each message a buffer of its own, handed over whole: the sender's
+    // log keeps it, and its bytes are copied only into the datagrams.
     for i in 0..count {
-        pattern::fill(&mut buf, SENDER, i);
-        tx.send_blocking(RECEIVER, &buf, Some(RECV_TIMEOUT))?;
+        tx.send_bytes_blocking(RECEIVER, pattern::message(size, SENDER, i), Some(RECV_TIMEOUT))?;
     }
     // Keep driving the sender until everything is acknowledged, and the
     // receiver once its thread is done: with --polling there is no progress
@@ -280,7 +280,6 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     }
     let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
     let origin = tx.now();
-    let mut buf = vec![0u8; o.size];
     let start = Instant::now();
     // Messages to a peer that stopped answering fail after --give-up-after;
     // stop at the first failure rather than refill the send buffer and wait
@@ -289,9 +288,9 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     // Looked at every 256 messages and after any wait for room, which is
     // when failures free it: often enough, and no lock per message.
     for i in 0..count {
-        pattern::fill(&mut buf, SENDER, i);
+        let msg = pattern::message(o.size, SENDER, i);
         let t0 = Instant::now();
-        tx.send_blocking(RECEIVER, &buf, Some(o.give_up_after * 2))?;
+        tx.send_bytes_blocking(RECEIVER, msg, Some(o.give_up_after * 2))?;
         if (i % 256 == 255 || t0.elapsed() > Duration::from_millis(1)) && tx.stats().messages_failed > 0 {
             return Err(quiet());
         }

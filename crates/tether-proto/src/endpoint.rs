@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tether_wire::{
     DataFlags, Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, PacketWriter, Unverified,
     WireError,
@@ -548,6 +548,20 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
+        self.queue(now, peer, data)
+    }
+
+    /// Queue a message the application hands over whole: the log keeps
+    /// these very bytes (they are immutable and reference-counted), so the
+    /// only copy made of them is into each datagram, fused with the
+    /// checksum. The send buffer's limits count `msg.len()`, not whatever
+    /// larger buffer it may be a slice of.
+    pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        self.queue(now, peer, msg)
+    }
+
+    fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes) -> Result<MessageId, SendError> {
         let seq = self
             .with_peer(peer, |p, cx, _| {
                 let max_fragment = cx.config.max_fragment_for(p.max_datagram(cx.config));

@@ -312,8 +312,10 @@ impl Handshake {
     }
 
     /// Our handshake completed (a WELCOME answered our HELLO): stop
-    /// sending HELLOs and carry a CONFIRM until the peer shows it knows us.
-    pub fn on_welcome(&mut self, cookie: u64, agreed: usize) {
+    /// sending HELLOs and carry a CONFIRM (with the size `agreed`, as the
+    /// handshake proved it) until the peer shows it knows us; the session
+    /// goes on at `used` (see `Peer::size_to_use`).
+    pub fn on_welcome(&mut self, cookie: u64, agreed: usize, used: usize) {
         self.confirm = Some(HandshakeFrame {
             kind: HandshakeKind::Confirm,
             max_datagram: agreed as u32,
@@ -321,7 +323,7 @@ impl Handshake {
             cookie,
         });
         self.confirm_unsent = true;
-        self.finish(agreed);
+        self.finish(used);
     }
 
     /// The peer completed a handshake toward us (its CONFIRM checked), or

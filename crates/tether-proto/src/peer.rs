@@ -372,8 +372,9 @@ impl Peer {
         if !self.adopt(cx, h.src_inc) {
             return;
         }
-        self.hs.on_welcome(f.cookie, agreed);
-        self.on_session(cx, now, agreed);
+        let used = self.size_to_use(agreed);
+        self.hs.on_welcome(f.cookie, agreed, used);
+        self.on_session(cx, now, used);
     }
 
     /// A CONFIRM: the initiator's proof that it heard our WELCOME (the
@@ -410,8 +411,9 @@ impl Peer {
         if !self.adopt(cx, h.src_inc) {
             return false;
         }
-        self.hs.on_confirmed(Some(agreed));
-        self.on_session(cx, now, agreed);
+        let used = self.size_to_use(agreed);
+        self.hs.on_confirmed(Some(used));
+        self.on_session(cx, now, used);
         self.moved(cx, rail);
         true
     }
@@ -444,6 +446,22 @@ impl Peer {
             return None;
         }
         Some(agreed)
+    }
+
+    /// The datagram size a session goes on with after a handshake proved
+    /// `proven`: that one, unless the stream holds unsettled segments cut
+    /// for the size in use. Those keep it until they settle, whatever the
+    /// new proof: the receiver holds some of them by sequence number, and
+    /// an engine's successor cuts the unsettled messages again, whole, at
+    /// the one size its backup records (`Endpoint::resume`), so a new size
+    /// would renumber bytes the receiver already has. A path that no
+    /// longer carries the size loses those datagrams until the stream is
+    /// abandoned, and its messages reported failed.
+    fn size_to_use(&self, proven: usize) -> usize {
+        match self.hs.max_datagram() {
+            current if current != 0 && self.send.has_unacked() => current,
+            _ => proven,
+        }
     }
 
     /// Take `inc` as the peer's proven incarnation: a larger one is a

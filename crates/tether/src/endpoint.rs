@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tether_fault::{CallVerdict, FaultCounters, FaultPlan, Injector, Side};
 use tether_io::{error_of, AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
 use tether_proto::{
@@ -418,7 +419,7 @@ impl Embedded {
         (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
     }
 
-    fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
+    fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
         let now = self.shared.clock.now();
         let injected = match d.api_fault(now) {
@@ -436,7 +437,7 @@ impl Embedded {
             CallVerdict::Operation { dropped: false, .. } => Some(FailReason::OperationFault),
         };
         d.learn_peer(peer);
-        let id = d.core.send(now, peer, msg)?;
+        let id = msg.queue(&mut d.core, now, peer)?;
         d.transmit(now);
         Ok(SendHandle { id: Some(id), injected, owner: Owner::Embedded(self.shared.clone()) })
     }
@@ -444,11 +445,11 @@ impl Embedded {
     fn send_blocking(
         &self,
         peer: NodeId,
-        msg: &[u8],
+        msg: Outgoing<'_>,
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
         // Fast path: room now, no blocking-call bookkeeping.
-        match self.send(peer, msg) {
+        match self.send(peer, msg.clone()) {
             Err(Error::Send(SendError::WouldBlock)) => {}
             done => return done,
         }
@@ -459,7 +460,7 @@ impl Embedded {
                 return None;
             }
             let now = shared.clock.now();
-            let r = d.core.send(now, peer, msg);
+            let r = msg.queue(&mut d.core, now, peer);
             d.transmit(now);
             Some(r)
         })??;
@@ -624,7 +625,7 @@ impl Endpoint {
     /// reports `Failed(OperationFault)` (an operation fault).
     pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
         match &self.inner {
-            Inner::Embedded(e) => e.send(peer, msg),
+            Inner::Embedded(e) => e.send(peer, Outgoing::Borrowed(msg)),
             Inner::Engine(a) => a.send(peer, msg),
         }
     }
@@ -637,8 +638,33 @@ impl Endpoint {
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
         match &self.inner {
-            Inner::Embedded(e) => e.send_blocking(peer, msg, timeout),
+            Inner::Embedded(e) => e.send_blocking(peer, Outgoing::Borrowed(msg), timeout),
             Inner::Engine(a) => a.send_blocking(peer, msg, timeout),
+        }
+    }
+
+    /// Like `send`, for a message handed over whole: the sender's log keeps
+    /// these very bytes until they are acknowledged, so none is copied but
+    /// into each datagram (fused with the checksum). `send` copies the
+    /// message into the log first. In engine mode the bytes are copied into
+    /// the shared ring either way.
+    pub fn send_bytes(&self, peer: NodeId, msg: Bytes) -> Result<SendHandle, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.send(peer, Outgoing::Owned(msg)),
+            Inner::Engine(a) => a.send(peer, &msg),
+        }
+    }
+
+    /// Like `send_bytes`, but waits for room in the send buffer.
+    pub fn send_bytes_blocking(
+        &self,
+        peer: NodeId,
+        msg: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<SendHandle, Error> {
+        match &self.inner {
+            Inner::Embedded(e) => e.send_blocking(peer, Outgoing::Owned(msg), timeout),
+            Inner::Engine(a) => a.send_blocking(peer, &msg, timeout),
         }
     }
 
@@ -814,6 +840,31 @@ impl Drop for Endpoint {
 }
 
 /// Drive progress from the calling thread until `ready` yields a value.
+/// A message as the application hands it to `send`: borrowed, and copied
+/// into the sender's log, or owned, and kept there as it is.
+#[derive(Clone)]
+enum Outgoing<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Bytes),
+}
+
+impl Outgoing<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Outgoing::Borrowed(m) => m.len(),
+            Outgoing::Owned(m) => m.len(),
+        }
+    }
+
+    fn queue(&self, core: &mut Core, now: Instant, peer: NodeId) -> Result<MessageId, SendError> {
+        match self {
+            Outgoing::Borrowed(m) => core.send(now, peer, m),
+            // A reference count, not a copy.
+            Outgoing::Owned(m) => core.send_bytes(now, peer, m.clone()),
+        }
+    }
+}
+
 fn block_on<R>(
     shared: &Shared,
     timeout: Option<Duration>,

@@ -39,6 +39,8 @@ mod error;
 mod waiter;
 
 pub use builder::Builder;
+/// The message type of `Endpoint::send_bytes` and of every `Delivery`.
+pub use bytes::Bytes;
 pub use endpoint::{Endpoint, Options, Progress, SendHandle};
 pub use error::Error;
 pub use tether_proto::{

@@ -47,6 +47,32 @@ fn delivers_in_order_and_handles_say_delivered() {
     assert_eq!(a.stats().messages_acked, sizes.len() as u64);
 }
 
+/// `send_bytes` hands the message over whole: the sender's log holds a
+/// reference to the application's very buffer (no copy) until the
+/// message is acknowledged, and lets it go then; what arrives is exact,
+/// in order with messages sent by copy.
+#[test]
+fn send_bytes_keeps_the_callers_buffer_until_acknowledged() {
+    let polling = Options { progress: Progress::Polling, ..Options::default() };
+    let (a, b) = pair(polling.clone(), polling);
+    let big = tether::Bytes::from(msg(1, 200_000));
+    let h = a.send_bytes(2, big.clone()).unwrap();
+    a.send(2, &msg(2, 100)).unwrap();
+    assert!(!big.is_unique(), "the log holds the caller's buffer itself, not a copy of it");
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while got.len() < 2 || a.stats().messages_acked < 2 {
+        assert!(std::time::Instant::now() < deadline, "delivery within 10 s");
+        a.progress();
+        if let Some(d) = b.try_recv() {
+            got.push(d.message.to_vec());
+        }
+    }
+    assert_eq!(got, vec![msg(1, 200_000), msg(2, 100)]);
+    assert_eq!(h.state(), MessageState::Delivered);
+    assert!(big.is_unique(), "acknowledged: the log let the buffer go");
+}
+
 #[test]
 fn an_unreachable_peer_fails_exactly_the_unacknowledged_messages() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
