@@ -17,6 +17,28 @@ use crate::timeline::Timeline;
 
 const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// From this size on the sender hands each message over whole
+/// (`Endpoint::send_bytes`: a buffer of its own, kept by the log, no copy
+/// before the datagram's); below it copying the bytes into the log costs
+/// less than allocating a buffer per message, so it reuses one (`send`).
+const HAND_OVER_FROM: usize = 4096;
+
+/// Send message `i` of the stream as `HAND_OVER_FROM` says, waiting up to
+/// `timeout` for room.
+fn send_pattern(
+    tx: &tether::Endpoint,
+    buf: &mut [u8],
+    i: u64,
+    timeout: Duration,
+) -> Result<tether::SendHandle, tether::Error> {
+    if buf.len() >= HAND_OVER_FROM {
+        tx.send_bytes_blocking(RECEIVER, pattern::message(buf.len(), SENDER, i), Some(timeout))
+    } else {
+        pattern::fill(buf, SENDER, i);
+        tx.send_blocking(RECEIVER, buf, Some(timeout))
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamRun {
     pub messages: u64,
@@ -110,11 +132,10 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
         }
         Ok((t, Instant::now(), rx))
     });
+    let mut buf = vec![0u8; size];
     let start = Instant::now();
-    // Each message a buffer of its own, handed over whole: the sender's
-    // log keeps it, and its bytes are copied only into the datagrams.
     for i in 0..count {
-        tx.send_bytes_blocking(RECEIVER, pattern::message(size, SENDER, i), Some(RECV_TIMEOUT))?;
+        send_pattern(&tx, &mut buf, i, RECV_TIMEOUT)?;
     }
     // Keep driving the sender until everything is acknowledged, and the
     // receiver once its thread is done: with --polling there is no progress
@@ -280,6 +301,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     }
     let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
     let origin = tx.now();
+    let mut buf = vec![0u8; o.size];
     let start = Instant::now();
     // Messages to a peer that stopped answering fail after --give-up-after;
     // stop at the first failure rather than refill the send buffer and wait
@@ -288,9 +310,8 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     // Looked at every 256 messages and after any wait for room, which is
     // when failures free it: often enough, and no lock per message.
     for i in 0..count {
-        let msg = pattern::message(o.size, SENDER, i);
         let t0 = Instant::now();
-        tx.send_bytes_blocking(RECEIVER, msg, Some(o.give_up_after * 2))?;
+        send_pattern(&tx, &mut buf, i, o.give_up_after * 2)?;
         if (i % 256 == 255 || t0.elapsed() > Duration::from_millis(1)) && tx.stats().messages_failed > 0 {
             return Err(quiet());
         }
