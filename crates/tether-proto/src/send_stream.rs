@@ -244,6 +244,9 @@ pub(crate) struct SendStream {
     /// Spreads what the window allows over the round trip.
     pacer: Pacer,
     pub rtt: RttEstimator,
+    /// The largest fragment messages are cut into now: the agreed
+    /// datagram size's (`push_message`, `recut_unsent`), `Config`'s before.
+    fragment: usize,
 }
 
 /// What an ACK did.
@@ -309,6 +312,7 @@ impl SendStream {
             cc: config.congestion.build(config.max_fragment() as u64),
             pacer: Pacer::new(config.max_fragment() as u64),
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
+            fragment: config.max_fragment(),
         }
     }
 
@@ -482,7 +486,8 @@ impl SendStream {
         // gains nothing from company, and holding the short tail of a
         // message whose other fragments just left would only delay it.
         let small_message = oldest.log.flags.first() && oldest.log.flags.last();
-        if !small_message || self.in_flight() == 0 || self.unsent_wire_bytes >= config.max_fragment() {
+        // A datagram's worth waiting: the datagram the peer agreed to.
+        if !small_message || self.in_flight() == 0 || self.unsent_wire_bytes >= self.fragment {
             return Some(Instant::ZERO);
         }
         Some(oldest.tx.last_tx + config.coalesce_delay)
@@ -497,6 +502,7 @@ impl SendStream {
         }
         let msg = self.log.next_msg;
         self.log.next_msg += 1;
+        self.fragment = max_fragment;
         let total = data.len();
         self.bytes_buffered += total;
         let mut offset = 0;
@@ -531,6 +537,7 @@ impl SendStream {
     /// the one they were cut for. Sequence numbers from the first unsent one
     /// on are assigned anew; message numbers do not change.
     pub fn recut_unsent(&mut self, max_fragment: usize) {
+        self.fragment = max_fragment;
         let first_unsent = (self.log.sent_upto - self.log.acked_upto) as usize;
         if self.segments.iter().skip(first_unsent).all(|s| s.log.data.len() <= max_fragment) {
             return;
