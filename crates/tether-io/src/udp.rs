@@ -118,16 +118,31 @@ pub fn grow_buffers(socket: &impl AsRawFd) {
     // The plain options are capped at the sysctl limit; the forcing ones
     // go past it, and fail harmlessly (EPERM) when not privileged.
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF, libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
-        // SAFETY: passes a pointer to a live c_int and its exact size.
-        unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        let _ = set_int(socket, libc::SOL_SOCKET, opt, size);
+    }
+}
+
+/// Set an integer socket option.
+fn set_int(
+    socket: &impl AsRawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -140,27 +155,10 @@ pub fn grow_buffers(socket: &impl AsRawFd) {
 /// path carries (its padded HELLO), so a forged ICMP "too big" cannot
 /// shrink it either.
 fn never_fragment(socket: &Socket, v6: bool) -> std::io::Result<()> {
-    let set = |level, opt, value: libc::c_int| {
-        // SAFETY: passes a pointer to a live c_int and its exact size.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                level,
-                opt,
-                (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    };
     if v6 {
-        set(libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)
+        set_int(socket, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)
     } else {
-        set(libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
+        set_int(socket, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
     }
 }
 

@@ -649,6 +649,8 @@ impl Peer {
             // for is no larger); each try on the next rail, as nothing says
             // which rail works.
             let rail = self.paths.nth_rail(try_no);
+            // Our own largest, not a size agreed before: a new handshake
+            // proposes, and proves, it afresh.
             let cap = buf.len().min(config.max_datagram);
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, false)?;
             w.push_handshake(&hello).ok()?;
