@@ -56,8 +56,8 @@ pub struct NetOpts {
     /// Largest datagram in bytes, header included, or `auto`: the largest
     /// the path to the peer carries, as the kernel knows it (65507 on
     /// loopback; the link's MTU less 28 elsewhere). Either way the
-    /// handshake proves the size with a padded HELLO: a path that drops
-    /// datagrams of that size gets no session.
+    /// handshake proves the size with a padded HELLO and falls back to
+    /// 1200 bytes where larger datagrams vanish on the way.
     #[arg(long, default_value = "auto", allow_negative_numbers = true, value_parser = args::mtu)]
     pub mtu: usize,
     /// Floor of the adaptive retransmission timeout, in microseconds (above

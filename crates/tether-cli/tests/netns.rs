@@ -426,3 +426,47 @@ fn the_path_mtu_is_the_links() {
         assert_eq!(got, want, "veth at mtu {mtu}");
     }
 }
+
+/// A PMTU black hole made in the kernel: the receiving host's nftables
+/// drops every UDP packet longer than 1,300 bytes, silently (no ICMP
+/// "too big" comes back), on a veth link whose MTU says 1,500. With the
+/// default `--mtu auto` the sender proposes 1,472-byte datagrams; its
+/// padded HELLOs vanish, the HELLO of the base size gets through, and the
+/// stream completes in 1,200-byte datagrams. A session that agreed on the
+/// link's size without proving it would lose every full datagram until
+/// it gave up.
+#[test]
+fn a_pmtu_black_hole_falls_back_to_the_base_size() {
+    let ns = match Netns::pair("h") {
+        Ok(ns) => ns,
+        Err(why) => {
+            skipped("a_pmtu_black_hole_falls_back_to_the_base_size", &why);
+            return;
+        }
+    };
+    let b = &ns.names[1];
+    let rules = "table inet tether_hole {\n  chain input {\n    type filter hook input priority 0;\n    \
+                 meta l4proto udp meta length > 1300 drop\n  }\n}\n";
+    let nft = Command::new("ip")
+        .args(["netns", "exec", b, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("piped").write_all(rules.as_bytes())?;
+            c.wait_with_output()
+        });
+    match nft {
+        Ok(o) => assert!(o.status.success(), "nft refused the rules: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            skipped("a_pmtu_black_hole_falls_back_to_the_base_size", &format!("no nft (nftables): {e}"));
+            return;
+        }
+    }
+    let (s, r) = stream_across(&ns, &["stream", "--size", "4096", "--count", "3000", "--json"], 7410);
+    assert_eq!(r["delivered"].as_u64(), Some(3000), "every message delivered");
+    assert_eq!(r["corrupted"].as_u64(), Some(0));
+    assert_eq!(s["delivered"].as_u64(), Some(3000), "every message acknowledged");
+    assert_eq!(s["max_datagram"].as_u64(), Some(1200), "the session runs at the base size");
+}

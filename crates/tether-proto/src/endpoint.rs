@@ -290,6 +290,10 @@ impl Endpoint {
         let next = peer.next_timeout();
         self.peers.insert(id, peer);
         Self::reschedule(&mut self.earliest, &self.peers, None, next);
+        // A peer restored before any session was agreed is greeted as a new
+        // one is: its messages wait for a session, and the peer, with
+        // nothing to send (or restored itself), may never begin one.
+        self.with_peer(id, |p, cx, _| p.want_session(cx, now));
     }
 
     /// Rebuild an endpoint that an engine ran and lost (docs/ENGINE.md,
@@ -366,7 +370,15 @@ impl Endpoint {
         let log = SendLog {
             epoch: m.epoch,
             acked_upto: m.settled_seq,
-            sent_upto: m.sent_upto.clamp(m.settled_seq, seq),
+            // No size agreed: no session since the stream began (or since
+            // the peer's restart began it anew), so nothing went as DATA,
+            // whatever the mark written ahead says, and everything is cut
+            // again at the size the coming handshake agrees.
+            sent_upto: if m.max_datagram == 0 {
+                m.settled_seq
+            } else {
+                m.sent_upto.clamp(m.settled_seq, seq)
+            },
             next_seq: seq,
             next_msg: m.settled_msg + s.messages.len() as u64,
             settled_below: m.settled_msg,

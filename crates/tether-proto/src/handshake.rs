@@ -35,10 +35,9 @@
 //!   HELLO's length), and each side takes at most the length that actually
 //!   arrived. A path that drops large datagrams without a word (a PMTU
 //!   black hole: a smaller link on the way whose ICMP never returns)
-//!   loses those HELLOs or WELCOMEs: no session is agreed at a size the
-//!   path does not carry, and the messages waiting fail as unreachable
-//!   instead of vanishing one by one. (A fallback to a smaller size, RFC
-//!   8899's base of 1,200 bytes, is not done yet: see docs/PROTOCOL.md.)
+//!   loses those HELLOs or WELCOMEs, and from the third round on every
+//!   other HELLO proposes [`BASE_DATAGRAM`] instead (RFC 8899's base
+//!   size), so the session starts at a size the path carries.
 //!
 //! HELLO and WELCOME have the same length (an answer never amplifies) and
 //! travel alone; a CONFIRM travels in front of data until the initiator
@@ -55,6 +54,11 @@ use crate::{Instant, NodeId};
 /// HELLO answers (WELCOMEs) waiting to be sent, at most: a flood of HELLOs
 /// beyond this is dropped and counted, never queued.
 pub const MAX_REPLIES: usize = 64;
+
+/// The size a HELLO falls back to when larger ones go unanswered: the
+/// UDP payload every IPv6 path carries (1,280 less headers, with room to
+/// spare for tunnels), as RFC 8899's BASE_PLPMTU and QUIC's initial size.
+pub const BASE_DATAGRAM: usize = 1200;
 
 /// A cookie is good in the time slot it was made in and the next one.
 const COOKIE_SLOT_NANOS: u64 = 1 << 31; // about 2.1 s
@@ -262,8 +266,10 @@ impl Handshake {
     }
 
     /// The HELLO to send now, if one is due, and which try it is; arms
-    /// the retry. It proposes `max_datagram`, and the caller pads it to
-    /// that size.
+    /// the retry. It proposes `max_datagram` in its first two rounds
+    /// (a round: one try per rail), then [`BASE_DATAGRAM`] in every other
+    /// round, in case the path drops the larger size; the caller pads it
+    /// to the size it proposes.
     pub fn take_hello(
         &mut self,
         now: Instant,
@@ -280,13 +286,15 @@ impl Handshake {
         self.began.get_or_insert(now);
         let try_no = self.tries;
         self.tries += 1;
+        let round = try_no / rails.max(1);
+        let size = if round >= 2 && round & 1 == 0 { max_datagram.min(BASE_DATAGRAM) } else { max_datagram };
         self.burst = self.burst.saturating_sub(1);
         self.hello_due = self.burst > 0;
         self.hello_at = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).min(ceiling);
         let hello = HandshakeFrame {
             kind: HandshakeKind::Hello,
-            max_datagram: max_datagram as u32,
+            max_datagram: size as u32,
             nonce: self.nonce,
             cookie: 0,
         };

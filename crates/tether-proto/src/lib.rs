@@ -57,7 +57,7 @@ pub use endpoint::{
     MAX_PEERS,
 };
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
-pub use handshake::MAX_REPLIES;
+pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
 pub use replay::WINDOW as REPLAY_WINDOW;

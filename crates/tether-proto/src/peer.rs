@@ -449,17 +449,18 @@ impl Peer {
     }
 
     /// The datagram size a session goes on with after a handshake proved
-    /// `proven`: that one, unless the stream holds unsettled segments cut
-    /// for the size in use. Those keep it until they settle, whatever the
-    /// new proof: the receiver holds some of them by sequence number, and
-    /// an engine's successor cuts the unsettled messages again, whole, at
-    /// the one size its backup records (`Endpoint::resume`), so a new size
-    /// would renumber bytes the receiver already has. A path that no
-    /// longer carries the size loses those datagrams until the stream is
-    /// abandoned, and its messages reported failed.
+    /// `proven`: that one, unless segments are in flight or a message is
+    /// half sent. Those keep the size in use until they settle, whatever the
+    /// new proof: the receiver holds fragments by sequence number, and an
+    /// engine's successor cuts every unsettled message again, whole, at the
+    /// one size its backup records (`Endpoint::resume`), so a message cut
+    /// at two sizes would be renumbered. Unsent messages are cut again at
+    /// the new size (`SendStream::recut_unsent`). A path that no longer
+    /// carries the size loses what is in flight until the stream is
+    /// abandoned and its messages reported failed.
     fn size_to_use(&self, proven: usize) -> usize {
         match self.hs.max_datagram() {
-            current if current != 0 && self.send.has_unacked() => current,
+            current if current != 0 && !self.send.can_resize() => current,
             _ => proven,
         }
     }

@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
 
 use crate::congestion::{AckSignal, CongestionInfo, Controller, LossSignal, Pacer};
@@ -503,25 +503,43 @@ impl SendStream {
         let msg = self.log.next_msg;
         self.log.next_msg += 1;
         self.fragment = max_fragment;
+        self.bytes_buffered += data.len();
+        let total_len = data.len() as u32;
+        self.push_cut(msg, data, total_len, DataFlags::new(true, true), TxState::unsent(now), max_fragment);
+        msg
+    }
+
+    /// Queue `data` (a message of `total_len` bytes, or its rest when
+    /// `bounds.first()` is not set) as segments of `max_fragment` bytes, the last one shorter: the
+    /// one cut every unsettled message has, so that `Endpoint::resume` can
+    /// make it again from the message and the size alone.
+    fn push_cut(
+        &mut self,
+        msg: u64,
+        data: Bytes,
+        total_len: u32,
+        bounds: DataFlags,
+        tx: TxState,
+        max_fragment: usize,
+    ) {
         let total = data.len();
-        self.bytes_buffered += total;
         let mut offset = 0;
         loop {
             let end = (offset + max_fragment).min(total);
-            let flags = DataFlags::new(offset == 0, end == total);
+            let flags = DataFlags::new(bounds.first() && offset == 0, bounds.last() && end == total);
             self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
             let log = LoggedSegment {
                 seq: self.log.next_seq,
                 msg,
                 flags,
-                total_len: total as u32,
+                total_len,
                 data: data.slice(offset..end),
             };
-            self.segments.push_back(Segment::new(log, TxState::unsent(now), self.verify));
+            self.segments.push_back(Segment::new(log, tx, self.verify));
             self.log.next_seq += 1;
             offset = end;
             if offset == total {
-                return msg;
+                return;
             }
         }
     }
@@ -532,40 +550,53 @@ impl SendStream {
         self.last_heard = now;
     }
 
-    /// Cut the segments never sent into fragments of at most `max_fragment`
-    /// bytes: the datagram size agreed in a handshake may be smaller than
-    /// the one they were cut for. Sequence numbers from the first unsent one
-    /// on are assigned anew; message numbers do not change.
+    /// Whether the datagram size may change now: nothing is in flight and
+    /// the next segment to send begins a message, so every unsettled
+    /// message can be cut again, whole, at the new size.
+    pub fn can_resize(&self) -> bool {
+        self.log.sent_upto == self.log.acked_upto && self.segments.front().is_none_or(|s| s.log.flags.first())
+    }
+
+    /// Cut the messages never sent again into fragments of `max_fragment`
+    /// bytes: the datagram size agreed in a handshake may differ from the
+    /// one they were cut for. Sequence numbers from the first unsent one on
+    /// are assigned anew; message numbers do not change. The new cut is
+    /// the uniform one (`push_cut`), never the old pieces split further:
+    /// an engine's successor cuts each unsettled message again, whole, at
+    /// the size its backup records (`Endpoint::resume`), and must arrive at
+    /// the same sequence numbers the receiver holds fragments under. A
+    /// message in several pieces is copied into one buffer to be cut; that
+    /// happens only to messages queued before a session or at a size change.
     pub fn recut_unsent(&mut self, max_fragment: usize) {
         self.fragment = max_fragment;
         let first_unsent = (self.log.sent_upto - self.log.acked_upto) as usize;
-        if self.segments.iter().skip(first_unsent).all(|s| s.log.data.len() <= max_fragment) {
+        let uniform = |s: &Segment| {
+            let len = s.log.data.len();
+            len == max_fragment || (s.log.flags.last() && len <= max_fragment)
+        };
+        if self.segments.range(first_unsent..).all(uniform) {
             return;
         }
         let unsent: Vec<Segment> = self.segments.drain(first_unsent..).collect();
         self.log.next_seq = self.log.sent_upto;
         self.unsent_wire_bytes = 0;
-        for Segment { log, tx, .. } in unsent {
-            let len = log.data.len();
-            let mut offset = 0;
-            loop {
-                let end = (offset + max_fragment).min(len);
-                let flags = DataFlags::new(log.flags.first() && offset == 0, log.flags.last() && end == len);
-                self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
-                let piece = LoggedSegment {
-                    seq: self.log.next_seq,
-                    msg: log.msg,
-                    flags,
-                    total_len: log.total_len,
-                    data: log.data.slice(offset..end),
-                };
-                self.segments.push_back(Segment::new(piece, tx, self.verify));
-                self.log.next_seq += 1;
-                offset = end;
-                if offset == len {
-                    break;
+        let mut rest = &unsent[..];
+        while let Some(head) = rest.first() {
+            // One message's pieces (the first run may be a message's rest,
+            // when the size changes in the middle of one).
+            let n = 1 + rest[1..].iter().take_while(|s| !s.log.flags.first()).count();
+            let (pieces, tail) = rest.split_at(n);
+            rest = tail;
+            let data = match pieces {
+                [one] => one.log.data.clone(),
+                _ => {
+                    let mut whole = BytesMut::with_capacity(pieces.iter().map(|s| s.log.data.len()).sum());
+                    pieces.iter().for_each(|s| whole.extend_from_slice(&s.log.data));
+                    whole.freeze()
                 }
-            }
+            };
+            let bounds = DataFlags::new(head.log.flags.first(), pieces[n - 1].log.flags.last());
+            self.push_cut(head.log.msg, data, head.log.total_len, bounds, head.tx, max_fragment);
         }
     }
 

@@ -543,39 +543,73 @@ fn a_sender_resumed_from_its_backup_loses_and_repeats_nothing() {
         for m in &want {
             p.send(m).unwrap();
         }
-        p.run(Duration::from_millis(crash_after_ms));
-        let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
-        reassemble(p.b(), &mut next, &mut partial, &mut got);
-        // What the dead engine's block held: its marks, the high-water of
-        // what it sent written ahead of the datagrams (record before send).
-        let mut marks = p.a().stream_marks(B).unwrap();
-        marks.sent_upto += 1024;
-        let messages =
-            want[marks.settled_msg as usize..].iter().map(|m| bytes::Bytes::from(m.clone())).collect();
-        let stream = tether_proto::ResumedStream {
-            peer: B,
-            rails: vec![0],
-            marks,
-            messages,
-            failures: Vec::new(),
-            taken: None,
-        };
         let handshakes = p.b().stats().handshakes_completed;
-        let now = p.now();
-        let resumed = Endpoint::resume(fragments(), A, 1, vec![stream], now).unwrap();
-        p.net.replace(resumed);
-        for _ in 0..300 {
-            p.run(Duration::from_millis(10));
-            reassemble(p.b(), &mut next, &mut partial, &mut got);
-        }
-        check(&got, &want, &format!("resumed after {crash_after_ms} ms"));
-        for seq in 0..40 {
-            let state = p.a().message_state(MessageId { peer: B, seq });
-            assert_eq!(state, MessageState::Delivered, "message {seq}, resumed after {crash_after_ms} ms");
-        }
-        assert_eq!(p.a().stats().messages_failed, 0);
+        resume_sender_after(&mut p, crash_after_ms, fragments(), &want);
         assert_eq!(p.b().stats().handshakes_completed, handshakes, "the peer saw a pause, no new session");
     }
+}
+
+/// Messages queued before the handshake, cut for the sender's own 1,472
+/// bytes, and a session agreed at a peer's 600: they are cut again, and
+/// the new cut must be the one `Endpoint::resume` makes from the agreed
+/// size alone (each message whole, in fragments of that size). Splitting
+/// the old pieces further instead (1,392 into 520 + 520 + 352) renumbered
+/// fragments the receiver held after a resume, and an engine's
+/// application got messages with pieces missing or doubled.
+#[test]
+fn a_sender_resumed_after_agreeing_a_smaller_size_cuts_as_before() {
+    // At 0 ms no session is agreed yet: the successor must begin one.
+    for crash_after_ms in [0, 1, 2, 3, 5, 8] {
+        let mut net = VirtualNet::new(
+            Instant::from_nanos(1_000_000),
+            Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,
+        );
+        net.add(endpoint(fragments(), A, 1, B));
+        net.add(endpoint(Config { max_datagram: 600, ..fragments() }, B, 1, A));
+        let mut p = Pair { net };
+        let want: Vec<_> = (0..40).map(|i| msg(i, 100 + 1500 * (i % 4))).collect();
+        for m in &want {
+            p.send(m).unwrap();
+        }
+        resume_sender_after(&mut p, crash_after_ms, fragments(), &want);
+        assert_eq!(p.a().max_datagram_to(B), 600);
+    }
+}
+
+/// Run `crash_after_ms`, replace A by an endpoint resumed from what a dead
+/// engine's backup block holds and the application kept, run on, and
+/// check that B's application got `want` exactly and A reports all of it
+/// delivered.
+fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: &[Vec<u8>]) {
+    p.run(Duration::from_millis(crash_after_ms));
+    let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
+    reassemble(p.b(), &mut next, &mut partial, &mut got);
+    // What the dead engine's block held: its marks, the high-water of
+    // what it sent written ahead of the datagrams (record before send).
+    let mut marks = p.a().stream_marks(B).unwrap();
+    marks.sent_upto += 1024;
+    let messages = want[marks.settled_msg as usize..].iter().map(|m| bytes::Bytes::from(m.clone())).collect();
+    let stream = tether_proto::ResumedStream {
+        peer: B,
+        rails: vec![0],
+        marks,
+        messages,
+        failures: Vec::new(),
+        taken: None,
+    };
+    let now = p.now();
+    let resumed = Endpoint::resume(config, A, 1, vec![stream], now).unwrap();
+    p.net.replace(resumed);
+    for _ in 0..300 {
+        p.run(Duration::from_millis(10));
+        reassemble(p.b(), &mut next, &mut partial, &mut got);
+    }
+    check(&got, want, &format!("resumed after {crash_after_ms} ms"));
+    for seq in 0..want.len() as u64 {
+        let state = p.a().message_state(MessageId { peer: B, seq });
+        assert_eq!(state, MessageState::Delivered, "message {seq}, resumed after {crash_after_ms} ms");
+    }
+    assert_eq!(p.a().stats().messages_failed, 0);
 }
 
 /// A receiver restored from its hard state without what it held out of
@@ -780,13 +814,13 @@ fn different_datagram_sizes_agree_on_the_smaller() {
 }
 
 /// A path that drops datagrams above 1,300 bytes without a word (a PMTU
-/// black hole), between two endpoints that both accept 9,000: the HELLOs,
-/// padded to 9,000, vanish, so no session is agreed at a size the path
-/// does not carry, and the messages fail as unreachable, every one
-/// reported. Without the proof the session would agree on 9,000 from a
-/// 60-byte HELLO and every data datagram would vanish instead.
+/// black hole), between two endpoints that both accept 9,000: the padded
+/// HELLOs of the full size vanish, the fallback to the base size gets
+/// through, and every message arrives in 1,200-byte datagrams. Without
+/// the proof in the handshake the session would agree on 9,000 and every
+/// full datagram would vanish until the sender gave up.
 #[test]
-fn a_black_hole_for_large_datagrams_gets_no_session() {
+fn a_black_hole_for_large_datagrams_is_found_in_the_handshake() {
     const HOLE: usize = 1300;
     let largest = std::rc::Rc::new(std::cell::Cell::new(0));
     let seen = largest.clone();
@@ -801,19 +835,21 @@ fn a_black_hole_for_large_datagrams_gets_no_session() {
             }
         }) as Wire,
     );
-    let config =
-        Config { max_datagram: 9000, abandon_after: Duration::from_millis(500), ..Config::default() };
+    let config = Config { max_datagram: 9000, ..Config::default() };
     net.add(endpoint(config.clone(), A, 1, B));
     net.add(endpoint(config, B, 1, A));
-    for i in 0..20 {
+    let want: Vec<_> = (0..20).map(|i| msg(i, 5000)).collect();
+    for m in &want {
         let now = net.now();
-        net.ep_mut(A).send(now, B, &msg(i, 5000)).unwrap();
+        net.ep_mut(A).send(now, B, m).unwrap();
     }
     net.run(Duration::from_secs(2));
-    assert_eq!(largest.get(), 9000, "the HELLO proposed, and was padded to, the full size");
-    assert!(!net.ep(A).has_session(B), "no session at a size the path does not carry");
-    assert!(net.ep_mut(B).recv().is_none());
-    assert_eq!(net.ep(A).stats().messages_failed, 20, "every message reported failed");
+    let got: Vec<_> = std::iter::from_fn(|| net.ep_mut(B).recv()).map(|d| d.message.to_vec()).collect();
+    check(&got, &want, "through the black hole");
+    assert_eq!(largest.get(), 9000, "the first HELLO proposed, and was padded to, the full size");
+    assert_eq!(net.ep(A).max_datagram_to(B), tether_proto::BASE_DATAGRAM);
+    assert_eq!(net.ep(B).max_datagram_to(A), tether_proto::BASE_DATAGRAM);
+    assert_eq!(net.ep(A).stats().messages_failed, 0);
 }
 
 /// On a path that carries them, the padded handshake agrees on the
