@@ -573,6 +573,43 @@ impl Endpoint {
         self.queue(now, peer, msg)
     }
 
+    /// Queue a message behind small ones that wait for company to share a
+    /// datagram (the coalescing delay), when that is all it does: no timer
+    /// moves and nothing becomes due, so the caller needs neither the time
+    /// nor a transmit attempt. `None`: not so (or the message is refused);
+    /// `send` it, which says why. The fast path of a stream of small
+    /// messages: most of them join the ones before (issue 14's 8 B stream).
+    pub fn join_waiting(&mut self, peer: NodeId, msg: &[u8]) -> Option<MessageId> {
+        self.check_join(peer, msg.len())?;
+        let data = copy_to_bytes(&mut self.send_arena, msg);
+        Some(self.joined(peer, data))
+    }
+
+    /// `join_waiting` for a message handed over whole (as `send_bytes`).
+    pub fn join_waiting_bytes(&mut self, peer: NodeId, msg: &Bytes) -> Option<MessageId> {
+        self.check_join(peer, msg.len())?;
+        Some(self.joined(peer, msg.clone()))
+    }
+
+    fn check_join(&self, peer: NodeId, len: usize) -> Option<()> {
+        self.check_send(peer, len).ok()?;
+        let p = self.peers.get(&peer)?;
+        (p.session() && p.send.joins_waiting(len)).then_some(())
+    }
+
+    fn joined(&mut self, peer: NodeId, data: Bytes) -> MessageId {
+        let p = self.peers.get_mut(&peer).expect("checked by check_join");
+        let seq = p.send.push_waiting(data);
+        self.stats.messages_sent += 1;
+        if self.checked {
+            // The claim that nothing moved, checked: the timer table
+            // against the state it guards, and the counters.
+            p.check_invariants(&self.config);
+            self.check_counters();
+        }
+        MessageId { peer, seq }
+    }
+
     fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes) -> Result<MessageId, SendError> {
         let seq = self
             .with_peer(peer, |p, cx, _| {

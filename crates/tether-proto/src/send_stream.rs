@@ -493,6 +493,37 @@ impl SendStream {
         Some(oldest.tx.last_tx + config.coalesce_delay)
     }
 
+    /// A message of `len` bytes would only join unsent data that waits
+    /// (for the window to open, or for company: `new_data_due`'s
+    /// coalescing) and change nothing else: the oldest unsent segment, and
+    /// with it when data is due, stays the same, and with an open window
+    /// less than a datagram's worth waits after it. No timer moves, so the
+    /// caller may queue it with `push_waiting` alone.
+    pub fn joins_waiting(&self, len: usize) -> bool {
+        if self.halted || self.lost_count > 0 || len > self.fragment {
+            return false;
+        }
+        let Some(oldest) = self.segments.get(self.in_flight() as usize) else { return false };
+        if !self.window_admits() {
+            // Nothing goes before an ACK opens the window, whatever joins.
+            return true;
+        }
+        let wire = DataFrame::encoded_len(len, DataFlags::new(true, true));
+        oldest.log.flags.first()
+            && oldest.log.flags.last()
+            && self.in_flight() > 0
+            && self.unsent_wire_bytes + wire < self.fragment
+    }
+
+    /// Queue a message that `joins_waiting` said may: stamped as the newest
+    /// of those it joins (its time matters only once it is the oldest
+    /// unsent, and then only as an earlier deadline), so no clock is read.
+    pub fn push_waiting(&mut self, data: Bytes) -> u64 {
+        let stamp = self.segments.back().map_or(Instant::ZERO, |s| s.tx.last_tx);
+        let fragment = self.fragment;
+        self.push_message(stamp, data, fragment)
+    }
+
     /// Queue one message, cut into fragments of at most `max_fragment` bytes.
     /// The caller checked the size limits. Returns the message number.
     pub fn push_message(&mut self, now: Instant, data: Bytes, max_fragment: usize) -> u64 {

@@ -353,6 +353,46 @@ fn coalescing_holds_small_messages_at_most_the_delay() {
     assert!(p.a().poll_transmit(due, &mut buf).is_some());
 }
 
+/// The fast path of a stream of small messages (`join_waiting`, which the
+/// runtime tries before `send`): a message joins only unsent data that
+/// waits, moves no timer (the endpoint's invariant checks compare the
+/// timer table with the state after each), and is held no longer than
+/// `send` would hold it. Where joining would change what is due it
+/// declines, and `send` takes the message.
+#[test]
+fn small_messages_join_the_waiting_ones_and_move_no_timer() {
+    let mut p = Pair::connected(Config { send_window: 4, ..Config::default() });
+    let now = p.now();
+    let mut buf = vec![0u8; 2048];
+    assert!(p.a().join_waiting(B, b"first").is_none(), "nothing waits: it would go at once");
+    p.a().send(now, B, b"first").unwrap();
+    assert!(p.a().poll_transmit(now, &mut buf).is_some());
+    assert!(p.a().join_waiting(B, b"second").is_none(), "nothing unsent to join");
+    p.a().send(now, B, b"second").unwrap();
+    let due = p.a().poll_timeout().unwrap();
+    assert_eq!(due, now + Config::default().coalesce_delay);
+    for i in 0..5u8 {
+        assert!(p.a().join_waiting(B, &[i; 8]).is_some(), "joins the waiting second");
+        assert_eq!(p.a().poll_timeout(), Some(due), "no timer moved");
+    }
+    assert!(p.a().poll_transmit(now, &mut buf).is_none(), "still waiting for company");
+    // A datagram's worth would make data due at once: declined.
+    assert!(p.a().join_waiting(B, &[9u8; 1500]).is_none());
+    // At the deadline three go together and fill the window (4 segments);
+    // more messages join behind it whatever their size.
+    let t = p.a().poll_transmit(due, &mut buf).unwrap();
+    assert!(t.len > 3 * 8, "the waiting messages share a datagram");
+    for i in 0..20u8 {
+        assert!(p.a().join_waiting(B, &[i; 100]).is_some(), "the window is shut: nothing is due");
+    }
+    p.run(Duration::from_millis(20));
+    let got = p.drain_b();
+    assert_eq!(got.len(), 2 + 5 + 20);
+    assert_eq!(got[0], b"first");
+    assert_eq!(got[7], [0u8; 100]);
+    assert_eq!(p.a().stats().messages_sent, 27);
+}
+
 #[test]
 fn the_tail_of_a_large_message_is_never_held_back() {
     let mut p = Pair::connected(Config::default());

@@ -258,7 +258,11 @@ impl<'a> World<'a> {
                 }
                 let seq = node.next_seq[peer as usize];
                 let msg = message(&mut self.net.link.rng, seq, node.incarnation);
-                match self.net.ep_mut(id).send(now, peer, &msg) {
+                // As the runtime sends: the fast path first (a message
+                // joining others that wait changes no timer; the
+                // endpoint's invariant checks hold it to that).
+                let ep = self.net.ep_mut(id);
+                match ep.join_waiting(peer, &msg).map_or_else(|| ep.send(now, peer, &msg), Ok) {
                     Ok(MessageId { seq: got, .. }) => {
                         debug_assert_eq!(got, seq);
                         node.next_seq[peer as usize] += 1;

@@ -352,7 +352,7 @@ pub(crate) fn emit_data(
     flags: DataFlags,
     total_len: u32,
     payload: &[u8],
-    sum: &mut Checksummer,
+    sum: Option<&mut Checksummer>,
 ) -> Result<usize, WireError> {
     let need = DataFrame::encoded_len(payload.len(), flags);
     if out.len() < need || payload.len() > u16::MAX as usize {
@@ -371,8 +371,13 @@ pub(crate) fn emit_data(
         out[at..at + 4].copy_from_slice(&total_len.to_le_bytes());
         at += 4;
     }
-    sum.update(&out[..at]);
-    sum.copy_update(&mut out[at..at + payload.len()], payload);
+    match sum {
+        Some(sum) => {
+            sum.update(&out[..at]);
+            sum.copy_update(&mut out[at..at + payload.len()], payload);
+        }
+        None => out[at..at + payload.len()].copy_from_slice(payload),
+    }
     Ok(need)
 }
 

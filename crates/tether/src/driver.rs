@@ -79,6 +79,11 @@ impl Driver {
         }
     }
 
+    /// Calls may be struck by the fault plan (`api_fault` must be asked).
+    pub fn has_api_faults(&self) -> bool {
+        self.api.is_some()
+    }
+
     pub fn api_fault_counters(&self) -> FaultCounters {
         self.api.as_ref().map(|(i, _)| i.counters()).unwrap_or_default()
     }

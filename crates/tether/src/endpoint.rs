@@ -421,6 +421,17 @@ impl Embedded {
 
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
+        if !d.has_api_faults() {
+            // A small message joining others that wait to share a datagram:
+            // no clock, no timers, no transmit attempt.
+            if let Some(id) = msg.join_waiting(&mut d.core, peer) {
+                return Ok(SendHandle {
+                    id: Some(id),
+                    injected: None,
+                    owner: Owner::Embedded(self.shared.clone()),
+                });
+            }
+        }
         let now = self.shared.clock.now();
         let injected = match d.api_fault(now) {
             CallVerdict::Proceed => None,
@@ -853,6 +864,13 @@ impl Outgoing<'_> {
         match self {
             Outgoing::Borrowed(m) => m.len(),
             Outgoing::Owned(m) => m.len(),
+        }
+    }
+
+    fn join_waiting(&self, core: &mut Core, peer: NodeId) -> Option<MessageId> {
+        match self {
+            Outgoing::Borrowed(m) => core.join_waiting(peer, m),
+            Outgoing::Owned(m) => core.join_waiting_bytes(peer, m),
         }
     }
 
