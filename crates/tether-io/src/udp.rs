@@ -223,7 +223,14 @@ impl Transport for UdpTransport {
             self.counters.syscalls += 1;
             // SAFETY: a live slice and a live sockaddr of the length given.
             let sent = unsafe {
-                libc::sendto(self.socket.as_raw_fd(), data.as_ptr().cast(), data.len(), 0, addr.as_ptr(), addr.len())
+                libc::sendto(
+                    self.socket.as_raw_fd(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    0,
+                    addr.as_ptr(),
+                    addr.len(),
+                )
             };
             if sent < 0 {
                 let e = TransportError::last_os_error();
@@ -431,6 +438,30 @@ mod tests {
         }
         assert!(b.counters().syscalls < 64);
         let want: Vec<_> = msgs.into_iter().map(|m| (Some(1), m)).collect();
+        assert_eq!(got, want);
+    }
+
+    /// A receiver that found its socket empty takes the next datagram alone
+    /// (`recvfrom`), then whole batches again (`recvmmsg`); one datagram
+    /// goes by `sendto`. Either way: exact bytes, the sender's node, its
+    /// address.
+    #[test]
+    fn after_an_empty_receive_one_datagram_then_batches() {
+        let (mut a, mut b) = pair();
+        let mut rx = RecvBatch::new(8, 2048);
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 0);
+        assert_eq!(a.send_batch(&[(2, &b"one"[..])]).unwrap(), 1);
+        let three: Vec<(NodeId, &[u8])> = vec![(2, b"two"), (2, b"three"), (2, b"four")];
+        assert_eq!(a.send_batch(&three).unwrap(), 3);
+        assert_eq!(a.counters().syscalls, 2);
+        assert!(b.wait_readable(Some(Duration::from_secs(2))).unwrap());
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 1, "alone after an empty receive");
+        assert_eq!(rx.iter().next().unwrap(), (Some(1), &b"one"[..]));
+        assert_eq!(rx.addr(0), a.local_addr());
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 3, "then the rest in one batch");
+        let got: Vec<_> = rx.iter().map(|(f, d)| (f, d.to_vec())).collect();
+        let want: Vec<_> =
+            ["two", "three", "four"].iter().map(|m| (Some(1), m.as_bytes().to_vec())).collect();
         assert_eq!(got, want);
     }
 

@@ -11,6 +11,7 @@ use bytes::BytesMut;
 
 use crate::delivery::DeliveryQueue;
 use crate::handshake::Secrets;
+use crate::message_pool::MessagePool;
 use crate::{Config, Event, NodeId, PeerMoved, Stats};
 
 /// The endpoint as one of its peers sees it.
@@ -25,6 +26,8 @@ pub(crate) struct Context<'a> {
     pub deliveries: &'a mut DeliveryQueue,
     /// Where received bytes are copied when they were not landed in place.
     pub recv_arena: &'a mut BytesMut,
+    /// Buffers for messages reassembled from fragments.
+    pub messages: &'a MessagePool,
     /// The handshake's key and nonce source.
     pub secrets: &'a mut Secrets,
     /// The source of the datagram being taken in, when it is an address

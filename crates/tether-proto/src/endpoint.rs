@@ -24,6 +24,7 @@ use crate::delivery::{copy_to_bytes, DeliveryQueue};
 use crate::event::{Event, MessageId, MessageState};
 use crate::handshake::{cookie_slot, Reply, Secrets, MAX_REPLIES};
 use crate::landing::LandingArea;
+use crate::message_pool::MessagePool;
 use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
 use crate::recv_stream::RecvSnapshot;
@@ -194,6 +195,8 @@ pub struct Endpoint {
     stats: Stats,
     send_arena: BytesMut,
     recv_arena: BytesMut,
+    /// Buffers for messages reassembled from fragments, recycled.
+    messages: MessagePool,
     /// Where payloads land while their datagram is verified (`landing`).
     landing: LandingArea,
     /// Where authenticated datagrams are decrypted (grown once).
@@ -235,6 +238,7 @@ impl Endpoint {
             stats: Stats::default(),
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
+            messages: MessagePool::new(),
             landing: LandingArea::default(),
             open_buf: Vec::new(),
             refused_report: (Instant::ZERO, [0; REFUSED.len()]),
@@ -405,6 +409,14 @@ impl Endpoint {
         }
     }
 
+    /// Buffers for messages reassembled from fragments that wait in the
+    /// endpoint's pool to be reused (their number, and their capacity in
+    /// bytes): a delivered message's buffer returns there when the
+    /// application drops it. Bounded in count and bytes.
+    pub fn pooled_buffers(&self) -> (usize, usize) {
+        self.messages.held()
+    }
+
     /// The marks an engine backs up for the stream to `peer`.
     pub fn stream_marks(&self, peer: NodeId) -> Option<crate::StreamMarks> {
         let p = self.peers.get(&peer)?;
@@ -462,6 +474,7 @@ impl Endpoint {
             events,
             stats,
             recv_arena,
+            messages,
             landing,
             secrets,
             checked,
@@ -479,6 +492,7 @@ impl Endpoint {
             events,
             deliveries,
             recv_arena,
+            messages,
             secrets,
             from: *from,
             moves,
@@ -761,7 +775,7 @@ impl Endpoint {
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
         let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
-        let mut lander = self.landing.lander(len, stream, self.config.recv_window);
+        let mut lander = self.landing.lander(len, stream, self.config.recv_window, &self.messages);
         let verified = match key {
             Some(key) => unverified.open(key, scratch).and_then(|o| o.land(&mut lander)),
             None => unverified.verify_landing(&mut lander),

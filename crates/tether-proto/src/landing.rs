@@ -25,6 +25,7 @@ use bytes::BytesMut;
 use tether_wire::{DataFrame, Landing};
 
 use crate::delivery::ARENA_CHUNK;
+use crate::message_pool::MessagePool;
 use crate::recv_stream::{Landed, RecvStream};
 use crate::Stats;
 
@@ -60,13 +61,14 @@ impl LandingArea {
         datagram_len: usize,
         stream: Option<&'s mut RecvStream>,
         recv_window: usize,
+        pool: &'s MessagePool,
     ) -> Lander<'s> {
         debug_assert!(self.arena.is_empty(), "every landing is committed or abandoned before the next");
         if self.arena.capacity() < datagram_len {
             self.arena.reserve(datagram_len.max(ARENA_CHUNK));
         }
         self.placements.clear();
-        Lander { area: self, arena_used: 0, stream, recv_window: recv_window as u64 }
+        Lander { area: self, arena_used: 0, stream, recv_window: recv_window as u64, pool }
     }
 
     /// The verified datagram carried DATA frames.
@@ -94,6 +96,8 @@ pub(crate) struct Lander<'s> {
     arena_used: usize,
     stream: Option<&'s mut RecvStream>,
     recv_window: u64,
+    /// Where a first fragment's message buffer comes from.
+    pool: &'s MessagePool,
 }
 
 impl Landing for Lander<'_> {
@@ -108,7 +112,7 @@ impl Landing for Lander<'_> {
             // Only the datagram's first frame can continue the message in
             // order: a later one would follow a frame not yet consumed.
             if first_frame {
-                if let Some(buf) = stream.continuation(frame) {
+                if let Some(buf) = stream.continuation(frame, self.pool) {
                     self.area.placements.push(Placement::Partial { len });
                     return Some(&mut buf.spare_capacity_mut()[..len]);
                 }

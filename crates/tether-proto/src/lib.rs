@@ -34,6 +34,7 @@ pub mod fault_hook;
 mod handshake;
 mod landing;
 mod loss;
+mod message_pool;
 mod paths;
 mod peer;
 mod recv_stream;

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use core::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::message_pool::MessagePool;
 use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
 
 use crate::context::Context;
@@ -134,7 +136,7 @@ pub struct RecvSnapshot {
 #[derive(Debug)]
 enum Partial {
     Assembling {
-        buf: BytesMut,
+        buf: Vec<u8>,
         total: usize,
         /// Bytes of `buf`'s spare capacity lent to the current datagram's
         /// landing by `continuation`; any other write to `buf` clears it.
@@ -186,7 +188,7 @@ pub(crate) struct RecvStream {
     /// replaced by the next first fragment's if never consumed: it bounds
     /// what an unverified header can make the stream allocate to what a
     /// message in reassembly may hold anyway.
-    fresh: Option<BytesMut>,
+    fresh: Option<Vec<u8>>,
     /// Bytes of `fresh` lent to the current datagram's landing (as
     /// `Partial::Assembling::lent`): 0 once consumed.
     fresh_lent: usize,
@@ -247,7 +249,7 @@ impl RecvStream {
         r.out_of_order = snapshot.out_of_order.into_iter().collect();
         r.partial = snapshot.partial.map(|p| match p {
             PartialMessage::Assembling { received, total } => {
-                let mut buf = BytesMut::with_capacity(total);
+                let mut buf = Vec::with_capacity(total);
                 buf.extend_from_slice(&received);
                 Partial::Assembling { buf, total, lent: 0 }
             }
@@ -292,12 +294,12 @@ impl RecvStream {
     /// its payload: where the payload can land during verification. Lends
     /// the buffer's spare capacity: the landing that asks is the only
     /// writer until the frame is consumed (see [`Partial::Assembling`]).
-    pub fn continuation(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
+    pub fn continuation(&mut self, frame: &DataFrame<'_>, pool: &MessagePool) -> Option<&mut Vec<u8>> {
         if frame.seq != self.expected {
             return None;
         }
         if frame.flags.first() {
-            return self.fresh_landing(frame);
+            return self.fresh_landing(frame, pool);
         }
         let len = frame.payload.len();
         match &mut self.partial {
@@ -315,7 +317,7 @@ impl RecvStream {
     /// to land in, where `consume` will start reassembly with it: only
     /// with no message in reassembly, and for a length within the limit
     /// (the header is not verified yet; `consume` checks again).
-    fn fresh_landing(&mut self, frame: &DataFrame<'_>) -> Option<&mut BytesMut> {
+    fn fresh_landing(&mut self, frame: &DataFrame<'_>, pool: &MessagePool) -> Option<&mut Vec<u8>> {
         let total = frame.total_len? as usize;
         let len = frame.payload.len();
         if self.fragments || self.partial.is_some() || total > self.max_message_len || len > total {
@@ -326,7 +328,7 @@ impl RecvStream {
                 b.clear();
                 b
             }
-            _ => BytesMut::with_capacity(total),
+            _ => pool.take(total),
         };
         self.fresh_lent = len;
         Some(self.fresh.insert(buf))
@@ -334,7 +336,14 @@ impl RecvStream {
 
     /// The reassembly buffer for a first fragment being consumed: `fresh`,
     /// if the fragment landed there, else a new one it is copied into.
-    fn start_message(&mut self, total: usize, payload: &[u8], landed: Landed, stats: &mut Stats) -> BytesMut {
+    fn start_message(
+        &mut self,
+        total: usize,
+        payload: &[u8],
+        landed: Landed,
+        stats: &mut Stats,
+        pool: &MessagePool,
+    ) -> Vec<u8> {
         let lent = std::mem::take(&mut self.fresh_lent);
         match (landed, self.fresh.take()) {
             (Landed::Partial { len }, Some(mut buf))
@@ -350,7 +359,7 @@ impl RecvStream {
             }
             (_, fresh) => {
                 self.fresh = fresh;
-                let mut buf = BytesMut::with_capacity(total);
+                let mut buf = pool.take(total);
                 stats.bytes_copied_after_verify += payload.len() as u64;
                 buf.extend_from_slice(payload);
                 buf
@@ -487,7 +496,7 @@ impl RecvStream {
                 self.partial = Some(Partial::Discarding);
                 return;
             }
-            let buf = self.start_message(total, payload, landed, stats);
+            let buf = self.start_message(total, payload, landed, stats, cx.messages);
             self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
             return;
         }
@@ -522,7 +531,8 @@ impl RecvStream {
                     }
                 }
                 if flags.last() {
-                    cx.deliveries.push(Delivery { from, message: buf.freeze(), fragment: None }, stats);
+                    let message = cx.messages.seal(buf);
+                    cx.deliveries.push(Delivery { from, message, fragment: None }, stats);
                 } else {
                     self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
                 }

@@ -393,6 +393,41 @@ fn small_messages_join_the_waiting_ones_and_move_no_timer() {
     assert_eq!(p.a().stats().messages_sent, 27);
 }
 
+/// A message reassembled from fragments is delivered in a buffer from the
+/// endpoint's pool, which it returns to when the application drops it (not
+/// before: a slice of it keeps it), and a later message takes it from
+/// there: a stream of large messages runs in two buffers, their pages
+/// mapped once, not in a new allocation per message. (Two: the first
+/// message's first fragment came behind the handshake's CONFIRM and was
+/// copied into a buffer of its own, so the one it would have landed in
+/// waits for the next message.)
+#[test]
+fn large_messages_reuse_the_buffers_of_those_dropped() {
+    let mut p = Pair::connected(Config::default());
+    let mut buffers = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let want = msg(i, 64 * 1024);
+        p.send(&want).unwrap();
+        let (before, _) = p.b().pooled_buffers();
+        p.run(Duration::from_millis(2));
+        let got = p.b().recv().expect("delivered");
+        assert_eq!(&got.message[..], &want[..], "message {i}");
+        let (taken, _) = p.b().pooled_buffers();
+        if i >= 2 {
+            assert_eq!(taken, before - 1, "message {i} took a pooled buffer");
+        }
+        buffers.insert(got.message.as_ptr() as usize);
+        let tail = got.message.slice(60_000..);
+        drop(got);
+        assert_eq!(p.b().pooled_buffers().0, taken, "a slice still holds it");
+        drop(tail);
+        let (n, bytes) = p.b().pooled_buffers();
+        assert_eq!(n, taken + 1, "message {i}'s buffer is back");
+        assert!(bytes >= n * 64 * 1024);
+    }
+    assert_eq!(buffers.len(), 2);
+}
+
 #[test]
 fn the_tail_of_a_large_message_is_never_held_back() {
     let mut p = Pair::connected(Config::default());
