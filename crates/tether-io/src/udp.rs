@@ -55,8 +55,6 @@ pub struct UdpTransport {
     book: AddressBook,
     counters: TransportCounters,
     rx: Box<RecvScratch>,
-    /// The last receive found the socket empty.
-    idle: bool,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -100,7 +98,7 @@ impl UdpTransport {
             names: [MaybeUninit::zeroed(); MMSG_BATCH],
             msgs: [zeroed_mmsg(); MMSG_BATCH],
         });
-        Ok(UdpTransport { socket, local, book, counters: TransportCounters::default(), rx, idle: false })
+        Ok(UdpTransport { socket, local, book, counters: TransportCounters::default(), rx })
     }
 
     pub fn book(&self) -> &AddressBook {
@@ -263,9 +261,6 @@ impl Transport for UdpTransport {
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
-        if self.idle {
-            return self.recv_one(batch);
-        }
         let n = batch.capacity().min(MMSG_BATCH);
         let rx = &mut *self.rx;
         for (i, slot) in batch.slots_mut().take(n).enumerate() {
@@ -292,7 +287,6 @@ impl Transport for UdpTransport {
                 std::ptr::null_mut(),
             )
         };
-        self.idle = got <= 0;
         if got < 0 {
             return match TransportError::last_os_error() {
                 TransportError::WouldBlock => Ok(0),
@@ -337,48 +331,6 @@ impl Transport for UdpTransport {
 }
 
 impl UdpTransport {
-    /// Receive one datagram with `recvfrom`, into the batch's first slot:
-    /// what a transport that found its socket empty last time does, since
-    /// the next datagram most likely comes alone (a round trip's answer)
-    /// and `recvmmsg` costs more per call than `recvfrom` (its message
-    /// headers copied in and walked) on every turn of a spinning receiver
-    /// and on the datagram's path. Once one arrives the next call takes a
-    /// whole batch again.
-    fn recv_one(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
-        let Some(slot) = batch.slots_mut().next() else { return Ok(0) };
-        let name = &mut self.rx.names[0];
-        let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        self.counters.syscalls += 1;
-        // SAFETY: a live slot of the length given and a live
-        // sockaddr_storage whose size is given; the kernel writes within.
-        let got = unsafe {
-            libc::recvfrom(
-                self.socket.as_raw_fd(),
-                slot.as_mut_ptr().cast(),
-                slot.len(),
-                libc::MSG_DONTWAIT,
-                name.as_mut_ptr().cast(),
-                &mut name_len,
-            )
-        };
-        if got < 0 {
-            return match TransportError::last_os_error() {
-                TransportError::WouldBlock => Ok(0),
-                e => Err(e),
-            };
-        }
-        self.idle = false;
-        let len = got as usize;
-        // SAFETY: as in `recv_batch`: zeroed storage, `name_len` bytes written.
-        let addr = unsafe { SockAddr::new(name.assume_init(), name_len) }.as_socket();
-        let from = addr.and_then(|a| self.book.node(&a));
-        batch.set(0, len, from, addr);
-        self.counters.datagrams_received += 1;
-        self.counters.bytes_received += len as u64;
-        batch.set_filled(1);
-        Ok(1)
-    }
-
     fn send_prepared(
         &mut self,
         msgs: &mut [libc::mmsghdr],
@@ -441,27 +393,23 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    /// A receiver that found its socket empty takes the next datagram alone
-    /// (`recvfrom`), then whole batches again (`recvmmsg`); one datagram
-    /// goes by `sendto`. Either way: exact bytes, the sender's node, its
-    /// address.
+    /// One datagram goes by `sendto`, several by `sendmmsg`: exact bytes,
+    /// the sender's node and address either way.
     #[test]
-    fn after_an_empty_receive_one_datagram_then_batches() {
+    fn one_datagram_by_sendto_then_a_batch() {
         let (mut a, mut b) = pair();
         let mut rx = RecvBatch::new(8, 2048);
-        assert_eq!(b.recv_batch(&mut rx).unwrap(), 0);
         assert_eq!(a.send_batch(&[(2, &b"one"[..])]).unwrap(), 1);
         let three: Vec<(NodeId, &[u8])> = vec![(2, b"two"), (2, b"three"), (2, b"four")];
         assert_eq!(a.send_batch(&three).unwrap(), 3);
         assert_eq!(a.counters().syscalls, 2);
+        assert_eq!(a.counters().datagrams_sent, 4);
         assert!(b.wait_readable(Some(Duration::from_secs(2))).unwrap());
-        assert_eq!(b.recv_batch(&mut rx).unwrap(), 1, "alone after an empty receive");
-        assert_eq!(rx.iter().next().unwrap(), (Some(1), &b"one"[..]));
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 4);
         assert_eq!(rx.addr(0), a.local_addr());
-        assert_eq!(b.recv_batch(&mut rx).unwrap(), 3, "then the rest in one batch");
         let got: Vec<_> = rx.iter().map(|(f, d)| (f, d.to_vec())).collect();
         let want: Vec<_> =
-            ["two", "three", "four"].iter().map(|m| (Some(1), m.as_bytes().to_vec())).collect();
+            ["one", "two", "three", "four"].iter().map(|m| (Some(1), m.as_bytes().to_vec())).collect();
         assert_eq!(got, want);
     }
 
