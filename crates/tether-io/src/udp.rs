@@ -231,14 +231,9 @@ impl Transport for UdpTransport {
                 )
             };
             if sent < 0 {
-                let e = TransportError::last_os_error();
-                if e != TransportError::WouldBlock {
-                    self.counters.send_errors += 1;
-                }
-                return Err(e);
+                return Err(self.send_failed());
             }
-            self.counters.datagrams_sent += 1;
-            self.counters.bytes_sent += data.len() as u64;
+            self.counted_sent(batch);
             return Ok(1);
         }
         let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
@@ -348,16 +343,27 @@ impl UdpTransport {
             libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0)
         };
         if sent < 0 {
-            let e = TransportError::last_os_error();
-            if e != TransportError::WouldBlock {
-                self.counters.send_errors += 1;
-            }
-            return Err(e);
+            return Err(self.send_failed());
         }
         let sent = sent as usize;
-        self.counters.datagrams_sent += sent as u64;
-        self.counters.bytes_sent += batch[..sent].iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+        self.counted_sent(&batch[..sent]);
         Ok(sent)
+    }
+
+    /// The error of a send that failed, counted unless it is only a full
+    /// socket buffer.
+    fn send_failed(&mut self) -> TransportError {
+        let e = TransportError::last_os_error();
+        if e != TransportError::WouldBlock {
+            self.counters.send_errors += 1;
+        }
+        e
+    }
+
+    /// Count the datagrams of `sent` as gone.
+    fn counted_sent(&mut self, sent: &[(NodeId, &[u8])]) {
+        self.counters.datagrams_sent += sent.len() as u64;
+        self.counters.bytes_sent += sent.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
     }
 }
 

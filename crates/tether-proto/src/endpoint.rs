@@ -352,22 +352,10 @@ impl Endpoint {
                 progress();
             }
             let msg = m.settled_msg + i as u64;
-            let total = data.len();
-            let mut offset = 0;
-            loop {
-                let end = (offset + max_fragment).min(total);
-                segments.push(LoggedSegment {
-                    seq,
-                    msg,
-                    flags: DataFlags::new(offset == 0, end == total),
-                    total_len: total as u32,
-                    data: data.slice(offset..end),
-                });
+            let total_len = data.len() as u32;
+            for (flags, data) in crate::send_stream::cut(data, DataFlags::new(true, true), max_fragment) {
+                segments.push(LoggedSegment { seq, msg, flags, total_len, data });
                 seq += 1;
-                offset = end;
-                if offset == total {
-                    break;
-                }
             }
         }
         let forgotten_below = s.failures.first().map_or(0, |(f, _)| f.first);
@@ -594,26 +582,28 @@ impl Endpoint {
     /// `send` it, which says why. The fast path of a stream of small
     /// messages: most of them join the ones before (issue 14's 8 B stream).
     pub fn join_waiting(&mut self, peer: NodeId, msg: &[u8]) -> Option<MessageId> {
-        self.check_join(peer, msg.len())?;
-        let data = copy_to_bytes(&mut self.send_arena, msg);
-        Some(self.joined(peer, data))
+        self.join(peer, msg.len(), |arena| copy_to_bytes(arena, msg))
     }
 
     /// `join_waiting` for a message handed over whole (as `send_bytes`).
     pub fn join_waiting_bytes(&mut self, peer: NodeId, msg: &Bytes) -> Option<MessageId> {
-        self.check_join(peer, msg.len())?;
-        Some(self.joined(peer, msg.clone()))
+        self.join(peer, msg.len(), |_| msg.clone())
     }
 
-    fn check_join(&self, peer: NodeId, len: usize) -> Option<()> {
+    /// Queue the message `data` makes (only once it is known to join) if
+    /// it joins waiting data on `peer`'s stream.
+    fn join(
+        &mut self,
+        peer: NodeId,
+        len: usize,
+        data: impl FnOnce(&mut BytesMut) -> Bytes,
+    ) -> Option<MessageId> {
         self.check_send(peer, len).ok()?;
-        let p = self.peers.get(&peer)?;
-        (p.session() && p.send.joins_waiting(len)).then_some(())
-    }
-
-    fn joined(&mut self, peer: NodeId, data: Bytes) -> MessageId {
-        let p = self.peers.get_mut(&peer).expect("checked by check_join");
-        let seq = p.send.push_waiting(data);
+        let p = self.peers.get_mut(&peer)?;
+        if !(p.session() && p.send.joins_waiting(len)) {
+            return None;
+        }
+        let seq = p.send.push_waiting(data(&mut self.send_arena));
         self.stats.messages_sent += 1;
         if self.checked {
             // The claim that nothing moved, checked: the timer table
@@ -621,7 +611,7 @@ impl Endpoint {
             p.check_invariants(&self.config);
             self.check_counters();
         }
-        MessageId { peer, seq }
+        Some(MessageId { peer, seq })
     }
 
     fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes) -> Result<MessageId, SendError> {

@@ -19,12 +19,11 @@ use std::collections::BTreeMap;
 use core::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-
-use crate::message_pool::MessagePool;
 use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
 
 use crate::context::Context;
 use crate::delivery::copy_to_bytes;
+use crate::message_pool::MessagePool;
 use crate::{Config, Delivery, Fragment, Instant, NodeId, RetransmitMode, Stats};
 
 /// A verified payload's landing (see `landing`), handed to the stream with

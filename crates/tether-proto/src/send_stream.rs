@@ -126,6 +126,25 @@ impl Segment {
     }
 }
 
+/// The one way a message is cut into segments: fragments of `max_fragment`
+/// bytes from its start, the last one shorter (an empty message is one
+/// empty segment), with its first and last flags where `bounds` has them
+/// (`data` may be a message's rest, not its start). The live stream
+/// (`SendStream::push_cut`) and an engine's successor (`Endpoint::resume`,
+/// from the message and the agreed size alone) must arrive at the same
+/// sequence numbers, so both cut here.
+pub(crate) fn cut(
+    data: &Bytes,
+    bounds: DataFlags,
+    max_fragment: usize,
+) -> impl Iterator<Item = (DataFlags, Bytes)> + '_ {
+    let total = data.len();
+    (0..total.div_ceil(max_fragment).max(1)).map(move |i| {
+        let (start, end) = (i * max_fragment, ((i + 1) * max_fragment).min(total));
+        (DataFlags::new(bounds.first() && i == 0, bounds.last() && end == total), data.slice(start..end))
+    })
+}
+
 /// What the log's bookkeeping costs per segment, besides the payload:
 /// counted against `Config::send_buffer_bytes`, so 8-byte and empty
 /// messages are bounded in memory as surely as large ones.
@@ -541,9 +560,7 @@ impl SendStream {
     }
 
     /// Queue `data` (a message of `total_len` bytes, or its rest when
-    /// `bounds.first()` is not set) as segments of `max_fragment` bytes, the last one shorter: the
-    /// one cut every unsettled message has, so that `Endpoint::resume` can
-    /// make it again from the message and the size alone.
+    /// `bounds.first()` is not set) as the segments [`cut`] makes.
     fn push_cut(
         &mut self,
         msg: u64,
@@ -553,25 +570,11 @@ impl SendStream {
         tx: TxState,
         max_fragment: usize,
     ) {
-        let total = data.len();
-        let mut offset = 0;
-        loop {
-            let end = (offset + max_fragment).min(total);
-            let flags = DataFlags::new(bounds.first() && offset == 0, bounds.last() && end == total);
-            self.unsent_wire_bytes += DataFrame::encoded_len(end - offset, flags);
-            let log = LoggedSegment {
-                seq: self.log.next_seq,
-                msg,
-                flags,
-                total_len,
-                data: data.slice(offset..end),
-            };
+        for (flags, piece) in cut(&data, bounds, max_fragment) {
+            self.unsent_wire_bytes += DataFrame::encoded_len(piece.len(), flags);
+            let log = LoggedSegment { seq: self.log.next_seq, msg, flags, total_len, data: piece };
             self.segments.push_back(Segment::new(log, tx, self.verify));
             self.log.next_seq += 1;
-            offset = end;
-            if offset == total {
-                return;
-            }
         }
     }
 

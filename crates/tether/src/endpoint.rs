@@ -850,7 +850,6 @@ impl Drop for Endpoint {
     }
 }
 
-/// Drive progress from the calling thread until `ready` yields a value.
 /// A message as the application hands it to `send`: borrowed, and copied
 /// into the sender's log, or owned, and kept there as it is.
 #[derive(Clone)]
@@ -883,6 +882,7 @@ impl Outgoing<'_> {
     }
 }
 
+/// Drive progress from the calling thread until `ready` yields a value.
 fn block_on<R>(
     shared: &Shared,
     timeout: Option<Duration>,
