@@ -912,6 +912,7 @@ impl Endpoint {
         };
         self.replies.push_back(Reply { to: h.src_node, rail, to_inc: h.src_inc, to_addr: self.from, frame });
         self.stats.hellos_answered += 1;
+        trace!(node = self.node, peer = h.src_node, queued = self.replies.len(), "handshake: HELLO answered");
     }
 
     /// The next peer proven at a new address (oldest first): the driver
@@ -949,6 +950,7 @@ impl Endpoint {
         let len = w.finish();
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
+        trace!(node = self.node, peer = r.to, "handshake: WELCOME sent");
         Some(Transmit { dst: r.to, len, rail: r.rail, to_addr: r.to_addr })
     }
 

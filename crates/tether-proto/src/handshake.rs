@@ -52,13 +52,35 @@ use tether_wire::{HandshakeFrame, HandshakeKind};
 use crate::{Instant, NodeId};
 
 /// HELLO answers (WELCOMEs) waiting to be sent, at most: a flood of HELLOs
-/// beyond this is dropped and counted, never queued.
-pub const MAX_REPLIES: usize = 64;
+/// beyond this is dropped and counted, never queued. About 100 bytes each.
+/// A job's start, where every node greets every other at once, brings a
+/// node one HELLO per peer (per rail) in one receive turn: 64 dropped
+/// 46,940 HELLOs in a 128-node demo, whose handshakes then took seconds of
+/// retries and some peers were given up.
+pub const MAX_REPLIES: usize = 1024;
 
 /// The size a HELLO falls back to when larger ones go unanswered: the
 /// UDP payload every IPv6 path carries (1,280 less headers, with room to
 /// spare for tunnels), as RFC 8899's BASE_PLPMTU and QUIC's initial size.
 pub const BASE_DATAGRAM: usize = 1200;
+
+/// `wait`, spread over [wait/2, 3 wait/2) by the HELLO's nonce and try:
+/// endpoints that began their handshakes together (a job's start, every
+/// node greeting every other) and lost HELLOs together to a full queue
+/// must not all try again together (RFC 8085 section 3.1.3 asks the same
+/// of any UDP retransmission).
+fn spread(wait: Duration, nonce: u64, try_no: u32) -> Duration {
+    // splitmix64's finaliser: the nonce is already unguessable, this only
+    // spreads it and the try number over the bits.
+    let mut z = nonce ^ u64::from(try_no).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let nanos = wait.as_nanos().min(u64::MAX as u128) as u64;
+    // (z / 2^64) of the wait, in [0, 1).
+    let part = ((u128::from(nanos) * u128::from(z)) >> 64) as u64;
+    Duration::from_nanos(nanos / 2 + part)
+}
 
 /// A cookie is good in the time slot it was made in and the next one.
 const COOKIE_SLOT_NANOS: u64 = 1 << 31; // about 2.1 s
@@ -290,7 +312,7 @@ impl Handshake {
         let size = if round >= 2 && round & 1 == 0 { max_datagram.min(BASE_DATAGRAM) } else { max_datagram };
         self.burst = self.burst.saturating_sub(1);
         self.hello_due = self.burst > 0;
-        self.hello_at = Some(now + self.backoff);
+        self.hello_at = Some(now + spread(self.backoff, self.nonce, try_no));
         self.backoff = (self.backoff * 2).min(ceiling);
         let hello = HandshakeFrame {
             kind: HandshakeKind::Hello,
@@ -420,6 +442,19 @@ mod tests {
         assert!(!s.cookie_valid(c, (2, 10, 99), (1, 20), now, Some(x)));
         let v6: SocketAddr = "[fe80::1]:7000".parse().unwrap();
         assert_ne!(address_words(Some(v6)), address_words(Some(x)));
+    }
+
+    /// Retries wait between half and one and a half of the backoff, and
+    /// handshakes begun together (different nonces) retry apart.
+    #[test]
+    fn hello_retries_are_spread() {
+        let wait = Duration::from_millis(8);
+        let waits: Vec<Duration> =
+            (1..=200u64).map(|nonce| spread(wait, nonce * 0x1234_5678_9abc, 1)).collect();
+        assert!(waits.iter().all(|w| *w >= wait / 2 && *w < wait * 3 / 2), "{waits:?}");
+        let low = waits.iter().filter(|w| **w < wait).count();
+        assert!((60..=140).contains(&low), "{low} of 200 below the backoff: not spread");
+        assert_ne!(spread(wait, 7, 1), spread(wait, 7, 2), "each try draws anew");
     }
 
     #[test]

@@ -210,7 +210,7 @@ impl Peer {
     /// on every rail at once; retries go on the rails in turn.
     fn start_handshake(&mut self, cx: &mut Context<'_>, now: Instant, rail: Option<RailId>) {
         if !self.hs.initiating() {
-            debug!(peer = self.id, rail, "handshake: sending HELLO");
+            debug!(node = cx.node, peer = self.id, rail, "handshake: sending HELLO");
             let first = rail.map(|r| self.paths.rail_index(r));
             self.hs.start(now, cx.secrets.nonce(), cx.config.rto_initial, first);
         }
@@ -230,6 +230,7 @@ impl Peer {
         let h = packet.header;
         let mut frames = packet.frames();
         if let Some(Frame::Handshake(f)) = packet.frames().next() {
+            trace!(node = cx.node, peer = self.id, kind = ?f.kind, "handshake: frame in");
             frames.next();
             let go_on = match f.kind {
                 // The endpoint answers HELLOs; one reaching a peer is misplaced.
@@ -362,7 +363,11 @@ impl Peer {
         }
         if h.dst_inc != cx.incarnation || h.src_inc == 0 || !self.hs.answers_ours(f.nonce) {
             cx.stats.handshakes_refused += 1;
-            debug!(peer = self.id, "handshake: dropped a WELCOME that answers no HELLO of ours");
+            debug!(
+                node = cx.node,
+                peer = self.id,
+                "handshake: dropped a WELCOME that answers no HELLO of ours"
+            );
             return;
         }
         // No more than arrived: the WELCOME is padded to the size it
@@ -394,7 +399,11 @@ impl Peer {
             || !cx.secrets.cookie_valid(f.cookie, (self.id, h.src_inc, f.nonce), ours, now, cx.from)
         {
             cx.stats.handshakes_refused += 1;
-            debug!(peer = self.id, "handshake: dropped a CONFIRM whose cookie does not check");
+            debug!(
+                node = cx.node,
+                peer = self.id,
+                "handshake: dropped a CONFIRM whose cookie does not check"
+            );
             return false;
         }
         if h.src_inc == self.incarnation && self.hs.max_datagram() != 0 {
@@ -490,7 +499,13 @@ impl Peer {
         self.send.recut_unsent(cx.config.max_fragment_for(agreed));
         // Whatever waited for the session goes now; the peer is heard from.
         self.send.on_heard(now);
-        info!(peer = self.id, incarnation = self.incarnation, max_datagram = agreed, "session established");
+        info!(
+            node = cx.node,
+            peer = self.id,
+            incarnation = self.incarnation,
+            max_datagram = agreed,
+            "session established"
+        );
     }
 
     /// A datagram that only a session could carry, from a peer we have no
@@ -598,6 +613,7 @@ impl Peer {
                 self.hs.reset();
             }
             warn!(
+                node = cx.node,
                 peer = self.id,
                 failed = failed.len(),
                 in_doubt = failed.in_doubt_end - failed.first,
@@ -658,6 +674,14 @@ impl Peer {
             w.pad_to(hello.max_datagram as usize);
             let len = w.finish();
             cx.stats.hellos_sent += 1;
+            trace!(
+                node = cx.node,
+                peer = self.id,
+                try_no,
+                rail,
+                size = hello.max_datagram,
+                "handshake: HELLO sent"
+            );
             cx.stats.datagrams_sent += 1;
             cx.stats.bytes_sent += len as u64;
             return Some(Transmit { dst: self.id, len, rail, to_addr: None });

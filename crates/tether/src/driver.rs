@@ -43,6 +43,14 @@ pub(crate) struct Driver {
     quiet_poll_at: Instant,
 }
 
+/// Datagrams taken in per step, at most, before the step runs timers and
+/// sends: a receiver that drained its socket until empty never got to send
+/// while a hundred peers kept it full (Mogul and Ramakrishnan's receive
+/// livelock): no ACKs and no handshake answers went out for seconds, the
+/// peers retransmitted, and the input grew. The rest waits for the next
+/// step, which a readable socket brings at once.
+const RECV_BUDGET: usize = 8 * BATCH;
+
 /// Receive turns a rail stays busy after it last brought a datagram.
 const HOT_TURNS: u16 = 4096;
 /// How often quiet rails are read: far below any path timer (probes are
@@ -183,7 +191,7 @@ impl Driver {
                     self.core.handle_datagram_from(now, rail as RailId, origin, datagram);
                 }
                 total += n;
-                if n < BATCH {
+                if n < BATCH || total >= RECV_BUDGET {
                     break;
                 }
             }
@@ -288,5 +296,33 @@ impl Driver {
                 Some(0)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_io::MemNetwork;
+    use tether_proto::Config;
+
+    /// A step takes in at most `RECV_BUDGET` datagrams and then gets to its
+    /// timers and sends; the rest wait for the next step, none is lost.
+    #[test]
+    fn a_flooded_step_stops_at_its_budget() {
+        let net = MemNetwork::new(10_000);
+        let mut flood = net.attach(2);
+        let core = Core::new(Config::default(), 1, 1).unwrap();
+        let mut driver = Driver::new(core, vec![Box::new(net.attach(1))], None);
+        for _ in 0..1000 {
+            // Garbage, dropped by the core's parser: counted, cheap.
+            flood.send_to(1, &[0xAB; 40]).unwrap();
+        }
+        let received = |d: &Driver| d.core.stats().datagrams_received;
+        driver.step(Instant::from_nanos(1));
+        assert_eq!(received(&driver), RECV_BUDGET as u64, "one step, one budget");
+        for turn in 2..=4 {
+            driver.step(Instant::from_nanos(turn));
+        }
+        assert_eq!(received(&driver), 1000, "the rest in the following steps");
     }
 }

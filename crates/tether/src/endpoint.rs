@@ -14,9 +14,9 @@
 //! failed sends and failed operations.
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -30,26 +30,25 @@ use tether_proto::{
 use crate::attached::Attached;
 use crate::clock::Clock;
 use crate::driver::Driver;
+use crate::progress;
 use crate::waiter::Waiter;
 use crate::Error;
 
 /// Who drives the protocol when the application is not inside a tether call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
-    /// A background thread (the default).
+    /// The process's progress threads (the default): about one per core,
+    /// shared by all its endpoints, each waiting on its endpoints' sockets
+    /// and timers.
     #[default]
     Thread,
     /// Nobody: the application calls `Endpoint::progress` often enough.
     Polling,
 }
 
-/// Longest the progress thread sleeps without a deadline, so a stop request
-/// or a newly queued message is never left waiting long.
+/// Longest a blocked call sleeps without a deadline, so a stop request is
+/// never left waiting long.
 const IDLE_SLICE: Duration = Duration::from_millis(20);
-/// Longest the progress thread leaves the endpoint undriven after the
-/// application stops driving it: below the 1 ms retransmission floor, so a
-/// computing application costs its peers no spurious retransmission.
-const HANDOVER: Duration = Duration::from_micros(500);
 
 /// How an endpoint runs: the protocol's configuration and the runtime's own
 /// choices. `Endpoint::builder` sets these one by one.
@@ -93,7 +92,7 @@ impl Default for Options {
 pub(crate) struct Shared {
     driver: Mutex<Driver>,
     waiter: Waiter,
-    clock: Clock,
+    pub(crate) clock: Clock,
     /// Application threads currently driving progress inside a blocking call.
     app_active: AtomicUsize,
     /// When the last application thread left a blocking call, in clock nanoseconds.
@@ -103,13 +102,33 @@ pub(crate) struct Shared {
     /// The transports' fault injectors (one per rail), when the plan has
     /// send or receive rules.
     faults: Vec<FaultHandle>,
+    /// The rails' descriptors, for the progress worker to wait on.
+    fds: Vec<RawFd>,
+    /// The progress worker has let go of this endpoint (after `stop`).
+    pub(crate) released: AtomicBool,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Driver> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Driver> {
         // A panic while holding the lock leaves the core in whatever state
         // it reached; its invariants do not depend on the panicking caller.
         self.driver.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn socket_fds(&self) -> Vec<RawFd> {
+        self.fds.clone()
+    }
+
+    /// `Some(wait)` while an application thread drives the endpoint, or
+    /// did a moment ago: the progress worker looks again after `wait`.
+    pub(crate) fn app_driving_for(&self, wall: StdInstant) -> Option<Duration> {
+        let active = self.app_active.load(Ordering::SeqCst) > 0;
+        let left = Instant::from_nanos(self.app_left_ns.load(Ordering::SeqCst));
+        progress::app_away(active, self.clock.at(wall).saturating_since(left))
     }
 }
 
@@ -128,7 +147,7 @@ impl Drop for Active<'_> {
         // No wake-up for the progress thread: an application that calls in
         // again at once (a pingpong, a stream) would pay a thread switch per
         // call. The progress thread takes over once the application has been
-        // away for `HANDOVER`.
+        // away for `progress::HANDOVER`.
         self.0.app_left_ns.store(self.0.clock.now().as_nanos(), Ordering::SeqCst);
         self.0.app_active.fetch_sub(1, Ordering::SeqCst);
     }
@@ -155,11 +174,12 @@ enum Inner {
     Engine(Attached),
 }
 
-/// The embedded engine: the core, the sockets and the progress thread in
-/// this process.
+/// The embedded engine: the core and the sockets in this process, driven
+/// by the application's calls and the process's progress threads.
 struct Embedded {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The progress worker serving it; `None` with `Progress::Polling`.
+    progress: Option<progress::Assignment>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -174,7 +194,7 @@ impl std::fmt::Debug for Endpoint {
             .field("incarnation", &d.core.incarnation())
             .field("rails", &d.rail_count())
             .field("peers", &d.core.peers().collect::<Vec<_>>())
-            .field("progress_thread", &e.thread.is_some())
+            .field("progress_thread", &e.progress.is_some())
             .finish()
     }
 }
@@ -334,6 +354,7 @@ impl Endpoint {
         let api = if plan.touches(Side::Api) { Some(Injector::with_seed(plan, seed ^ 0xA91)?) } else { None };
         let fds: Vec<_> = wrapped.iter().map(|t| t.raw_fd()).collect();
         let waiter = Waiter::new(&fds)?;
+        let fds = fds.into_iter().flatten().collect();
         let clock = Clock::new();
         let shared = Arc::new(Shared {
             driver: Mutex::new(Driver::new(core, wrapped, api.map(|i| (i, clock.now())))),
@@ -344,19 +365,14 @@ impl Endpoint {
             stop: AtomicBool::new(false),
             spin: options.spin,
             faults,
+            fds,
+            released: AtomicBool::new(false),
         });
-        let thread = match options.progress {
+        let progress = match options.progress {
             Progress::Polling => None,
-            Progress::Thread => {
-                let s = shared.clone();
-                Some(
-                    std::thread::Builder::new()
-                        .name(format!("tether-progress-{node}"))
-                        .spawn(move || progress_loop(&s))?,
-                )
-            }
+            Progress::Thread => Some(progress::serve(shared.clone())?),
         };
-        Ok(Endpoint { inner: Inner::Embedded(Embedded { shared, thread }), linger: options.linger })
+        Ok(Endpoint { inner: Inner::Embedded(Embedded { shared, progress }), linger: options.linger })
     }
 
     /// Attach to the engine serving `dir` as `node` (`Builder::engine`).
@@ -480,7 +496,7 @@ impl Embedded {
 
     fn try_recv(&self) -> Option<Delivery> {
         let mut d = self.shared.lock();
-        if self.thread.is_none() {
+        if self.progress.is_none() {
             d.step(self.shared.clock.now());
         }
         d.core.recv()
@@ -830,8 +846,12 @@ impl Embedded {
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.waiter.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(p) = self.progress.take() {
+            // The worker lets go at its next turn; a worker stuck that long
+            // in another endpoint's step keeps the sockets open a while
+            // longer, nothing worse.
+            p.wake();
+            progress::wait_released(&self.shared.released, Duration::from_secs(2));
         }
     }
 }
@@ -840,7 +860,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         // An engine's client lingers as it goes (`ClientOptions::linger`).
         let Inner::Embedded(e) = &mut self.inner else { return };
-        if e.thread.is_some() || !e.shared.stop.load(Ordering::SeqCst) {
+        if e.progress.is_some() || !e.shared.stop.load(Ordering::SeqCst) {
             // Accepted messages get their chance before the sockets close
             // (the type's docs); a failure to settle them in time is not
             // reportable from a destructor.
@@ -890,6 +910,9 @@ fn block_on<R>(
 ) -> Result<R, Error> {
     let _active = Active::enter(shared);
     let start = StdInstant::now();
+    // Busy-polling only while fewer threads of this process do than it
+    // has cores: with more, each spinner's turn is another's delay.
+    let mut spinning = (!shared.spin.is_zero()).then(progress::SpinPermit::take).flatten();
     // A timeout past the end of time (Duration::MAX: "as long as it
     // takes") is no deadline, not an overflow.
     let deadline = timeout.and_then(|t| start.checked_add(t));
@@ -915,37 +938,15 @@ fn block_on<R>(
         if shared.stop.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        if wall - start < shared.spin {
+        if spinning.is_some() && wall - start < shared.spin {
             std::hint::spin_loop();
             continue;
         }
+        spinning = None;
         let mut sleep = next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
         if let Some(d) = deadline {
             sleep = sleep.min(d.saturating_duration_since(wall));
         }
         shared.waiter.wait(sleep);
-    }
-}
-
-fn progress_loop(shared: &Shared) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        let away = shared
-            .clock
-            .now()
-            .saturating_since(Instant::from_nanos(shared.app_left_ns.load(Ordering::SeqCst)));
-        if shared.app_active.load(Ordering::SeqCst) > 0 || away < HANDOVER {
-            // An application thread is driving, or was a moment ago and will
-            // likely be back: stay out of its way (and off the socket, whose
-            // every datagram would wake us) until it has been away a while.
-            shared.waiter.wait_for_wake(HANDOVER.saturating_sub(away).max(HANDOVER / 4));
-            continue;
-        }
-        let next_timer = {
-            let mut d = shared.lock();
-            let now = shared.clock.now();
-            d.step(now);
-            d.idle_for(shared.clock.now())
-        };
-        shared.waiter.wait(next_timer.unwrap_or(IDLE_SLICE).min(IDLE_SLICE));
     }
 }

@@ -36,6 +36,7 @@ mod clock;
 mod driver;
 mod endpoint;
 mod error;
+mod progress;
 mod waiter;
 
 pub use builder::Builder;

@@ -3,8 +3,7 @@
 //!
 //! `poll(2)` on the transports' descriptors (one per rail) plus an eventfd
 //! that any thread can signal, so a thread blocked in the kernel can be
-//! woken without a datagram (shutdown; the progress thread handing over to
-//! the application).
+//! woken without a datagram (shutdown).
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -48,12 +47,6 @@ impl Waiter {
             Some(fds) => self.poll(timeout, fds),
             None => self.poll(timeout.min(NO_FD_SLICE), &[]),
         }
-    }
-
-    /// Block until `wake` is called or `timeout` passes, ignoring the socket:
-    /// for a thread that must not be woken by traffic someone else handles.
-    pub fn wait_for_wake(&self, timeout: Duration) {
-        self.poll(timeout, &[]);
     }
 
     fn poll(&self, timeout: Duration, sockets: &[RawFd]) {

@@ -1,0 +1,388 @@
+//! The progress threads: who drives an endpoint's protocol while its
+//! application is away computing (Trahay et al. [NMAD] section 4, the
+//! progress engine; docs/REFERENCES.md).
+//!
+//! A process's endpoints share them: about one thread per core, each
+//! serving many endpoints, not one thread per endpoint. Sixty-four
+//! endpoints with a thread each on a two-core machine spent the cores
+//! waking threads that found nothing to do (each checked every 125 us
+//! whether its application had gone), and the scheduling delay that made
+//! fired retransmission timers for data that was only late.
+//!
+//! A worker waits in `epoll` on its endpoints' sockets, one-shot: a socket
+//! that fired is re-armed only once the worker has driven its endpoint, so
+//! a socket an application thread is draining (inside a blocking call, it
+//! drives its endpoint itself) does not spin the worker. Timers are read
+//! from each endpoint's core after every step. The worker steps an
+//! endpoint only when the application has been away `HANDOVER`: a thread
+//! inside a blocking call drives it itself, and one that just left will
+//! likely be back.
+
+use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant as StdInstant};
+
+use tether_proto::Instant;
+
+use crate::endpoint::Shared;
+
+/// Longest a worker sleeps while it serves endpoints, so an application's
+/// newly queued message or timer is never left waiting long.
+const IDLE_SLICE: Duration = Duration::from_millis(20);
+/// Longest an endpoint is left undriven after its application stops
+/// driving it: below the 1 ms retransmission floor, so a computing
+/// application costs its peers no spurious retransmission.
+pub(crate) const HANDOVER: Duration = Duration::from_micros(500);
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 64;
+/// The epoll token of a worker's own eventfd.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// The process's progress workers, started as endpoints arrive.
+struct Pool {
+    workers: Mutex<Vec<Arc<Worker>>>,
+    /// How many workers at most: the cores this process may use.
+    cores: usize,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool { workers: Mutex::new(Vec::new()), cores: cores() })
+}
+
+/// The cores this process may run on (at least one).
+pub(crate) fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// One progress thread's shared half: endpoints handed to it, and the
+/// eventfd that wakes it.
+struct Worker {
+    inbox: Mutex<Vec<Arc<Shared>>>,
+    /// Endpoints it serves (including those in the inbox).
+    load: AtomicUsize,
+    event: RawFd,
+}
+
+impl Worker {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd; a full
+        // counter (EAGAIN) already means "woken".
+        let _ = unsafe { libc::write(self.event, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Where an endpoint is served: enough to wake its worker.
+#[derive(Clone)]
+pub(crate) struct Assignment(Arc<Worker>);
+
+impl Assignment {
+    /// Wake the worker (it looks at every endpoint it serves, and lets go of
+    /// stopped ones).
+    pub fn wake(&self) {
+        self.0.wake();
+    }
+}
+
+/// Hand `shared` to the least loaded worker, starting a new one while
+/// there are fewer than cores and every one has work.
+pub(crate) fn serve(shared: Arc<Shared>) -> std::io::Result<Assignment> {
+    let pool = pool();
+    let mut workers = pool.workers.lock().unwrap_or_else(|e| e.into_inner());
+    let least = workers.iter().min_by_key(|w| w.load.load(Ordering::Relaxed)).cloned();
+    let worker = match least {
+        Some(w) if w.load.load(Ordering::Relaxed) == 0 || workers.len() >= pool.cores => w,
+        _ => {
+            let w = start_worker(workers.len())?;
+            workers.push(w.clone());
+            w
+        }
+    };
+    worker.load.fetch_add(1, Ordering::Relaxed);
+    worker.inbox.lock().unwrap_or_else(|e| e.into_inner()).push(shared);
+    worker.wake();
+    Ok(Assignment(worker))
+}
+
+fn start_worker(index: usize) -> std::io::Result<Arc<Worker>> {
+    // SAFETY: eventfd and epoll_create1 take no pointers; results checked,
+    // and the worker thread owns both descriptors for the process's life.
+    let event = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if event < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epoll < 0 {
+        let e = std::io::Error::last_os_error();
+        unsafe { libc::close(event) };
+        return Err(e);
+    }
+    let worker = Arc::new(Worker { inbox: Mutex::new(Vec::new()), load: AtomicUsize::new(0), event });
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: WAKE_TOKEN };
+    // SAFETY: registers our own live eventfd with our own epoll instance.
+    if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, event, &mut ev) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let w = worker.clone();
+    std::thread::Builder::new()
+        .name(format!("tether-progress-{index}"))
+        .spawn(move || Loop { worker: w, epoll, served: Vec::new() }.run())?;
+    Ok(worker)
+}
+
+/// One endpoint as its worker sees it.
+struct Served {
+    shared: Arc<Shared>,
+    /// The sockets registered for it (one per rail that has one).
+    fds: Vec<RawFd>,
+    /// The sockets' one-shot registration is live (has not fired since it
+    /// was last armed).
+    armed: bool,
+    /// A socket fired since the worker last drove it.
+    readable: bool,
+    /// An application thread was driving it when the worker last looked:
+    /// whatever the worker knew of its timers is stale.
+    app_was_driving: bool,
+    /// When the worker must drive it next (its core's earliest timer).
+    due: Option<StdInstant>,
+}
+
+struct Loop {
+    worker: Arc<Worker>,
+    epoll: RawFd,
+    /// Indexed by epoll token; `None` for a slot freed.
+    served: Vec<Option<Served>>,
+}
+
+impl Loop {
+    fn run(mut self) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut sleep: Option<Duration> = None;
+        loop {
+            let n = wait(self.epoll, &mut events, sleep);
+            for ev in &events[..n] {
+                let token = ev.u64;
+                if token == WAKE_TOKEN {
+                    let mut buf = [0u8; 8];
+                    // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
+                    let _ = unsafe { libc::read(self.worker.event, buf.as_mut_ptr().cast(), 8) };
+                } else if let Some(Some(s)) = self.served.get_mut(token as usize) {
+                    s.readable = true;
+                    s.armed = false;
+                }
+            }
+            self.take_inbox();
+            sleep = self.drive_all();
+        }
+    }
+
+    fn take_inbox(&mut self) {
+        let new = std::mem::take(&mut *self.worker.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+        for shared in new {
+            let fds = shared.socket_fds();
+            let served =
+                Served { shared, fds, armed: false, readable: false, app_was_driving: true, due: None };
+            match self.served.iter().position(Option::is_none) {
+                Some(i) => self.served[i] = Some(served),
+                None => self.served.push(Some(served)),
+            }
+        }
+    }
+
+    /// Drive every endpoint that needs it; how long until one will.
+    fn drive_all(&mut self) -> Option<Duration> {
+        let wall = StdInstant::now();
+        let mut next: Option<Duration> = None;
+        let mut soon = |d: Duration| next = Some(next.map_or(d, |n| n.min(d)));
+        for token in 0..self.served.len() {
+            let Some(s) = &mut self.served[token] else { continue };
+            if s.shared.stopped() {
+                self.release(token);
+                continue;
+            }
+            if let Some(wait) = s.shared.app_driving_for(wall) {
+                // An application thread drives it, or did a moment ago and
+                // will likely be back: stay off its socket until it has
+                // been away a while.
+                s.app_was_driving = true;
+                soon(wait);
+                continue;
+            }
+            let must = s.readable || s.app_was_driving || s.due.is_some_and(|t| t <= wall) || !s.armed;
+            if must {
+                match drive(&s.shared) {
+                    Driven::Panicked => {
+                        // The endpoint's state is whatever the panic left;
+                        // its application still drives it in its calls,
+                        // but this worker serves its other endpoints.
+                        tracing::error!(
+                            "tether progress worker: a step panicked; endpoint left to its application"
+                        );
+                        self.release(token);
+                        continue;
+                    }
+                    Driven::Stepped(due) => {
+                        s.due = due;
+                        s.readable = false;
+                        s.app_was_driving = false;
+                        if !s.armed {
+                            s.armed = arm(self.epoll, &s.fds, token as u64);
+                        }
+                    }
+                }
+            }
+            if let Some(due) = s.due {
+                soon(due.saturating_duration_since(wall));
+            } else if !s.armed {
+                soon(IDLE_SLICE);
+            }
+        }
+        // Something is served: never sleep longer than the slice, so work
+        // an application queued without a wake-up is not left waiting.
+        if self.served.iter().any(Option::is_some) {
+            soon(IDLE_SLICE);
+        }
+        next
+    }
+
+    /// Let go of the endpoint in `token`'s slot: its sockets leave the
+    /// epoll set before its last reference here is dropped (a closed and
+    /// reused descriptor must not stay registered).
+    fn release(&mut self, token: usize) {
+        if let Some(s) = self.served[token].take() {
+            for &fd in &s.fds {
+                // SAFETY: the descriptor is still open (`s.shared` owns it).
+                unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+            }
+            self.worker.load.fetch_sub(1, Ordering::Relaxed);
+            s.shared.released.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// `epoll_pwait2`, to the microsecond: a pacing deadline is tens of
+/// microseconds away, and `epoll_wait`'s milliseconds would round it up a
+/// hundredfold. Kernels before 5.11 get `epoll_wait`, rounded up.
+fn wait(epoll: RawFd, events: &mut [libc::epoll_event; EVENTS], sleep: Option<Duration>) -> usize {
+    static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
+    let n = if NO_PWAIT2.load(Ordering::Relaxed) {
+        -1
+    } else {
+        let ts = sleep.map(|d| {
+            let d = d.min(Duration::from_secs(3600));
+            libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ }
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `events` is a live array of EVENTS structs, `ts_ptr` null
+        // or a live timespec, a null signal mask leaves the mask alone.
+        let n = unsafe {
+            libc::epoll_pwait2(epoll, events.as_mut_ptr(), EVENTS as i32, ts_ptr, std::ptr::null())
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            NO_PWAIT2.store(true, Ordering::Relaxed);
+        } else {
+            return n.max(0) as usize;
+        }
+        -1
+    };
+    debug_assert!(n < 0);
+    let ms = sleep.map_or(-1, |d| d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
+    // SAFETY: as above.
+    let n = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), EVENTS as i32, ms) };
+    n.max(0) as usize
+}
+
+/// Register (or re-arm) `fds` one-shot under `token`; whether all took.
+fn arm(epoll: RawFd, fds: &[RawFd], token: u64) -> bool {
+    let mut all = true;
+    for &fd in fds {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: token };
+        // SAFETY: `fd` is open (its endpoint is alive), `ev` a live struct.
+        let modified = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, &mut ev) };
+        if modified < 0 {
+            // SAFETY: as above; first registration.
+            let added = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            all &= added == 0;
+        }
+    }
+    all
+}
+
+enum Driven {
+    Panicked,
+    /// Stepped; the next deadline.
+    Stepped(Option<StdInstant>),
+}
+
+/// One step of `shared`'s endpoint, now.
+fn drive(shared: &Shared) -> Driven {
+    catch_unwind(AssertUnwindSafe(|| {
+        // Blocking on the lock: the application's non-blocking calls hold
+        // it for microseconds, and its blocking ones were skipped above (a
+        // worker that came back 50 us later instead left a stream's ACKs
+        // unread while the sender's `send` calls kept the lock busy:
+        // 3.6 M -> 3.0 M 8-byte messages a second).
+        let mut d = shared.lock();
+        if shared.stopped() {
+            return Driven::Stepped(None);
+        }
+        // The clock after the lock: a reading from before the wait would
+        // make the step's pacing and timers lag by the wait.
+        let wall = StdInstant::now();
+        let now: Instant = shared.clock.at(wall);
+        d.step(now);
+        Driven::Stepped(d.idle_for(now).map(|idle| wall + idle))
+    }))
+    .unwrap_or(Driven::Panicked)
+}
+
+/// Whether the application has been away long enough for the worker to
+/// drive its endpoint: `Some(wait)` while it is (or just was) driving.
+pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
+    if active || away < HANDOVER {
+        Some(HANDOVER.saturating_sub(away).max(HANDOVER / 4))
+    } else {
+        None
+    }
+}
+
+/// Hold a flag until dropped (`released` is set by the worker).
+pub(crate) fn wait_released(flag: &AtomicBool, bound: Duration) -> bool {
+    let start = StdInstant::now();
+    while !flag.load(Ordering::SeqCst) {
+        if start.elapsed() >= bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    true
+}
+
+/// Threads of this process busy-polling inside a blocking call now.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Leave to busy-poll: at most one thread per core holds one, so many
+/// endpoints' blocked calls in one process (a demo of 256 nodes) sleep on
+/// their sockets instead of taking turns at spinning.
+pub(crate) struct SpinPermit(());
+
+impl SpinPermit {
+    pub fn take() -> Option<Self> {
+        if SPINNING.fetch_add(1, Ordering::AcqRel) < cores() {
+            Some(SpinPermit(()))
+        } else {
+            SPINNING.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+}
+
+impl Drop for SpinPermit {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
