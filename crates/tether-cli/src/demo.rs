@@ -112,6 +112,10 @@ pub struct NodeReport {
     pub corrupted: u64,
     pub failed: u64,
     pub retransmits: u64,
+    /// Retransmission timer expiries, and those found spurious (the
+    /// receiver or its ACKs were only late).
+    pub timeouts: u64,
+    pub spurious_timeouts: u64,
     pub checksum_failures: u64,
     pub duplicates_discarded: u64,
     pub injected: FaultCounters,
@@ -341,6 +345,8 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         r.sent = sent[node];
         r.failed = stats.messages_failed;
         r.retransmits = stats.retransmits;
+        r.timeouts = stats.timeouts;
+        r.spurious_timeouts = stats.spurious_timeouts;
         r.checksum_failures = stats.checksum_failures;
         r.duplicates_discarded = stats.duplicates_discarded;
         r.drops = crate::net::drops(&stats);
@@ -434,6 +440,8 @@ fn accumulate(total: &mut NodeReport, r: &NodeReport) {
     total.corrupted += r.corrupted;
     total.failed += r.failed;
     total.retransmits += r.retransmits;
+    total.timeouts += r.timeouts;
+    total.spurious_timeouts += r.spurious_timeouts;
     total.checksum_failures += r.checksum_failures;
     total.duplicates_discarded += r.duplicates_discarded;
     total.bytes_delivered += r.bytes_delivered;
