@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tether_wire::{
@@ -53,6 +54,13 @@ const REFUSED: [&str; 9] = [
     "handshake_replies_dropped",
     "mtu_refused",
 ];
+
+/// How often `Endpoint::update_patience` looks at the peers' round trips.
+const PATIENCE_EVERY: Duration = Duration::from_millis(100);
+/// Silence of this many of the slowest round trips gives a peer up...
+const PATIENCE_RTTS: u32 = 16;
+/// ... but never more than this many times `Config::abandon_after`.
+const PATIENCE_CAP: u32 = 12;
 
 /// Most peers one endpoint keeps state for: a flood of forged source ids
 /// must not grow memory without bound.
@@ -186,6 +194,15 @@ pub struct Endpoint {
     /// moves it later. (An ordered index cost a remove and an insert per
     /// operation: measurable on an 8-byte round trip.)
     earliest: Option<Instant>,
+    /// How long a peer may be silent with data outstanding before it is
+    /// given up: `Config::abandon_after`, or longer while this endpoint's
+    /// own conversations are slow (`update_patience`), and when it was
+    /// last worked out.
+    patience: (Duration, Instant),
+    /// How late this endpoint's timers ran: the most since patience was
+    /// last worked out, and the figure then (halved at each look, so a
+    /// stall is forgotten within a second or so of the endpoint catching up).
+    lateness: (Duration, Duration),
     /// Round-robin start for `poll_transmit`, so no peer starves another.
     next_peer: NodeId,
     /// Round-robin start for handing out room in the delivery queue.
@@ -225,6 +242,7 @@ impl Endpoint {
         if incarnation == 0 {
             return Err(ConfigError { field: "incarnation", why: "must be non-zero" });
         }
+        let abandon_after = config.abandon_after;
         Ok(Endpoint {
             deliveries: DeliveryQueue::new(config.delivery_queue_bytes, config.delivery_queue_messages),
             config,
@@ -232,6 +250,8 @@ impl Endpoint {
             incarnation,
             peers: BTreeMap::new(),
             earliest: None,
+            patience: (abandon_after, Instant::ZERO),
+            lateness: (Duration::ZERO, Duration::ZERO),
             next_peer: 0,
             next_drain: 0,
             events: VecDeque::new(),
@@ -290,7 +310,9 @@ impl Endpoint {
 
     fn restore_peer(&mut self, snapshot: PeerSnapshot, now: Instant, progress: &mut dyn FnMut()) {
         let id = snapshot.node;
-        let peer = Peer::restore(&self.config, snapshot, now, progress);
+        let mut peer = Peer::restore(&self.config, snapshot, now, progress);
+        peer.send.patience = self.patience.0;
+        peer.update_timers(&self.config);
         let next = peer.next_timeout();
         self.peers.insert(id, peer);
         Self::reschedule(&mut self.earliest, &self.peers, None, next);
@@ -516,6 +538,46 @@ impl Endpoint {
         }
     }
 
+    /// Work out again, at most every `PATIENCE_EVERY`, how long silence
+    /// must last before a peer is given up: `Config::abandon_after`, or
+    /// `PATIENCE_RTTS` of this endpoint's slowest conversation (its
+    /// smoothed round trip plus four deviations, unclamped) or of how late
+    /// its own timers ran, when that is longer; at most `PATIENCE_CAP`
+    /// times `abandon_after`. An endpoint
+    /// starved of CPU (a hundred endpoints on two cores) reads its socket
+    /// seconds late: every peer then looks silent, and a fixed five
+    /// seconds gave up healthy peers whose handshakes had only queued
+    /// behind everyone else's. A round trip that slow is evidence the
+    /// endpoint is slow, not that one peer is dead.
+    fn update_patience(&mut self, now: Instant) {
+        if now < self.patience.1 {
+            return;
+        }
+        let floor = self.config.abandon_after;
+        let slowest = self
+            .peers
+            .values()
+            .filter(|p| p.session())
+            .map(|p| p.send.rtt.estimate_ns())
+            .max()
+            .map_or(Duration::ZERO, Duration::from_nanos);
+        let late = self.lateness.0.max(self.lateness.1 / 2);
+        self.lateness = (Duration::ZERO, late);
+        let slowest = slowest.max(late);
+        let patience = (slowest * PATIENCE_RTTS).clamp(floor, floor * PATIENCE_CAP);
+        let changed = patience != self.patience.0;
+        self.patience = (patience, now + PATIENCE_EVERY);
+        if !changed {
+            return;
+        }
+        debug!(node = self.node, ?patience, ?slowest, "patience for silent peers");
+        for p in self.peers.values_mut() {
+            p.send.patience = patience;
+            p.update_timers(&self.config);
+        }
+        self.earliest = self.peers.values().filter_map(Peer::next_timeout).min();
+    }
+
     /// The next peer, from node `from` on, that `pick` selects.
     fn next_peer_from(&self, from: NodeId, pick: impl Fn(&Peer) -> bool) -> Option<NodeId> {
         self.peers.range(from..).find(|(_, p)| pick(p)).map(|(&id, _)| id)
@@ -530,7 +592,9 @@ impl Endpoint {
             if self.peers.len() >= MAX_PEERS {
                 return None;
             }
-            self.peers.insert(id, Peer::new(id, &self.config));
+            let mut peer = Peer::new(id, &self.config);
+            peer.send.patience = self.patience.0;
+            self.peers.insert(id, peer);
             self.with_peer(id, |p, cx, _| p.want_session(cx, Instant::ZERO));
         }
         self.peers.get_mut(&id)
@@ -956,6 +1020,12 @@ impl Endpoint {
 
     /// Run the timers that have expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(due) = self.earliest {
+            // The driver is asked to call at `due`; a thread that got the
+            // CPU late calls later, and its peers' answers wait as long.
+            self.lateness.0 = self.lateness.0.max(now.saturating_since(due));
+        }
+        self.update_patience(now);
         // The due peers, in node order (the simulator's totals depend on
         // the order), found without allocating.
         let due = |p: &Peer| p.next_timeout().is_some_and(|t| t <= now);

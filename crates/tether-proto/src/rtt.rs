@@ -41,7 +41,7 @@ impl RttEstimator {
     }
 
     /// srtt + 4 rttvar (the initial timeout before a sample), unclamped.
-    fn estimate_ns(&self) -> u64 {
+    pub fn estimate_ns(&self) -> u64 {
         match self.srtt_ns {
             None => self.initial_ns,
             Some(srtt) => srtt + (self.rttvar_ns * 4).max(MIN_VARIANCE_NS),

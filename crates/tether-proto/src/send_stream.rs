@@ -243,6 +243,9 @@ pub(crate) struct SendStream {
     peer_full: bool,
     /// Last time the peer showed it is alive on this stream, for abandonment.
     last_heard: Instant,
+    /// How long silence lasts before the peer is given up, when longer
+    /// than `Config::abandon_after`: the endpoint's (`Endpoint::patience`).
+    pub patience: Duration,
     /// Corrupted state was found (`integrity_faults`): nothing more is
     /// sent from this stream; an engine stops and its successor restores
     /// the stream from the application's copy.
@@ -322,6 +325,7 @@ impl SendStream {
             reorder_deadline: None,
             peer_full: false,
             last_heard: Instant::ZERO,
+            patience: Duration::ZERO,
             halted: false,
             verify: config.verify_payloads,
             send_window: config.send_window as u64,
@@ -1026,7 +1030,7 @@ impl SendStream {
 
     /// When the peer will have been silent too long with data outstanding.
     pub fn abandon_deadline(&self, config: &Config) -> Option<Instant> {
-        self.has_unacked().then(|| self.last_heard + config.abandon_after)
+        self.has_unacked().then(|| self.last_heard + config.abandon_after.max(self.patience))
     }
 
     pub fn should_abandon(&self, now: Instant, config: &Config) -> bool {

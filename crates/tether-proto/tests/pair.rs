@@ -261,6 +261,38 @@ fn corrupted_fragments_never_land_in_a_message() {
     }
 }
 
+/// Whether A has reported B unreachable (other events are passed over).
+fn gave_up(p: &mut Pair) -> Option<tether_proto::FailedMessages> {
+    std::iter::from_fn(|| p.a().poll_event()).find_map(|e| match e {
+        Event::PeerUnreachable { failed } => Some(failed),
+        _ => None,
+    })
+}
+
+/// An endpoint whose conversation is slow (200 ms each way: a starved
+/// peer or a far one) waits sixteen of its round trips, not the 5 s
+/// floor, before it gives a silent peer up; then it does, exactly.
+#[test]
+fn a_slow_conversation_is_given_up_only_after_sixteen_of_its_round_trips() {
+    let mut p = Pair::new(Config::default());
+    let slow = |_: &mut Sent<'_>| Fate::Deliver(Duration::from_millis(200));
+    p.net.link = Box::new(slow) as Wire;
+    for i in 0..10 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+    p.run(Duration::from_secs(3));
+    assert_eq!(p.drain_b().len(), 10);
+    p.keep(|_, _| false);
+    for i in 10..20 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+    p.run(Duration::from_millis(5_500));
+    assert_eq!(gave_up(&mut p), None, "given up at the 5 s floor despite 400 ms round trips");
+    p.run(Duration::from_secs(60));
+    let failed = gave_up(&mut p).expect("given up within the cap");
+    assert_eq!((failed.first, failed.end), (10, 20));
+}
+
 #[test]
 fn dead_link_fails_exactly_the_unacknowledged_messages() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
