@@ -103,7 +103,7 @@ pub(crate) struct Shared {
     /// send or receive rules.
     faults: Vec<FaultHandle>,
     /// The rails' descriptors, for the progress worker to wait on.
-    fds: Vec<RawFd>,
+    pub(crate) fds: Vec<RawFd>,
     /// The progress worker has let go of this endpoint (after `stop`).
     pub(crate) released: AtomicBool,
 }
@@ -117,10 +117,6 @@ impl Shared {
 
     pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn socket_fds(&self) -> Vec<RawFd> {
-        self.fds.clone()
     }
 
     /// `Some(wait)` while an application thread drives the endpoint, or

@@ -137,8 +137,6 @@ fn start_worker(index: usize) -> std::io::Result<Arc<Worker>> {
 /// One endpoint as its worker sees it.
 struct Served {
     shared: Arc<Shared>,
-    /// The sockets registered for it (one per rail that has one).
-    fds: Vec<RawFd>,
     /// The sockets' one-shot registration is live (has not fired since it
     /// was last armed).
     armed: bool,
@@ -183,9 +181,7 @@ impl Loop {
     fn take_inbox(&mut self) {
         let new = std::mem::take(&mut *self.worker.inbox.lock().unwrap_or_else(|e| e.into_inner()));
         for shared in new {
-            let fds = shared.socket_fds();
-            let served =
-                Served { shared, fds, armed: false, readable: false, app_was_driving: true, due: None };
+            let served = Served { shared, armed: false, readable: false, app_was_driving: true, due: None };
             match self.served.iter().position(Option::is_none) {
                 Some(i) => self.served[i] = Some(served),
                 None => self.served.push(Some(served)),
@@ -230,15 +226,13 @@ impl Loop {
                         s.readable = false;
                         s.app_was_driving = false;
                         if !s.armed {
-                            s.armed = arm(self.epoll, &s.fds, token as u64);
+                            s.armed = arm(self.epoll, &s.shared.fds, token as u64);
                         }
                     }
                 }
             }
             if let Some(due) = s.due {
                 soon(due.saturating_duration_since(wall));
-            } else if !s.armed {
-                soon(IDLE_SLICE);
             }
         }
         // Something is served: never sleep longer than the slice, so work
@@ -254,7 +248,7 @@ impl Loop {
     /// reused descriptor must not stay registered).
     fn release(&mut self, token: usize) {
         if let Some(s) = self.served[token].take() {
-            for &fd in &s.fds {
+            for &fd in &s.shared.fds {
                 // SAFETY: the descriptor is still open (`s.shared` owns it).
                 unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
             }
@@ -350,16 +344,13 @@ pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
     }
 }
 
-/// Hold a flag until dropped (`released` is set by the worker).
-pub(crate) fn wait_released(flag: &AtomicBool, bound: Duration) -> bool {
+/// Wait, at most `bound`, until the worker has let go of an endpoint (it
+/// sets `released`).
+pub(crate) fn wait_released(released: &AtomicBool, bound: Duration) {
     let start = StdInstant::now();
-    while !flag.load(Ordering::SeqCst) {
-        if start.elapsed() >= bound {
-            return false;
-        }
+    while !released.load(Ordering::SeqCst) && start.elapsed() < bound {
         std::thread::sleep(Duration::from_micros(20));
     }
-    true
 }
 
 /// Threads of this process busy-polling inside a blocking call now.
