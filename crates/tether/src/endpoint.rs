@@ -913,20 +913,26 @@ fn block_on<R>(
     // takes") is no deadline, not an overflow.
     let deadline = timeout.and_then(|t| start.checked_add(t));
     loop {
-        // One clock reading per turn: it is on the hot path of every spin.
-        let wall = StdInstant::now();
-        let now = shared.clock.at(wall);
-        let next_timer = {
+        let (wall, next_timer) = {
             let mut d = shared.lock();
             // What is already queued is served without a system call.
             if let Some(r) = ready(&mut d) {
                 return Ok(r);
             }
+            // One clock reading per turn (it is on the hot path of every
+            // spin), taken under the lock: a reading from before a wait for
+            // it would hand the core a time earlier than the one another
+            // thread just stepped it with. With 256 threads on two cores the
+            // wait was tens of milliseconds; time running backwards made
+            // round trips negative and probe answers arrive before their
+            // probes, and RACK resent what had not been lost.
+            let wall = StdInstant::now();
+            let now = shared.clock.at(wall);
             d.step(now);
             if let Some(r) = ready(&mut d) {
                 return Ok(r);
             }
-            d.idle_for(now)
+            (wall, d.idle_for(now))
         };
         if deadline.is_some_and(|d| wall >= d) {
             return Err(Error::TimedOut);
