@@ -75,6 +75,7 @@ fuzz_target!(|input: &[u8]| {
             src_inc: if f[1] & 4 == 0 { 10 + u64::from(f[3] % 3) } else { word(8) },
             dst_inc: if f[1] & 8 == 0 { 20 } else { word(16) },
             epoch: 1,
+            probe: 0,
         };
         let frame = HandshakeFrame {
             kind,

@@ -122,6 +122,7 @@ pub fn datagrams(
         src_inc: 1,
         dst_inc: 1,
         epoch: 0,
+        probe: 0,
     };
     let span = Duration::from_millis(20);
     let mut rows = Vec::new();

@@ -997,6 +997,7 @@ impl Endpoint {
             src_inc: self.incarnation,
             dst_inc: r.to_inc,
             epoch: 0,
+            probe: 0,
         };
         let cap = buf.len().min(self.config.max_datagram);
         let mut w = match &self.config.key {

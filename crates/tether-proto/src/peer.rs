@@ -271,7 +271,7 @@ impl Peer {
         if probe {
             // A probe of the peer's retransmission timeout (or of a path):
             // it wants to know what we hold, at once.
-            self.recv.answer_probe();
+            self.recv.answer_probe(h.probe);
         }
         if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
             info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
@@ -302,7 +302,7 @@ impl Peer {
                     }
                     let (cumulative, ranges) = if a.epoch == self.send.epoch() {
                         (a.cumulative, Some(a.ranges()))
-                    } else if a.answer {
+                    } else if a.answer.is_some() {
                         // The answer to our probe from a receiver that holds
                         // nothing of our epoch (it never got its first data):
                         // everything sent before the probe was lost.
@@ -656,6 +656,7 @@ impl Peer {
             src_inc: cx.incarnation,
             dst_inc: self.incarnation,
             epoch: self.send.epoch(),
+            probe: 0,
         };
         let cap = buf.len().min(self.max_datagram(config));
         if let Some((hello, try_no)) =
@@ -692,13 +693,18 @@ impl Peer {
         let stats = &mut *cx.stats;
         // A datagram with no frames: a path's probe or its answer, or a
         // retransmission timeout's probe over the rail data would take.
+        // A path's probe is unnumbered (0): its answer proves the path,
+        // not what the stream delivered.
         let control = match self.paths.take_control(now, config, self.send.has_unacked()) {
-            Some((rail, control)) => Some((rail, control == Control::Probe)),
-            None => self.send.take_probe(now).then(|| (self.paths.data_rail(config.rail_policy), true)),
+            Some((rail, control)) => Some((rail, control == Control::Probe, 0)),
+            None => self.send.take_probe(now).map(|n| (self.paths.data_rail(config.rail_policy), true, n)),
         };
-        if let Some((rail, probe)) = control {
+        if let Some((rail, probe, number)) = control {
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
             w.set_ack_request(probe);
+            if number != 0 {
+                w.set_probe(number);
+            }
             let len = w.finish();
             self.paths.on_sent(now, rail, 0, 0, probe);
             stats.probes_sent += probe as u64;

@@ -153,8 +153,8 @@ enum Partial {
 struct AckState {
     pending: bool,
     due: Option<Instant>,
-    /// The next ACK answers a probe (`AckRepr::answer`).
-    answer: bool,
+    /// The next ACK answers a probe, numbered so (`AckRepr::answer`).
+    answer: Option<u8>,
 }
 
 #[derive(Debug)]
@@ -444,11 +444,17 @@ impl RecvStream {
         self.ack.due = Some(Instant::ZERO);
     }
 
-    /// A probe came: the next ACK goes at once and says it answers one,
-    /// covering all that arrived before the probe did.
-    pub fn answer_probe(&mut self) {
+    /// Probe `n` came (`Header::probe`; 0: an unnumbered one): the next
+    /// ACK goes at once and says it answers it, covering all that arrived
+    /// before it did. Of several probes before one ACK it names the
+    /// latest numbered one: covering all before that, it covers all
+    /// before the others too.
+    pub fn answer_probe(&mut self, n: u8) {
         self.request_ack_now();
-        self.ack.answer = true;
+        self.ack.answer = Some(match self.ack.answer {
+            Some(earlier) if n == 0 => earlier,
+            _ => n,
+        });
     }
 
     /// Take the in-order segment `self.expected` into reassembly or delivery.

@@ -499,6 +499,7 @@ fn header(src_node: u32, dst_node: u32, src_inc: u64, dst_inc: u64) -> Header {
         src_inc,
         dst_inc,
         epoch: 1,
+        probe: 0,
     }
 }
 
@@ -1329,6 +1330,36 @@ fn a_late_receiver_costs_no_retransmission() {
     assert!(s.probes_sent >= 2, "the timeout probed: {s:?}");
     assert_eq!(s.retransmits, 0, "a late receiver lost nothing: {s:?}");
     assert!(s.spurious_timeouts >= 1, "the answer showed the timeout spurious: {s:?}");
+    assert_eq!(p.b().stats().duplicates_discarded, 0);
+}
+
+/// Round trips longer than the retransmission timeout may grow (its
+/// ceiling, `rto_max`, as on an overloaded machine): every timeout probes,
+/// and answers come back after newer probes went. An answer names its
+/// probe, and one to an older probe is not taken for the answer to a
+/// newer one, which would make everything sent in between look lost (a
+/// 128-node demo resent hundreds of thousands of segments so).
+#[test]
+fn a_late_answer_to_an_older_probe_makes_nothing_look_lost() {
+    let config = Config { rto_max: Duration::from_millis(10), ..Config::default() };
+    let mut p = Pair::connected(config);
+    p.net.link = Box::new(|s: &mut Sent<'_>| {
+        // Everything from B takes 25 ms: two and a half timeouts.
+        Fate::Deliver(if s.src == B { Duration::from_millis(25) } else { LATENCY })
+    });
+    let want: Vec<Vec<u8>> = (0..200).map(|i| msg(i, 1200)).collect();
+    for (i, m) in want.iter().enumerate() {
+        p.send(m).unwrap();
+        if i % 10 == 9 {
+            // Bursts with pauses: the pauses let the timeouts fire.
+            p.run(Duration::from_millis(13));
+        }
+    }
+    p.run(Duration::from_millis(300));
+    check(&p.drain_b(), &want, "answers late");
+    let s = p.a().stats().clone();
+    assert!(s.timeouts >= 5, "the round trip outlasted the timeout: {s:?}");
+    assert_eq!(s.retransmits, 0, "nothing was lost: {s:?}");
     assert_eq!(p.b().stats().duplicates_discarded, 0);
 }
 

@@ -30,7 +30,8 @@ pub const HANDSHAKE_LEN: usize = 24;
 
 /// Fixed part of a DATA frame: type, flags, len, seq.
 pub(crate) const DATA_FIXED_LEN: usize = 12;
-/// Fixed part of an ACK frame: type, range count, reserved, epoch, cumulative.
+/// Fixed part of an ACK frame: type, range count, flags, the probe answered,
+/// epoch, cumulative.
 pub(crate) const ACK_FIXED_LEN: usize = 16;
 pub(crate) const SACK_RANGE_LEN: usize = 8;
 /// ACK flag (byte 2, bit 0): the receiver's delivery queue is full.
@@ -104,10 +105,14 @@ pub struct AckRepr {
     /// not take the silence that follows for loss (flag bit 0 of byte 2).
     pub full: bool,
     /// Sent in answer to a probe (a datagram with no frames and the
-    /// ACK-request flag): it covers everything the receiver took in before
-    /// the probe, so what it does not cover, sent well before the probe,
-    /// was lost (flag bit 1 of byte 2).
-    pub answer: bool,
+    /// ACK-request flag), and its number (`Header::probe`; 0: an
+    /// unnumbered one): it covers everything the receiver took in before
+    /// that probe, so what it does not cover, sent well before the probe,
+    /// was lost (flag bit 1 of byte 2; the number is byte 3). A sender
+    /// believes it only for a probe it has not yet had answered: an
+    /// answer to an older one, delayed or duplicated on the way, says
+    /// nothing of what it sent since.
+    pub answer: Option<u8>,
     ranges: [SackRange; MAX_SACK_RANGES],
     len: u8,
 }
@@ -148,7 +153,7 @@ pub struct AckFrame<'a> {
     /// See [`AckRepr::full`].
     pub full: bool,
     /// See [`AckRepr::answer`].
-    pub answer: bool,
+    pub answer: Option<u8>,
     raw_ranges: &'a [u8],
 }
 
@@ -273,10 +278,10 @@ fn parse_meaningful(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             if n > MAX_SACK_RANGES {
                 return Err(WireError::MalformedFrame("too many SACK ranges"));
             }
-            if b[2] & !(ACK_FULL | ACK_ANSWER) != 0 || b[3] != 0 {
+            if b[2] & !(ACK_FULL | ACK_ANSWER) != 0 || (b[2] & ACK_ANSWER == 0 && b[3] != 0) {
                 return Err(WireError::MalformedFrame("reserved ACK bits set"));
             }
-            let (full, answer) = (b[2] & ACK_FULL != 0, b[2] & ACK_ANSWER != 0);
+            let (full, answer) = (b[2] & ACK_FULL != 0, (b[2] & ACK_ANSWER != 0).then_some(b[3]));
             let epoch = u32_at(b, 4);
             let cumulative = u64_at(b, 8);
             let total = ACK_FIXED_LEN + n * SACK_RANGE_LEN;
@@ -388,8 +393,8 @@ pub(crate) fn emit_ack(out: &mut [u8], ack: &AckRepr) -> Result<usize, WireError
     }
     out[0] = FRAME_ACK;
     out[1] = ack.len;
-    out[2] = if ack.full { ACK_FULL } else { 0 } | if ack.answer { ACK_ANSWER } else { 0 };
-    out[3] = 0;
+    out[2] = if ack.full { ACK_FULL } else { 0 } | if ack.answer.is_some() { ACK_ANSWER } else { 0 };
+    out[3] = ack.answer.unwrap_or(0);
     out[4..8].copy_from_slice(&ack.epoch.to_le_bytes());
     out[8..16].copy_from_slice(&ack.cumulative.to_le_bytes());
     for (i, r) in ack.ranges().iter().enumerate() {

@@ -3,7 +3,7 @@
 //! ```text
 //!  0      2     3      4         5        6          8           12
 //!  +------+-----+------+---------+--------+----------+-----------+
-//!  | "TH" | ver | flags| cksum   | rsvd=0 | body_len | src_node  |
+//!  | "TH" | ver | flags| cksum   | probe  | body_len | src_node  |
 //!  +------+-----+------+---------+--------+----------+-----------+
 //!  12          16         24         32        36              36+body_len
 //!  +-----------+----------+----------+---------+----------------+----------+
@@ -29,9 +29,12 @@ use crate::integrity::{AuthKind, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
-/// 3: PADDING, with which a HELLO and its WELCOME prove the datagram size
-/// (2: the handshake, HELLO, WELCOME, CONFIRM, and the ACK's FULL flag).
-pub const VERSION: u8 = 3;
+/// 4: probes are numbered (header byte 5) and an ACK names the probe it
+/// answers (its byte 3), so a late answer to an older probe is not taken
+/// for the answer to a newer one (3: PADDING, with which a HELLO and its
+/// WELCOME prove the datagram size; 2: the handshake, HELLO, WELCOME,
+/// CONFIRM, and the ACK's FULL flag).
+pub const VERSION: u8 = 4;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
 /// Bytes after the body of an authenticated datagram: the packet number
@@ -57,7 +60,7 @@ mod field {
     pub const VERSION: usize = 2;
     pub const FLAGS: usize = 3;
     pub const CHECKSUM_KIND: usize = 4;
-    pub const RESERVED: usize = 5;
+    pub const PROBE: usize = 5;
     pub const BODY_LEN: Range<usize> = 6..8;
     pub const SRC_NODE: Range<usize> = 8..12;
     pub const DST_NODE: Range<usize> = 12..16;
@@ -103,6 +106,12 @@ pub struct Header {
     pub src_inc: u64,
     pub dst_inc: u64,
     pub epoch: u32,
+    /// The number of the probe this datagram is (byte 5): a datagram with
+    /// the ACK-request flag and no frames that a sender's retransmission
+    /// timeout sent, numbered so that the answer can name it. 0: not a
+    /// numbered probe; only a datagram with the ACK-request flag may carry
+    /// another.
+    pub probe: u8,
 }
 
 impl Header {
@@ -111,7 +120,7 @@ impl Header {
         out[field::VERSION] = VERSION;
         out[field::FLAGS] = self.flags.0;
         out[field::CHECKSUM_KIND] = self.checksum as u8;
-        out[field::RESERVED] = 0;
+        out[field::PROBE] = self.probe;
         out[field::BODY_LEN].fill(0);
         out[field::SRC_NODE].copy_from_slice(&self.src_node.to_le_bytes());
         out[field::DST_NODE].copy_from_slice(&self.dst_node.to_le_bytes());
@@ -265,7 +274,8 @@ impl<'a> Unverified<'a> {
         if flags & !HeaderFlags::KNOWN != 0 {
             return Err(WireError::BadFlags(flags));
         }
-        if datagram[field::RESERVED] != 0 {
+        let probe = datagram[field::PROBE];
+        if probe != 0 && flags & HeaderFlags::ACK_REQUEST == 0 {
             return Err(WireError::ReservedBits);
         }
         let kind_raw = datagram[field::CHECKSUM_KIND];
@@ -298,6 +308,7 @@ impl<'a> Unverified<'a> {
             src_inc: le64(field::SRC_INC),
             dst_inc: le64(field::DST_INC),
             epoch: le32(field::EPOCH),
+            probe,
         };
         Ok(Unverified { header, datagram, at, auth })
     }
@@ -563,6 +574,16 @@ impl<'a> PacketWriter<'a> {
         let bit = HeaderFlags::ACK_REQUEST;
         let f = &mut self.buf[field::FLAGS];
         *f = if on { *f | bit } else { *f & !bit };
+        if !on {
+            self.buf[field::PROBE] = 0;
+        }
+    }
+
+    /// Make the datagram the probe numbered `n` (see [`Header::probe`]):
+    /// the ACK-request flag and the number.
+    pub fn set_probe(&mut self, n: u8) {
+        self.set_ack_request(true);
+        self.buf[field::PROBE] = n;
     }
 
     /// Append a DATA frame; a payload of [`FUSE_FROM`] bytes or more is
@@ -663,7 +684,63 @@ mod tests {
             src_inc: 0x0102_0304_0506_0708,
             dst_inc: 42,
             epoch: 3,
+            probe: 5,
         }
+    }
+
+    #[test]
+    fn only_a_datagram_asking_for_an_ack_is_a_numbered_probe() {
+        let mut buf = [0u8; 128];
+        let h = Header { flags: HeaderFlags::new(false), probe: 0, ..header() };
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.set_probe(200);
+        let n = w.finish();
+        let p = Packet::parse(&buf[..n]).unwrap();
+        assert!(p.header.flags.ack_request());
+        assert_eq!(p.header.probe, 200);
+        // The flag cleared, the number goes with it.
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.set_probe(200);
+        w.set_ack_request(false);
+        let n = w.finish();
+        assert_eq!(Packet::parse(&buf[..n]).unwrap().header.probe, 0);
+        // A number without the flag is refused (before the checksum is read).
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.set_probe(7);
+        let n = w.finish();
+        buf[field::FLAGS] &= !HeaderFlags::ACK_REQUEST;
+        assert_eq!(Packet::parse(&buf[..n]).unwrap_err(), WireError::ReservedBits);
+    }
+
+    #[test]
+    fn an_ack_names_the_probe_it_answers_and_only_an_answer_names_one() {
+        let mut buf = [0u8; 128];
+        let h = Header { probe: 0, ..header() };
+        for answer in [None, Some(0), Some(255)] {
+            let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+            let mut ack = AckRepr::new(1, 10);
+            ack.answer = answer;
+            w.push_ack(&ack).unwrap();
+            let n = w.finish();
+            let p = Packet::parse(&buf[..n]).unwrap();
+            let Some(Frame::Ack(a)) = p.frames().next() else { panic!("expected an ACK") };
+            assert_eq!(a.answer, answer);
+        }
+        // Byte 3 set without the ANSWER flag: malformed.
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.push_ack(&AckRepr::new(1, 10)).unwrap();
+        let n = w.finish();
+        buf[HEADER_LEN + 3] = 4;
+        let mut fixed = buf;
+        // Re-checksum so that only the frame is wrong.
+        let sum = {
+            let mut c = Checksummer::new(ChecksumKind::Crc32c);
+            c.update(&fixed[HEADER_LEN..n - 4]);
+            c.update(&fixed[..HEADER_LEN]);
+            c.finish().to_le_bytes()
+        };
+        fixed[n - 4..n].copy_from_slice(&sum[..4]);
+        assert!(matches!(Packet::parse(&fixed[..n]), Err(WireError::MalformedFrame(_))));
     }
 
     fn sample(buf: &mut [u8]) -> usize {
@@ -671,7 +748,7 @@ mod tests {
         w.push_data(5, DataFlags::new(true, true), 0, b"hello").unwrap();
         let mut ack = AckRepr::new(1, 100);
         ack.full = true;
-        ack.answer = true;
+        ack.answer = Some(9);
         assert!(ack.push_range(SackRange { start: 2, end: 4 }));
         w.push_ack(&ack).unwrap();
         w.finish()
@@ -696,7 +773,7 @@ mod tests {
         }
         match frames[1] {
             Frame::Ack(a) => {
-                assert_eq!((a.epoch, a.cumulative, a.full, a.answer), (1, 100, true, true));
+                assert_eq!((a.epoch, a.cumulative, a.full, a.answer), (1, 100, true, Some(9)));
                 assert_eq!(a.ranges().collect::<Vec<_>>(), vec![SackRange { start: 2, end: 4 }]);
             }
             _ => panic!("expected ack"),

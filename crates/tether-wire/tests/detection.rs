@@ -33,6 +33,7 @@ fn datagram(kind: ChecksumKind, payload: &[u8]) -> Vec<u8> {
         src_inc: 11,
         dst_inc: 12,
         epoch: 1,
+        probe: 0,
     };
     let mut buf = vec![0u8; 2048];
     let mut w = PacketWriter::new(&mut buf, &header).unwrap();

@@ -18,7 +18,7 @@ use tether_wire::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum FrameModel {
     Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
-    Ack { epoch: u32, cumulative: u64, full: bool, answer: bool, ranges: Vec<SackRange> },
+    Ack { epoch: u32, cumulative: u64, full: bool, answer: Option<u8>, ranges: Vec<SackRange> },
     Handshake(HandshakeFrame),
 }
 
@@ -74,8 +74,9 @@ impl FrameModel {
 
 fn header_strategy() -> impl Strategy<Value = Header> {
     let kind = (0..ChecksumKind::ALL.len()).prop_map(|i| ChecksumKind::ALL[i]);
-    (any::<bool>(), kind, any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
-        |(ack_request, checksum, src_node, dst_node, src_inc, dst_inc, epoch)| Header {
+    let ids = (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u32>());
+    (any::<bool>(), kind, ids, any::<u8>()).prop_map(
+        |(ack_request, checksum, (src_node, dst_node, src_inc, dst_inc, epoch), probe)| Header {
             flags: HeaderFlags::new(ack_request),
             checksum,
             src_node,
@@ -83,6 +84,8 @@ fn header_strategy() -> impl Strategy<Value = Header> {
             src_inc,
             dst_inc,
             epoch,
+            // Only a datagram asking for an ACK may be a numbered probe.
+            probe: if ack_request { probe } else { 0 },
         },
     )
 }
@@ -133,7 +136,7 @@ fn sack_ranges(cumulative: u64) -> BoxedStrategy<Vec<SackRange>> {
 
 fn ack_strategy() -> impl Strategy<Value = FrameModel> {
     let cumulative = prop_oneof![any::<u64>(), 0..1_000u64, u64::MAX - 1_000..=u64::MAX];
-    (any::<u32>(), cumulative, any::<bool>(), any::<bool>()).prop_flat_map(
+    (any::<u32>(), cumulative, any::<bool>(), proptest::option::of(any::<u8>())).prop_flat_map(
         |(epoch, cumulative, full, answer)| {
             sack_ranges(cumulative).prop_map(move |ranges| FrameModel::Ack {
                 epoch,

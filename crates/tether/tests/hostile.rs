@@ -43,6 +43,7 @@ fn header(src: u32, dst: u32, src_inc: u64, dst_inc: u64) -> Header {
         src_inc,
         dst_inc,
         epoch: 0,
+        probe: 0,
     }
 }
 
