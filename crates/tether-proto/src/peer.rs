@@ -701,8 +701,7 @@ impl Peer {
         };
         if let Some((rail, probe, number)) = control {
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
-            w.set_ack_request(probe);
-            if number != 0 {
+            if probe {
                 w.set_probe(number);
             }
             let len = w.finish();

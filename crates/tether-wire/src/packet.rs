@@ -579,8 +579,8 @@ impl<'a> PacketWriter<'a> {
         }
     }
 
-    /// Make the datagram the probe numbered `n` (see [`Header::probe`]):
-    /// the ACK-request flag and the number.
+    /// Make the datagram the probe numbered `n` (see [`Header::probe`]; 0:
+    /// an unnumbered one): the ACK-request flag and the number.
     pub fn set_probe(&mut self, n: u8) {
         self.set_ack_request(true);
         self.buf[field::PROBE] = n;
