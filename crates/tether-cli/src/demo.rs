@@ -86,11 +86,12 @@ pub struct DemoOpts {
 }
 
 /// The most nodes a demo runs: each is a sender and a receiver thread, and
-/// the all-to-all traffic grows with the square. At 128 on two cores most
-/// runs deliver every message exact, but retransmitted five to nine times
-/// over, and some end in a receive timeout (receive queues seconds long):
-/// not offered until each receiver bounds what its senders have in flight.
-const MAX_NODES: u64 = 64;
+/// the all-to-all traffic grows with the square. At 128 on two cores every
+/// message arrives exact in 10-12 s with fewer retransmissions than messages
+/// (the endpoint's window over all its streams, docs/ARCHITECTURE.md); at
+/// 256 the handshakes' HELLOs (65,280 sessions) still overwhelm the
+/// sockets' queues and runs fail.
+const MAX_NODES: u64 = 128;
 
 /// What the options cannot do together, refused before anything runs.
 pub fn check(o: &DemoOpts) -> anyhow::Result<()> {

@@ -133,9 +133,9 @@ pub struct CongestionInfo {
 }
 
 /// Windows start at this many datagrams (RFC 6928's ten).
-const INITIAL_WINDOW: u64 = 10;
+pub(crate) const INITIAL_WINDOW: u64 = 10;
 /// ... and never fall below this many.
-const MIN_WINDOW: u64 = 2;
+pub(crate) const MIN_WINDOW: u64 = 2;
 /// Nor rise above this many bytes (`Config::send_window_bytes` bounds
 /// them further).
 const MAX_WINDOW: u64 = 1 << 30;
@@ -158,18 +158,18 @@ impl Controller for Unlimited {
 /// The smallest of a signal over a sliding period, kept in two buckets of
 /// half the period each: the minimum of the last half period to period.
 #[derive(Debug, Clone, Copy)]
-struct WindowedMin {
+pub(crate) struct WindowedMin {
     current: u64,
     previous: u64,
     bucket_end: Instant,
 }
 
 impl WindowedMin {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         WindowedMin { current: u64::MAX, previous: u64::MAX, bucket_end: Instant::ZERO }
     }
 
-    fn take(&mut self, now: Instant, value: u64, half_period: Duration) {
+    pub(crate) fn take(&mut self, now: Instant, value: u64, half_period: Duration) {
         if now >= self.bucket_end {
             self.previous = self.current;
             self.current = value;
@@ -180,7 +180,7 @@ impl WindowedMin {
     }
 
     /// `None` before a sample.
-    fn get(&self) -> Option<u64> {
+    pub(crate) fn get(&self) -> Option<u64> {
         let m = self.current.min(self.previous);
         (m != u64::MAX).then_some(m)
     }
@@ -192,7 +192,7 @@ impl WindowedMin {
 /// link that delays each datagram by up to 8 round trips at random, a
 /// window judged on one or two samples collapsed to two datagrams).
 #[derive(Debug, Clone, Copy)]
-struct StandingRtt {
+pub(crate) struct StandingRtt {
     samples: [(Instant, u64); STANDING_KEEP],
     next: usize,
 }
@@ -203,18 +203,18 @@ const STANDING_MIN: usize = 8;
 const STANDING_KEEP: usize = 32;
 
 impl StandingRtt {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         StandingRtt { samples: [(Instant::ZERO, u64::MAX); STANDING_KEEP], next: 0 }
     }
 
-    fn take(&mut self, now: Instant, rtt: u64) {
+    pub(crate) fn take(&mut self, now: Instant, rtt: u64) {
         self.samples[self.next % STANDING_KEEP] = (now, rtt);
         self.next += 1;
     }
 
     /// The smallest of the samples since `now - period`, or of the newest
     /// `STANDING_MIN` where fewer came in that time (`None`: no sample).
-    fn get(&self, now: Instant, period: Duration) -> Option<u64> {
+    pub(crate) fn get(&self, now: Instant, period: Duration) -> Option<u64> {
         let n = self.next.min(STANDING_KEEP);
         let mut min = u64::MAX;
         for age in 0..n {
@@ -261,7 +261,7 @@ const COMPETE_AFTER_NS: u64 = 1_000_000;
 const DRAIN_EVERY_ROUNDS: u32 = 32;
 /// Over how long the smallest round trip is remembered: a route change
 /// that lengthens it is believed within this time.
-const BASE_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const BASE_PERIOD: Duration = Duration::from_secs(10);
 
 /// How the delay controller is behaving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use bytes::BytesMut;
 
+use crate::aggregate::Aggregate;
 use crate::delivery::DeliveryQueue;
 use crate::handshake::Secrets;
 use crate::message_pool::MessagePool;
@@ -35,4 +36,6 @@ pub(crate) struct Context<'a> {
     pub from: Option<SocketAddr>,
     /// Peers proven at a new address, for the driver to route to.
     pub moves: &'a mut VecDeque<PeerMoved>,
+    /// The endpoint's window over all its streams.
+    pub aggregate: &'a mut Aggregate,
 }

@@ -20,6 +20,7 @@ use tether_wire::{
 use thiserror::Error;
 use tracing::{debug, trace, warn};
 
+use crate::aggregate::Aggregate;
 use crate::context::Context;
 use crate::delivery::{copy_to_bytes, DeliveryQueue};
 use crate::event::{Event, MessageId, MessageState};
@@ -28,6 +29,7 @@ use crate::landing::LandingArea;
 use crate::message_pool::MessagePool;
 use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
+use crate::ready::ReadyList;
 use crate::recv_stream::RecvSnapshot;
 use crate::send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
@@ -203,8 +205,8 @@ pub struct Endpoint {
     /// last worked out, and the figure then (halved at each look, so a
     /// stall is forgotten within a second or so of the endpoint catching up).
     lateness: (Duration, Duration),
-    /// Round-robin start for `poll_transmit`, so no peer starves another.
-    next_peer: NodeId,
+    /// The peers `poll_transmit` looks at, in turn (`ready`).
+    ready: ReadyList,
     /// Round-robin start for handing out room in the delivery queue.
     next_drain: NodeId,
     deliveries: DeliveryQueue,
@@ -232,6 +234,8 @@ pub struct Endpoint {
     moves: VecDeque<PeerMoved>,
     /// Assert every invariant after every operation (tests; debug builds).
     checked: bool,
+    /// The window over all the streams' pipes together (`aggregate`).
+    aggregate: Aggregate,
 }
 
 impl Endpoint {
@@ -243,6 +247,7 @@ impl Endpoint {
             return Err(ConfigError { field: "incarnation", why: "must be non-zero" });
         }
         let abandon_after = config.abandon_after;
+        let aggregate = Aggregate::new(&config);
         Ok(Endpoint {
             deliveries: DeliveryQueue::new(config.delivery_queue_bytes, config.delivery_queue_messages),
             config,
@@ -252,7 +257,7 @@ impl Endpoint {
             earliest: None,
             patience: (abandon_after, Instant::ZERO),
             lateness: (Duration::ZERO, Duration::ZERO),
-            next_peer: 0,
+            ready: ReadyList::default(),
             next_drain: 0,
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -268,6 +273,7 @@ impl Endpoint {
             source: None,
             moves: VecDeque::new(),
             checked: cfg!(debug_assertions),
+            aggregate,
         })
     }
 
@@ -310,10 +316,11 @@ impl Endpoint {
 
     fn restore_peer(&mut self, snapshot: PeerSnapshot, now: Instant, progress: &mut dyn FnMut()) {
         let id = snapshot.node;
-        let mut peer = Peer::restore(&self.config, snapshot, now, progress);
+        let mut peer = Peer::restore(&self.config, snapshot, now, progress, &mut self.aggregate);
         peer.send.patience = self.patience.0;
-        peer.update_timers(&self.config);
+        peer.update_timers(&self.config, &mut self.aggregate);
         let next = peer.next_timeout();
+        self.ready.list(id, &mut peer.listed);
         self.peers.insert(id, peer);
         Self::reschedule(&mut self.earliest, &self.peers, None, next);
         // A peer restored before any session was agreed is greeted as a new
@@ -490,6 +497,8 @@ impl Endpoint {
             checked,
             from,
             moves,
+            aggregate,
+            ready,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
@@ -506,9 +515,11 @@ impl Endpoint {
             secrets,
             from: *from,
             moves,
+            aggregate,
         };
         let out = f(peer, &mut cx, landing);
-        let after = peer.update_timers(config);
+        let after = peer.update_timers(config, aggregate);
+        ready.list(id, &mut peer.listed);
         if *checked {
             peer.check_invariants(config);
         }
@@ -573,7 +584,7 @@ impl Endpoint {
         debug!(node = self.node, ?patience, ?slowest, "patience for silent peers");
         for p in self.peers.values_mut() {
             p.send.patience = patience;
-            p.update_timers(&self.config);
+            p.update_timers(&self.config, &mut self.aggregate);
         }
         self.earliest = self.peers.values().filter_map(Peer::next_timeout).min();
     }
@@ -592,7 +603,7 @@ impl Endpoint {
             if self.peers.len() >= MAX_PEERS {
                 return None;
             }
-            let mut peer = Peer::new(id, &self.config);
+            let mut peer = Peer::new(id, &self.config, &mut self.aggregate);
             peer.send.patience = self.patience.0;
             self.peers.insert(id, peer);
             self.with_peer(id, |p, cx, _| p.want_session(cx, Instant::ZERO));
@@ -664,7 +675,7 @@ impl Endpoint {
     ) -> Option<MessageId> {
         self.check_send(peer, len).ok()?;
         let p = self.peers.get_mut(&peer)?;
-        if !(p.session() && p.send.joins_waiting(len)) {
+        if !(p.session() && p.send.joins_waiting(len, self.aggregate.room())) {
             return None;
         }
         let seq = p.send.push_waiting(data(&mut self.send_arena));
@@ -752,6 +763,12 @@ impl Endpoint {
     /// state for it).
     pub fn congestion(&self, peer: NodeId) -> Option<crate::CongestionInfo> {
         self.peers.get(&peer).map(|p| p.send.congestion())
+    }
+
+    /// The endpoint's window over all its streams together: its size,
+    /// what they have in flight (as each last reported), its state.
+    pub fn aggregate(&self) -> crate::CongestionInfo {
+        self.aggregate.info()
     }
 
     /// Take in one received datagram, from rail 0. Anything wrong with it
@@ -1048,20 +1065,65 @@ impl Endpoint {
 
     /// Build the next datagram into `buf` (at most `config.max_datagram`
     /// bytes are used). ACKs ride on data when there is any; small messages
-    /// queued for the same peer share one datagram.
+    /// queued for the same peer share one datagram. What a timer makes due
+    /// (coalesced or paced data, a delayed ACK, a probe) goes once
+    /// `handle_timeout` has been called for it, as the driver's loop does.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if !self.replies.is_empty() {
             return self.poll_reply(buf);
         }
-        let config = &self.config;
-        let id = self
-            .peers
-            .range(self.next_peer..)
-            .chain(self.peers.range(..self.next_peer))
-            .find(|(_, p)| p.wants_transmit(now, config))
-            .map(|(&id, _)| id)?;
-        self.next_peer = id.wrapping_add(1);
-        self.with_peer(id, |p, cx, _| p.poll_transmit(cx, now, buf)).flatten()
+        self.release_held();
+        // Each peer in line at most once per call: one that wants to send
+        // but makes nothing goes to the back, as one that sent does.
+        for _ in 0..self.ready.ready.len() {
+            let Some(id) = self.ready.ready.pop_front() else { break };
+            let room = self.aggregate.room();
+            let Some(p) = self.peers.get_mut(&id) else { continue };
+            p.listed.ready = false;
+            if !p.wants_transmit(now, &self.config, room) {
+                if p.send.held_by(room) {
+                    self.ready.hold(id, &mut p.listed);
+                }
+                // Its timers were set under the window as it was then: a
+                // stream the window held has no timer for data it may
+                // send later (paced, or waiting for company) now.
+                let before = p.next_timeout();
+                let after = p.update_timers(&self.config, &mut self.aggregate);
+                Self::reschedule(&mut self.earliest, &self.peers, before, after);
+                continue;
+            }
+            // `with_peer` puts it back in line: it may have more.
+            if let Some(t) = self.with_peer(id, |p, cx, _| p.poll_transmit(cx, now, buf)).flatten() {
+                return Some(t);
+            }
+        }
+        if self.checked {
+            let room = self.aggregate.room();
+            for (id, p) in &self.peers {
+                // A held peer waits for a datagram's worth of room (it
+                // comes back with the next ACK, as something is in flight);
+                // one whose timer is due comes back through
+                // `handle_timeout`, which the driver calls next.
+                let due = p.next_timeout().is_some_and(|t| t <= now);
+                assert!(
+                    p.listed.ready || p.listed.held || due || !p.wants_transmit(now, &self.config, room),
+                    "peer {id} wants to send and is not in line"
+                );
+            }
+        }
+        None
+    }
+
+    /// Streams whose data waited for the endpoint's window go back in
+    /// line, oldest first, one per datagram's worth of room it has now.
+    fn release_held(&mut self) {
+        for _ in 0..self.aggregate.releasable().min(self.ready.held.len()) {
+            let Some(id) = self.ready.held.pop_front() else { break };
+            if let Some(p) = self.peers.get_mut(&id) {
+                p.listed.held = false;
+                self.ready.list(id, &mut p.listed);
+            }
+        }
     }
 
     /// The next event for the application, if any.
@@ -1078,6 +1140,8 @@ impl Endpoint {
             if let Some(p) = self.peers.get_mut(&d.from) {
                 let before = p.next_timeout();
                 p.recv.on_taken(f.epoch, f.seq + 1);
+                // Its ACK may be owed now.
+                self.ready.list(d.from, &mut p.listed);
                 let after = p.next_timeout();
                 Self::reschedule(&mut self.earliest, &self.peers, before, after);
             }
@@ -1192,7 +1256,12 @@ impl Endpoint {
     /// Every peer's state, for the fault hook to strike.
     #[cfg(feature = "fault-hook")]
     pub(crate) fn peers_mut(&mut self) -> impl Iterator<Item = (NodeId, &mut Peer)> + '_ {
-        self.peers.iter_mut().map(|(&id, p)| (id, p))
+        // Whatever the hook changes, each peer is looked at again.
+        let ready = &mut self.ready;
+        self.peers.iter_mut().map(move |(&id, p)| {
+            ready.list(id, &mut p.listed);
+            (id, p)
+        })
     }
 
     /// The peers this endpoint has state for, in id order.

@@ -218,6 +218,9 @@ pub(crate) struct Handshake {
     last_nonce: u64,
     /// When the first HELLO of this handshake went.
     began: Option<Instant>,
+    /// A HELLO went after the first instant: which one a WELCOME answers
+    /// is unknown, and it measures no round trip (Karn's rule).
+    retried: bool,
     /// The CONFIRM to put in front of everything we send until the peer
     /// shows it knows us: (our nonce, its cookie, the agreed size).
     confirm: Option<HandshakeFrame>,
@@ -240,6 +243,7 @@ impl Handshake {
             on_every_rail: false,
             last_nonce: 0,
             began: None,
+            retried: false,
             confirm: None,
             confirm_unsent: false,
             max_datagram: 0,
@@ -305,6 +309,7 @@ impl Handshake {
         if self.began.is_none() && self.on_every_rail {
             self.burst = rails.max(1);
         }
+        self.retried |= self.began.is_some_and(|b| b != now);
         self.began.get_or_insert(now);
         let try_no = self.tries;
         self.tries += 1;
@@ -321,6 +326,13 @@ impl Handshake {
             cookie: 0,
         };
         Some((hello, try_no))
+    }
+
+    /// The round trip a WELCOME arriving at `now` measures: only when
+    /// every HELLO of the handshake went at once (a burst over the rails),
+    /// so there is no doubt which it answers.
+    pub fn round_trip(&self, now: Instant) -> Option<Duration> {
+        self.began.filter(|_| !self.retried).map(|b| now.saturating_since(b))
     }
 
     /// Is `nonce` the one of our HELLO in progress?
@@ -378,6 +390,7 @@ impl Handshake {
         self.burst = 0;
         self.tries = 0;
         self.began = None;
+        self.retried = false;
         self.hello_at = None;
         self.hello_due = false;
         self.max_datagram = agreed;

@@ -23,6 +23,7 @@
 // runtime, the simulator and other drivers are written against.
 #![warn(missing_docs)]
 
+mod aggregate;
 mod config;
 pub mod congestion;
 mod context;
@@ -37,6 +38,7 @@ mod loss;
 mod message_pool;
 mod paths;
 mod peer;
+mod ready;
 mod recv_stream;
 mod replay;
 mod rtt;

@@ -15,12 +15,14 @@
 use tether_wire::{Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, Packet, PacketWriter};
 use tracing::{debug, info, trace, warn};
 
+use crate::aggregate::{Aggregate, Room};
 use crate::config::MIN_DATAGRAM;
 use crate::context::Context;
 use crate::event::{Event, FailReason};
 use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
+use crate::ready::Listed;
 use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
 use crate::replay::ReplayWindow;
 use crate::send_stream::{AckNews, AckRefused, SendStream};
@@ -62,10 +64,12 @@ pub(crate) struct Peer {
     /// The rails that lead to the peer and their health.
     pub paths: Paths,
     timers: TimerTable,
+    /// Its places in the endpoint's queues of peers to look at (`ready`).
+    pub listed: Listed,
 }
 
 impl Peer {
-    pub fn new(id: NodeId, config: &Config) -> Self {
+    pub fn new(id: NodeId, config: &Config, aggregate: &mut Aggregate) -> Self {
         let mut p = Peer {
             id,
             send: SendStream::new(config, 1),
@@ -78,8 +82,9 @@ impl Peer {
             unreachable: false,
             paths: Paths::new(Instant::ZERO),
             timers: TimerTable::default(),
+            listed: Listed::default(),
         };
-        p.update_timers(config);
+        p.update_timers(config, aggregate);
         p
     }
 
@@ -109,6 +114,7 @@ impl Peer {
         snapshot: PeerSnapshot,
         now: Instant,
         progress: &mut dyn FnMut(),
+        aggregate: &mut Aggregate,
     ) -> Self {
         let mut paths = Paths::new(now);
         if !snapshot.rails.is_empty() {
@@ -126,8 +132,9 @@ impl Peer {
             unreachable: snapshot.unreachable,
             paths,
             timers: TimerTable::default(),
+            listed: Listed::default(),
         };
-        p.update_timers(config);
+        p.update_timers(config, aggregate);
         p
     }
 
@@ -146,9 +153,13 @@ impl Peer {
         self.timers.next()
     }
 
-    /// Set every timer from the state it guards; returns the earliest.
-    /// Called after every operation on the peer, so the table is never stale.
-    pub fn update_timers(&mut self, config: &Config) -> Option<Instant> {
+    /// Report the send stream's pipe to the endpoint's window, and set
+    /// every timer from the state it guards; returns the earliest. Called
+    /// after every operation on the peer, so neither is ever stale.
+    pub fn update_timers(&mut self, config: &Config, aggregate: &mut Aggregate) -> Option<Instant> {
+        self.send.report_to(aggregate);
+        self.send.rtt.set_initial(aggregate.initial_rto_ns());
+        let room = aggregate.room();
         // In `Timer::ALL` order. Without a session nothing but the
         // handshake (and the patience clock) runs.
         let session = self.session();
@@ -157,7 +168,7 @@ impl Peer {
             self.send.rto_deadline(),
             self.send.reorder_deadline().filter(|_| session),
             self.recv.ack_deadline().filter(|_| session),
-            self.send.send_due(config).filter(|_| session),
+            self.send.send_due(config, room).filter(|_| session),
             self.paths.silence_deadline(config).filter(|_| session),
             self.paths.probe_deadline(config).filter(|_| session),
             self.send.abandon_deadline(config),
@@ -167,12 +178,12 @@ impl Peer {
     }
 
     /// Something should go on the wire to this peer at `now`.
-    pub fn wants_transmit(&self, now: Instant, config: &Config) -> bool {
+    pub fn wants_transmit(&self, now: Instant, config: &Config, room: Room) -> bool {
         self.hs.hello_due()
             || self.hs.confirm_due()
             || (self.session()
                 && (self.recv.ack_due(now)
-                    || self.send.has_work(now, config)
+                    || self.send.has_work(now, config, room)
                     || self.send.probe_owed()
                     || self.paths.control_due(now)))
     }
@@ -212,7 +223,8 @@ impl Peer {
         if !self.hs.initiating() {
             debug!(node = cx.node, peer = self.id, rail, "handshake: sending HELLO");
             let first = rail.map(|r| self.paths.rail_index(r));
-            self.hs.start(now, cx.secrets.nonce(), cx.config.rto_initial, first);
+            let first_wait = core::time::Duration::from_nanos(cx.aggregate.initial_rto_ns());
+            self.hs.start(now, cx.secrets.nonce(), first_wait, first);
         }
     }
 
@@ -322,6 +334,8 @@ impl Peer {
                     ) {
                         Ok(outcome) => {
                             cx.stats.messages_acked += outcome.messages_acked;
+                            let srtt_ns = self.send.rtt.smoothed_ns();
+                            cx.aggregate.on_ack(now, outcome.delivered, outcome.rtt, srtt_ns);
                             let (events, id) = (&mut *cx.events, self.id);
                             let failover =
                                 self.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
@@ -378,6 +392,14 @@ impl Peer {
             return;
         }
         let used = self.size_to_use(agreed);
+        if let Some(rtt) = self.hs.round_trip(now) {
+            // The first round trip to this peer: part of the endpoint's
+            // guess for streams with none of their own. (Not this stream's
+            // first sample: one round trip of an idle path made its first
+            // timeout the 1 ms floor, and a receiver 12 ms late cost a
+            // retransmission, where `rto_initial`'s 5 ms cost none.)
+            cx.aggregate.on_handshake(rtt);
+        }
         self.hs.on_welcome(f.cookie, agreed, used);
         self.on_session(cx, now, used);
     }
@@ -394,6 +416,17 @@ impl Peer {
         f: &HandshakeFrame,
     ) -> bool {
         let ours = (cx.node, cx.incarnation);
+        if self.session() && h.src_inc == self.incarnation && h.dst_inc == cx.incarnation && cx.from.is_none()
+        {
+            // A CONFIRM in front of data, from the known address, for the
+            // session we have: it proves nothing the session has not, and
+            // its cookie may have aged on the way (it is good for two to
+            // four seconds). Refusing the datagram for it refused all the
+            // initiator sent until the peer happened to send it something:
+            // at 256 nodes on two cores, with round trips of seconds,
+            // sessions that never carried a byte.
+            return true;
+        }
         if h.dst_inc != cx.incarnation
             || h.src_inc == 0
             || !cx.secrets.cookie_valid(f.cookie, (self.id, h.src_inc, f.nonce), ours, now, cx.from)
@@ -660,7 +693,7 @@ impl Peer {
         };
         let cap = buf.len().min(self.max_datagram(config));
         if let Some((hello, try_no)) =
-            self.hs.take_hello(now, config.max_datagram, config.rto_max, self.paths.rails_len())
+            self.hs.take_hello(now, config.max_datagram, cx.aggregate.rto_ceiling(), self.paths.rails_len())
         {
             // Alone in its datagram, padded to the size it proposes (its
             // arrival proves the path carries it, and the WELCOME it asks
@@ -713,7 +746,8 @@ impl Peer {
         }
         // Data goes where the rail policy says; an ACK alone answers on
         // the rail the peer was last heard on.
-        let rail = if self.send.has_work(now, config) {
+        let room = cx.aggregate.room();
+        let rail = if self.send.has_work(now, config, room) {
             self.paths.data_rail(config.rail_policy)
         } else {
             self.paths.reply_rail()
@@ -738,7 +772,7 @@ impl Peer {
             }
         }
         let retransmits_before = stats.retransmits;
-        let frames = self.send.fill(&mut w, now, rail, config, stats);
+        let frames = self.send.fill(&mut w, now, rail, config, stats, room);
         if frames == 0 && !acked && !confirming {
             return None;
         }

@@ -53,6 +53,16 @@ impl RttEstimator {
             self.estimate_ns().saturating_mul(1 << self.backoff_shift).clamp(self.min_ns, self.max_ns);
     }
 
+    /// Before the first sample the timeout is `initial` (and backs off
+    /// from it): a new stream's best guess is what the endpoint's other
+    /// streams measure, when that is longer than the configured one.
+    pub fn set_initial(&mut self, initial_ns: u64) {
+        if self.srtt_ns.is_none() && initial_ns != self.initial_ns {
+            self.initial_ns = initial_ns;
+            self.update();
+        }
+    }
+
     /// Feed one sample. Callers follow Karn's rule: never a sample from a
     /// retransmitted segment, whose ACK is ambiguous.
     pub fn on_sample(&mut self, sample: Duration) {
@@ -137,5 +147,19 @@ mod tests {
         assert_eq!(r.rto(), 50 * MS);
         r.on_progress();
         assert_eq!(r.rto(), 2 * MS);
+    }
+
+    #[test]
+    fn a_new_stream_starts_from_the_guess_it_is_given_until_it_measures() {
+        let mut r = RttEstimator::new(2 * MS, MS, 500 * MS);
+        r.set_initial(300_000_000);
+        assert_eq!(r.rto(), 300 * MS);
+        r.on_timeout();
+        assert_eq!(r.rto(), 500 * MS, "backs off from it, to the ceiling");
+        r.on_progress();
+        r.on_sample(10 * MS);
+        r.set_initial(400_000_000);
+        assert_eq!(r.rto(), Duration::from_nanos(r.estimate_ns()), "a measured stream keeps its own");
+        assert!(r.rto() < 50 * MS);
     }
 }

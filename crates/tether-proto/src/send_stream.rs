@@ -30,6 +30,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
 
+use crate::aggregate::{Aggregate, Room};
 use crate::congestion::{AckSignal, CongestionInfo, Controller, LossSignal, Pacer};
 use crate::delivery::give_back;
 use crate::event::{FailReason, FailedMessages, MessageState};
@@ -283,6 +284,8 @@ pub(crate) struct SendStream {
     /// Payload bytes in flight that are neither selectively acknowledged
     /// nor judged lost: what the congestion window bounds (RFC 6675's pipe).
     pipe: u64,
+    /// The pipe as last reported to the endpoint's window (`aggregate`).
+    reported_pipe: u64,
     /// The congestion window's keeper (`congestion`, `Config::congestion`).
     cc: Box<dyn Controller>,
     /// Spreads what the window allows over the round trip.
@@ -306,6 +309,10 @@ pub(crate) struct AckOutcome {
     pub latest_rails: u8,
     /// Segments it took off the log.
     popped: u64,
+    /// Payload bytes it newly showed delivered, and the round trip it
+    /// measured, for the endpoint's window (`aggregate`).
+    pub delivered: u64,
+    pub rtt: Option<Duration>,
 }
 
 /// An ACK's fixed fields, as `SendStream::on_ack` takes them.
@@ -355,6 +362,7 @@ impl SendStream {
             window_bytes: config.send_window_bytes,
             in_flight_bytes: 0,
             pipe: 0,
+            reported_pipe: 0,
             cc: config.congestion.build(config.max_fragment() as u64),
             pacer: Pacer::new(config.max_fragment() as u64),
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
@@ -459,13 +467,39 @@ impl SendStream {
         self.log.sent_upto - self.log.acked_upto
     }
 
-    /// The window admits the next unsent segment: fewer than
+    /// The windows admit the next unsent segment: fewer than
     /// `send_window` segments in flight and its bytes within
-    /// `send_window_bytes` (or nothing in flight at all).
-    fn window_admits(&self) -> bool {
+    /// `send_window_bytes` (or nothing in flight at all), within the
+    /// congestion window, and within the endpoint's window over all its
+    /// streams, `room` (`aggregate`).
+    fn window_admits(&self, room: Room) -> bool {
         let Some(next) = self.segments.get(self.in_flight() as usize) else { return false };
+        let len = next.log.data.len() as u64;
+        self.own_window_admits(next) && room.admits(self.pipe, self.reported_pipe, len)
+    }
+
+    /// `window_admits` but for the endpoint's window.
+    fn own_window_admits(&self, next: &Segment) -> bool {
         self.flow_admits(next)
             && (self.pipe == 0 || self.pipe + next.log.data.len() as u64 <= self.cc.window())
+    }
+
+    /// Tell the endpoint's window how this stream's pipe changed since it
+    /// last did, and whether it holds back data this stream's own windows
+    /// would send. Called after every operation on the stream.
+    pub fn report_to(&mut self, aggregate: &mut Aggregate) {
+        aggregate.report(self.reported_pipe, self.pipe);
+        self.reported_pipe = self.pipe;
+        if self.held_by(aggregate.room()) {
+            aggregate.held();
+        }
+    }
+
+    /// Data waits that this stream's own windows would send and the
+    /// endpoint's, `room`, does not admit.
+    pub fn held_by(&self, room: Room) -> bool {
+        let next = self.segments.get(self.in_flight() as usize);
+        !self.halted && next.is_some_and(|n| self.own_window_admits(n) && !self.window_admits(room))
     }
 
     /// The flow-control half of `window_admits`: the limits counted from
@@ -498,15 +532,18 @@ impl SendStream {
 
     /// Something to put on the wire now: a lost segment, or new data the
     /// window admits and the coalescing rule lets go.
-    pub fn has_work(&self, now: Instant, config: &Config) -> bool {
-        self.send_due(config).is_some_and(|due| due <= now)
+    pub fn has_work(&self, now: Instant, config: &Config, room: Room) -> bool {
+        self.send_due(config, room).is_some_and(|due| due <= now)
     }
 
     /// When data may go next: a lost segment at once, new data when
     /// `new_data_due` says; either no sooner than the pacer allows.
-    pub fn send_due(&self, config: &Config) -> Option<Instant> {
-        let due =
-            if !self.halted && self.lost_count > 0 { Some(Instant::ZERO) } else { self.new_data_due(config) };
+    pub fn send_due(&self, config: &Config, room: Room) -> Option<Instant> {
+        let due = if !self.halted && self.lost_count > 0 {
+            Some(Instant::ZERO)
+        } else {
+            self.new_data_due(config, room)
+        };
         due.map(|d| d.max(self.paced_until()))
     }
 
@@ -515,8 +552,8 @@ impl SendStream {
     /// coalescing delay, so a burst of small messages shares datagrams but
     /// no message waits longer than `coalesce_delay`. `None`: nothing to send
     /// or the window is closed.
-    pub fn new_data_due(&self, config: &Config) -> Option<Instant> {
-        let idle = || self.log.sent_upto == self.log.next_seq || !self.window_admits();
+    pub fn new_data_due(&self, config: &Config, room: Room) -> Option<Instant> {
+        let idle = || self.log.sent_upto == self.log.next_seq || !self.window_admits(room);
         if self.halted {
             return None;
         }
@@ -545,12 +582,12 @@ impl SendStream {
     /// with it when data is due, stays the same, and with an open window
     /// less than a datagram's worth waits after it. No timer moves, so the
     /// caller may queue it with `push_waiting` alone.
-    pub fn joins_waiting(&self, len: usize) -> bool {
+    pub fn joins_waiting(&self, len: usize, room: Room) -> bool {
         if self.halted || self.lost_count > 0 || len > self.fragment {
             return false;
         }
         let Some(oldest) = self.segments.get(self.in_flight() as usize) else { return false };
-        if !self.window_admits() {
+        if !self.window_admits(room) {
             // Nothing goes before an ACK opens the window, whatever joins.
             return true;
         }
@@ -670,6 +707,7 @@ impl SendStream {
         rail: RailId,
         config: &Config,
         stats: &mut Stats,
+        room: Room,
     ) -> usize {
         let mut written = 0;
         if self.halted || self.paced_until() > now {
@@ -700,7 +738,7 @@ impl SendStream {
                 written += 1;
             }
         }
-        while self.log.sent_upto < self.log.next_seq && self.window_admits() {
+        while self.log.sent_upto < self.log.next_seq && self.window_admits(room) {
             let i = (self.log.sent_upto - self.log.acked_upto) as usize;
             if !self.write_segment(w, i, now, rail, stats) {
                 break;
@@ -717,7 +755,7 @@ impl SendStream {
             let rate = self.pacing_rate();
             self.pacer.on_sent(now, bytes, rate, self.cc.window());
             let threshold = config.send_window as u64 * config.ack_request_at as u64 / 256;
-            let filled = self.log.sent_upto < self.log.next_seq && !self.window_admits();
+            let filled = self.log.sent_upto < self.log.next_seq && !self.window_admits(room);
             if filled || (self.in_flight() >= threshold.max(1) && self.log.sent_upto >= self.next_ack_request)
             {
                 // Ask for an immediate ACK, but at most once per quarter
@@ -879,6 +917,7 @@ impl SendStream {
                 self.rto_deadline = Some(now + self.rtt.rto());
             }
         }
+        (outcome.delivered, outcome.rtt) = (delivered, scan.sample());
         if delivered > 0 || scan.sample().is_some() {
             self.cc.on_ack(&AckSignal {
                 now,

@@ -376,7 +376,9 @@ fn coalescing_holds_small_messages_at_most_the_delay() {
     assert!(p.a().poll_transmit(now, &mut buf).is_none());
     let due = p.a().poll_timeout().unwrap();
     assert_eq!(due, now + Config::default().coalesce_delay);
-    // ...but no longer than the coalescing delay.
+    // ...but no longer than the coalescing delay (the driver's turn:
+    // the timeout, then what is due).
+    p.a().handle_timeout(due);
     assert!(p.a().poll_transmit(due, &mut buf).is_some());
     // A full datagram's worth never waits.
     for _ in 0..200 {
@@ -412,6 +414,7 @@ fn small_messages_join_the_waiting_ones_and_move_no_timer() {
     assert!(p.a().join_waiting(B, &[9u8; 1500]).is_none());
     // At the deadline three go together and fill the window (4 segments);
     // more messages join behind it whatever their size.
+    p.a().handle_timeout(due);
     let t = p.a().poll_transmit(due, &mut buf).unwrap();
     assert!(t.len > 3 * 8, "the waiting messages share a datagram");
     for i in 0..20u8 {
@@ -876,6 +879,36 @@ fn forged_welcomes_and_confirms_are_refused() {
 /// A flood of HELLOs (forged, any incarnation) costs the listener a
 /// bounded queue of answers: beyond `MAX_REPLIES` waiting, each is a
 /// counted drop, and the genuine stream is untouched.
+#[test]
+fn a_confirm_that_aged_on_the_way_does_not_refuse_a_standing_session() {
+    // Both greet each other (HELLOs cross, each answers the other's with
+    // a WELCOME), and nothing more from B ever reaches A: not its CONFIRM,
+    // nothing A could take as B knowing it. So A's CONFIRM rides in front
+    // of everything it sends (its first, alone, gives B the session from
+    // A's side), and A's datagrams after it take 5 s, longer than a
+    // cookie lives (two to four seconds), as in an overloaded host's
+    // queues.
+    let mut p = Pair::new(Config::default());
+    p.net.link = Box::new(|s: &mut Sent<'_>| match (s.src, s.n) {
+        (B, 0..=1) | (A, 0..=2) => Fate::Deliver(LATENCY),
+        (B, _) => Fate::Drop,
+        _ => Fate::Deliver(Duration::from_secs(5)),
+    });
+    let now = p.now();
+    p.a().connect(now, B).unwrap();
+    p.run(Duration::from_millis(2));
+    assert!(p.a().has_session(B) && p.b().has_session(A), "the handshake completes");
+    let want: Vec<_> = (0..3).map(|i| msg(i, 100)).collect();
+    for m in &want {
+        p.send(m).unwrap();
+    }
+    p.run(Duration::from_secs(6));
+    // The aged CONFIRM proves nothing B's session has not: the data it
+    // fronts is taken, not refused with it.
+    check(&p.drain_b(), &want, "behind an aged CONFIRM");
+    assert_eq!(p.b().stats().handshakes_refused, 0, "no CONFIRM refused for a standing session");
+}
+
 #[test]
 fn a_hello_flood_is_bounded_and_harmless() {
     let mut p = Pair::connected(Config::default());

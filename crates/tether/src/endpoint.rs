@@ -422,6 +422,10 @@ impl Embedded {
         self.shared.lock().core.congestion(peer)
     }
 
+    fn aggregate(&self) -> CongestionInfo {
+        self.shared.lock().core.aggregate()
+    }
+
     fn max_datagram_to(&self, peer: NodeId) -> usize {
         self.shared.lock().core.max_datagram_to(peer)
     }
@@ -619,6 +623,16 @@ impl Endpoint {
     pub fn congestion(&self, peer: NodeId) -> Option<CongestionInfo> {
         match &self.inner {
             Inner::Embedded(e) => e.congestion(peer),
+            Inner::Engine(_) => None,
+        }
+    }
+
+    /// The window all this endpoint's streams share (what they have in
+    /// flight together; docs/ARCHITECTURE.md, "The endpoint's window").
+    /// `None` in engine mode (the engine keeps it).
+    pub fn aggregate(&self) -> Option<CongestionInfo> {
+        match &self.inner {
+            Inner::Embedded(e) => Some(e.aggregate()),
             Inner::Engine(_) => None,
         }
     }
