@@ -499,7 +499,11 @@ impl SendStream {
     /// endpoint's, `room`, does not admit.
     pub fn held_by(&self, room: Room) -> bool {
         let next = self.segments.get(self.in_flight() as usize);
-        !self.halted && next.is_some_and(|n| self.own_window_admits(n) && !self.window_admits(room))
+        !self.halted
+            && next.is_some_and(|n| {
+                self.own_window_admits(n)
+                    && !room.admits(self.pipe, self.reported_pipe, n.log.data.len() as u64)
+            })
     }
 
     /// The flow-control half of `window_admits`: the limits counted from
