@@ -11,6 +11,7 @@ use bytes::BytesMut;
 
 use crate::aggregate::Aggregate;
 use crate::delivery::DeliveryQueue;
+use crate::greeting::Greetings;
 use crate::handshake::Secrets;
 use crate::message_pool::MessagePool;
 use crate::{Config, Event, NodeId, PeerMoved, Stats};
@@ -38,4 +39,6 @@ pub(crate) struct Context<'a> {
     pub moves: &'a mut VecDeque<PeerMoved>,
     /// The endpoint's window over all its streams.
     pub aggregate: &'a mut Aggregate,
+    /// The endpoint's handshakes under way, and those waiting.
+    pub greetings: &'a mut Greetings,
 }

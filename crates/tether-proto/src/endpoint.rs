@@ -22,8 +22,10 @@ use tracing::{debug, trace, warn};
 
 use crate::aggregate::Aggregate;
 use crate::context::Context;
+use crate::deadlines::Deadlines;
 use crate::delivery::{copy_to_bytes, DeliveryQueue};
 use crate::event::{Event, MessageId, MessageState};
+use crate::greeting::Greetings;
 use crate::handshake::{cookie_slot, Reply, Secrets, MAX_REPLIES};
 use crate::landing::LandingArea;
 use crate::message_pool::MessagePool;
@@ -191,11 +193,12 @@ pub struct Endpoint {
     incarnation: u64,
     peers: BTreeMap<NodeId, Peer>,
     /// The earliest deadline over all peers, kept exact after every
-    /// operation on a peer: lowered at once when a peer's deadline comes
-    /// earlier, recomputed over the peers only when the peer that held it
-    /// moves it later. (An ordered index cost a remove and an insert per
-    /// operation: measurable on an 8-byte round trip.)
+    /// operation on a peer (`deadlines`' top, read for `poll_timeout`).
     earliest: Option<Instant>,
+    /// The peers' deadlines, earliest first (`deadlines`).
+    deadlines: Deadlines,
+    /// The peers `handle_timeout` found due (kept, so it never allocates).
+    due: Vec<NodeId>,
     /// How long a peer may be silent with data outstanding before it is
     /// given up: `Config::abandon_after`, or longer while this endpoint's
     /// own conversations are slow (`update_patience`), and when it was
@@ -236,6 +239,9 @@ pub struct Endpoint {
     checked: bool,
     /// The window over all the streams' pipes together (`aggregate`).
     aggregate: Aggregate,
+    /// The handshakes under way, at most `MAX_GREETINGS`, and those
+    /// waiting for a place (`greeting`).
+    greetings: Greetings,
 }
 
 impl Endpoint {
@@ -255,6 +261,9 @@ impl Endpoint {
             incarnation,
             peers: BTreeMap::new(),
             earliest: None,
+            deadlines: Deadlines::default(),
+            due: Vec::new(),
+            greetings: Greetings::default(),
             patience: (abandon_after, Instant::ZERO),
             lateness: (Duration::ZERO, Duration::ZERO),
             ready: ReadyList::default(),
@@ -318,11 +327,11 @@ impl Endpoint {
         let id = snapshot.node;
         let mut peer = Peer::restore(&self.config, snapshot, now, progress, &mut self.aggregate);
         peer.send.patience = self.patience.0;
-        peer.update_timers(&self.config, &mut self.aggregate);
-        let next = peer.next_timeout();
+        let next = peer.update_timers(&self.config, &mut self.aggregate);
         self.ready.list(id, &mut peer.listed);
+        self.deadlines.set(id, &mut peer.scheduled, next);
         self.peers.insert(id, peer);
-        Self::reschedule(&mut self.earliest, &self.peers, None, next);
+        self.earliest = self.deadlines.earliest(&self.peers);
         // A peer restored before any session was agreed is greeted as a new
         // one is: its messages wait for a session, and the peer, with
         // nothing to send (or restored itself), may never begin one.
@@ -487,6 +496,7 @@ impl Endpoint {
             incarnation,
             peers,
             earliest,
+            deadlines,
             deliveries,
             events,
             stats,
@@ -499,10 +509,11 @@ impl Endpoint {
             moves,
             aggregate,
             ready,
+            greetings,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
-        let before = peer.next_timeout();
+        let counted = peer.greeting_counted();
         let mut cx = Context {
             config,
             node: *node,
@@ -516,37 +527,18 @@ impl Endpoint {
             from: *from,
             moves,
             aggregate,
+            greetings,
         };
         let out = f(peer, &mut cx, landing);
+        greetings.update(counted, peer.greeting_counted());
         let after = peer.update_timers(config, aggregate);
         ready.list(id, &mut peer.listed);
         if *checked {
             peer.check_invariants(config);
         }
-        Self::reschedule(earliest, peers, before, after);
+        deadlines.set(id, &mut peer.scheduled, after);
+        *earliest = deadlines.earliest(peers);
         Some(out)
-    }
-
-    /// A peer's deadline moved from `before` to `after`: keep `earliest` exact.
-    fn reschedule(
-        earliest: &mut Option<Instant>,
-        peers: &BTreeMap<NodeId, Peer>,
-        before: Option<Instant>,
-        after: Option<Instant>,
-    ) {
-        if before == after {
-            return;
-        }
-        match (after, *earliest) {
-            (Some(a), Some(e)) if a <= e => *earliest = Some(a),
-            (Some(a), None) => *earliest = Some(a),
-            // The peer that held the earliest deadline moved it later (or
-            // stopped): only a look at every peer can tell the new one.
-            _ if before.is_some() && before == *earliest => {
-                *earliest = peers.values().filter_map(Peer::next_timeout).min();
-            }
-            _ => {}
-        }
     }
 
     /// Work out again, at most every `PATIENCE_EVERY`, how long silence
@@ -584,9 +576,10 @@ impl Endpoint {
         debug!(node = self.node, ?patience, ?slowest, "patience for silent peers");
         for p in self.peers.values_mut() {
             p.send.patience = patience;
-            p.update_timers(&self.config, &mut self.aggregate);
+            p.scheduled = p.update_timers(&self.config, &mut self.aggregate);
         }
-        self.earliest = self.peers.values().filter_map(Peer::next_timeout).min();
+        self.deadlines.rebuild(&self.peers);
+        self.earliest = self.deadlines.earliest(&self.peers);
     }
 
     /// The next peer, from node `from` on, that `pick` selects.
@@ -1044,15 +1037,17 @@ impl Endpoint {
             self.lateness.0 = self.lateness.0.max(now.saturating_since(due));
         }
         self.update_patience(now);
-        // The due peers, in node order (the simulator's totals depend on
-        // the order), found without allocating.
-        let due = |p: &Peer| p.next_timeout().is_some_and(|t| t <= now);
-        let mut from = 0;
-        while let Some(id) = self.next_peer_from(from, due) {
+        let mut due = core::mem::take(&mut self.due);
+        self.deadlines.take_due(now, &mut self.peers, &mut due);
+        for &id in &due {
             self.with_peer(id, |p, cx, _| p.handle_timeout(cx, now));
-            let Some(next) = id.checked_add(1) else { break };
-            from = next;
         }
+        due.clear();
+        self.due = due;
+        // A peer taken as due and then left as it was (nothing there was
+        // due after all) is down again through `with_peer`; one that is
+        // gone would leave the deadline stale.
+        self.earliest = self.deadlines.earliest(&self.peers);
         if self.checked {
             self.check_counters();
         }
@@ -1073,6 +1068,7 @@ impl Endpoint {
             return self.poll_reply(buf);
         }
         self.release_held();
+        self.admit_greetings(now);
         // Each peer in line at most once per call: one that wants to send
         // but makes nothing goes to the back, as one that sent does.
         for _ in 0..self.ready.ready.len() {
@@ -1087,9 +1083,9 @@ impl Endpoint {
                 // Its timers were set under the window as it was then: a
                 // stream the window held has no timer for data it may
                 // send later (paced, or waiting for company) now.
-                let before = p.next_timeout();
                 let after = p.update_timers(&self.config, &mut self.aggregate);
-                Self::reschedule(&mut self.earliest, &self.peers, before, after);
+                self.deadlines.set(id, &mut p.scheduled, after);
+                self.earliest = self.deadlines.earliest(&self.peers);
                 continue;
             }
             // `with_peer` puts it back in line: it may have more.
@@ -1114,6 +1110,17 @@ impl Endpoint {
         None
     }
 
+    /// Handshakes that waited for a place begin, oldest first, while there
+    /// are places.
+    fn admit_greetings(&mut self, now: Instant) {
+        while let Some(id) = self.greetings.next() {
+            let waits = self.peers.get_mut(&id).is_some_and(|p| p.greeting.take());
+            if waits {
+                self.with_peer(id, |p, cx, _| p.admitted(cx, now));
+            }
+        }
+    }
+
     /// Streams whose data waited for the endpoint's window go back in
     /// line, oldest first, one per datagram's worth of room it has now.
     fn release_held(&mut self) {
@@ -1124,6 +1131,11 @@ impl Endpoint {
                 self.ready.list(id, &mut p.listed);
             }
         }
+    }
+
+    /// An event waits for the application.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// The next event for the application, if any.
@@ -1138,12 +1150,12 @@ impl Endpoint {
         if let Some(f) = d.fragment {
             // The commit point (fragment mode): now it may be acknowledged.
             if let Some(p) = self.peers.get_mut(&d.from) {
-                let before = p.next_timeout();
                 p.recv.on_taken(f.epoch, f.seq + 1);
                 // Its ACK may be owed now.
                 self.ready.list(d.from, &mut p.listed);
                 let after = p.next_timeout();
-                Self::reschedule(&mut self.earliest, &self.peers, before, after);
+                self.deadlines.set(d.from, &mut p.scheduled, after);
+                self.earliest = self.deadlines.earliest(&self.peers);
             }
         }
         if was_full {
@@ -1332,6 +1344,24 @@ impl Endpoint {
             self.peers.values().filter_map(Peer::next_timeout).min(),
             "the endpoint's deadline is the earliest of its peers'"
         );
+        for (id, p) in &self.peers {
+            assert_eq!(
+                p.scheduled,
+                p.next_timeout(),
+                "peer {id}'s deadline is the one the endpoint has it down for"
+            );
+        }
+        assert_eq!(
+            self.greetings.under_way,
+            self.peers.values().filter(|p| p.greeting_counted()).count(),
+            "the handshakes counted under way are those begun and in their first rounds"
+        );
+        for (id, p) in &self.peers {
+            assert!(
+                !p.greeting_waits() || p.greeting.is_queued(),
+                "peer {id} waits for a place and is not queued"
+            );
+        }
         self.deliveries.check_invariants();
         if self.deliveries.has_room() {
             assert!(

@@ -229,6 +229,11 @@ pub(crate) struct Handshake {
     confirm_unsent: bool,
     /// The datagram size agreed with the peer; 0 before any handshake.
     max_datagram: usize,
+    /// A handshake waits for a place among those the endpoint has under
+    /// way (`greeting`), with the first try it will take.
+    waiting: Option<Option<u32>>,
+    /// Rounds of HELLOs so far: the first, and one per retry timer.
+    rounds: u32,
 }
 
 impl Handshake {
@@ -247,6 +252,8 @@ impl Handshake {
             confirm: None,
             confirm_unsent: false,
             max_datagram: 0,
+            waiting: None,
+            rounds: 0,
         }
     }
 
@@ -263,6 +270,8 @@ impl Handshake {
             return;
         }
         self.nonce = nonce;
+        self.waiting = None;
+        self.rounds = 1;
         self.tries = first_try.unwrap_or(0);
         self.on_every_rail = first_try.is_none();
         self.burst = 1;
@@ -275,6 +284,24 @@ impl Handshake {
         self.nonce != 0
     }
 
+    /// Wait for a place to begin, the first HELLO on try `first_try`.
+    pub fn wait(&mut self, first_try: Option<u32>) {
+        if self.nonce == 0 {
+            self.waiting = Some(first_try);
+        }
+    }
+
+    /// Waiting for a place: with the first try it will take.
+    pub fn waiting(&self) -> Option<Option<u32>> {
+        self.waiting
+    }
+
+    /// Counted among the handshakes the endpoint has under way: begun,
+    /// and in its first `GREETING_ROUNDS` rounds.
+    pub fn counted(&self) -> bool {
+        self.nonce != 0 && self.rounds <= crate::greeting::GREETING_ROUNDS
+    }
+
     /// The HELLO timer's deadline.
     pub fn deadline(&self) -> Option<Instant> {
         self.hello_at
@@ -282,8 +309,9 @@ impl Handshake {
 
     /// The HELLO timer expired.
     pub fn on_timer(&mut self, now: Instant) {
-        if self.hello_at.is_some_and(|t| t <= now) {
+        if self.hello_at.is_some_and(|t| t <= now) && !self.hello_due {
             self.hello_due = true;
+            self.rounds = self.rounds.saturating_add(1);
         }
     }
 
@@ -387,6 +415,8 @@ impl Handshake {
             self.last_nonce = self.nonce;
         }
         self.nonce = 0;
+        self.waiting = None;
+        self.rounds = 0;
         self.burst = 0;
         self.tries = 0;
         self.began = None;

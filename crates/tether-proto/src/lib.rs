@@ -27,11 +27,13 @@ mod aggregate;
 mod config;
 pub mod congestion;
 mod context;
+mod deadlines;
 mod delivery;
 mod endpoint;
 mod event;
 #[cfg(feature = "fault-hook")]
 pub mod fault_hook;
+mod greeting;
 mod handshake;
 mod landing;
 mod loss;
@@ -60,6 +62,7 @@ pub use endpoint::{
     MAX_PEERS,
 };
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
+pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};

@@ -19,6 +19,7 @@ use crate::aggregate::{Aggregate, Room};
 use crate::config::MIN_DATAGRAM;
 use crate::context::Context;
 use crate::event::{Event, FailReason};
+use crate::greeting::Queued;
 use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId};
@@ -66,6 +67,10 @@ pub(crate) struct Peer {
     timers: TimerTable,
     /// Its places in the endpoint's queues of peers to look at (`ready`).
     pub listed: Listed,
+    /// The deadline the endpoint has this peer down for (`deadlines`).
+    pub scheduled: Option<Instant>,
+    /// In the queue of handshakes waiting for a place (`greeting`).
+    pub greeting: Queued,
 }
 
 impl Peer {
@@ -83,6 +88,8 @@ impl Peer {
             paths: Paths::new(Instant::ZERO),
             timers: TimerTable::default(),
             listed: Listed::default(),
+            scheduled: None,
+            greeting: Queued::default(),
         };
         p.update_timers(config, aggregate);
         p
@@ -133,6 +140,8 @@ impl Peer {
             paths,
             timers: TimerTable::default(),
             listed: Listed::default(),
+            scheduled: None,
+            greeting: Queued::default(),
         };
         p.update_timers(config, aggregate);
         p
@@ -220,9 +229,37 @@ impl Peer {
     /// `rail` if one is known to work (a datagram just came in on it), else
     /// on every rail at once; retries go on the rails in turn.
     fn start_handshake(&mut self, cx: &mut Context<'_>, now: Instant, rail: Option<RailId>) {
-        if !self.hs.initiating() {
-            debug!(node = cx.node, peer = self.id, rail, "handshake: sending HELLO");
-            let first = rail.map(|r| self.paths.rail_index(r));
+        if self.hs.initiating() {
+            return;
+        }
+        let first = rail.map(|r| self.paths.rail_index(r));
+        if !cx.greetings.has_room() {
+            // Its turn comes when one of those under way ends (`admitted`).
+            trace!(node = cx.node, peer = self.id, "handshake: waiting for a place");
+            self.hs.wait(first);
+            cx.greetings.queue(self.id, &mut self.greeting);
+            return;
+        }
+        debug!(node = cx.node, peer = self.id, rail, "handshake: sending HELLO");
+        let first_wait = core::time::Duration::from_nanos(cx.aggregate.initial_rto_ns());
+        self.hs.start(now, cx.secrets.nonce(), first_wait, first);
+    }
+
+    /// Its handshake counts among those the endpoint has under way.
+    pub fn greeting_counted(&self) -> bool {
+        self.hs.counted()
+    }
+
+    /// Its handshake waits for a place.
+    pub fn greeting_waits(&self) -> bool {
+        self.hs.waiting().is_some()
+    }
+
+    /// Its handshake's turn came: it begins, if it still waits (a
+    /// handshake the peer began may have ended the wait meanwhile).
+    pub fn admitted(&mut self, cx: &mut Context<'_>, now: Instant) {
+        if let Some(first) = self.hs.waiting() {
+            debug!(node = cx.node, peer = self.id, "handshake: sending HELLO after waiting");
             let first_wait = core::time::Duration::from_nanos(cx.aggregate.initial_rto_ns());
             self.hs.start(now, cx.secrets.nonce(), first_wait, first);
         }
