@@ -328,7 +328,7 @@ fn drive(shared: &Shared) -> Driven {
         // make the step's pacing and timers lag by the wait.
         let wall = StdInstant::now();
         let now: Instant = shared.clock.at(wall);
-        d.step(now);
+        shared.step(&mut d, now);
         Driven::Stepped(d.idle_for(now).map(|idle| wall + idle))
     }))
     .unwrap_or(Driven::Panicked)
@@ -353,27 +353,56 @@ pub(crate) fn wait_released(released: &AtomicBool, bound: Duration) {
     }
 }
 
-/// Threads of this process busy-polling inside a blocking call now.
+/// Application threads of this process driving an endpoint inside a
+/// blocking call now, and those of them busy-polling.
+static DRIVING: AtomicUsize = AtomicUsize::new(0);
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
-/// Leave to busy-poll: at most one thread per core holds one, so many
-/// endpoints' blocked calls in one process (a demo of 256 nodes) sleep on
-/// their sockets instead of taking turns at spinning.
-pub(crate) struct SpinPermit(());
+/// Application threads per core that drive endpoints from blocking calls.
+const DRIVERS_PER_CORE: usize = 4;
 
-impl SpinPermit {
-    pub fn take() -> Option<Self> {
-        if SPINNING.fetch_add(1, Ordering::AcqRel) < cores() {
-            Some(SpinPermit(()))
+/// A place among the threads of this process that do some work inside
+/// blocking calls, at most one per core (`take_drive`, `take_spin`).
+pub(crate) struct Permit(Option<&'static AtomicUsize>);
+
+impl Permit {
+    /// Leave to drive an endpoint from a blocking call. Without one, the
+    /// call waits for whoever drives it (the endpoint's worker) to make
+    /// progress: 256 endpoints' 512 blocked application threads each
+    /// stepping its endpoint and sleeping on its sockets to the next timer
+    /// kept 150-190 threads runnable on two cores. A thread then ran every
+    /// second or so, its timers fired that late, and the retransmissions
+    /// they made kept it so (a 256-node demo never finished).
+    pub fn take_drive() -> Option<Self> {
+        Self::take(&DRIVING, DRIVERS_PER_CORE * cores())
+    }
+
+    /// Leave to busy-poll: so many endpoints' blocked calls in one process
+    /// sleep on their sockets instead of taking turns at spinning.
+    pub fn take_spin() -> Option<Self> {
+        Self::take(&SPINNING, cores())
+    }
+
+    /// No place counted: for a call that must drive whatever the others
+    /// do (nobody else drives its endpoint).
+    pub fn none() -> Self {
+        Permit(None)
+    }
+
+    fn take(count: &'static AtomicUsize, most: usize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::AcqRel) < most {
+            Some(Permit(Some(count)))
         } else {
-            SPINNING.fetch_sub(1, Ordering::AcqRel);
+            count.fetch_sub(1, Ordering::AcqRel);
             None
         }
     }
 }
 
-impl Drop for SpinPermit {
+impl Drop for Permit {
     fn drop(&mut self) {
-        SPINNING.fetch_sub(1, Ordering::AcqRel);
+        if let Some(count) = self.0 {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
