@@ -56,6 +56,11 @@ impl Greetings {
         self.under_way < MAX_GREETINGS
     }
 
+    /// May a handshake begin now, ahead of none waiting longer?
+    pub fn admits_newcomer(&self) -> bool {
+        self.has_room() && self.waiting.is_empty()
+    }
+
     /// Peer `id` waits for a place.
     pub fn queue(&mut self, id: NodeId, queued: &mut Queued) {
         if !queued.0 {

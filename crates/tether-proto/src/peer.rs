@@ -233,7 +233,7 @@ impl Peer {
             return;
         }
         let first = rail.map(|r| self.paths.rail_index(r));
-        if !cx.greetings.has_room() {
+        if !cx.greetings.admits_newcomer() {
             // Its turn comes when one of those under way ends (`admitted`).
             trace!(node = cx.node, peer = self.id, "handshake: waiting for a place");
             self.hs.wait(first);
@@ -371,6 +371,7 @@ impl Peer {
                     ) {
                         Ok(outcome) => {
                             cx.stats.messages_acked += outcome.messages_acked;
+                            cx.stats.segments_acked += outcome.popped;
                             let srtt_ns = self.send.rtt.smoothed_ns();
                             cx.aggregate.on_ack(now, outcome.delivered, outcome.rtt, srtt_ns);
                             let (events, id) = (&mut *cx.events, self.id);

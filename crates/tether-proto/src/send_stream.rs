@@ -308,7 +308,7 @@ pub(crate) struct AckOutcome {
     /// where the data is flowing now (for timing a failover).
     pub latest_rails: u8,
     /// Segments it took off the log.
-    popped: u64,
+    pub popped: u64,
     /// Payload bytes it newly showed delivered, and the round trip it
     /// measured, for the endpoint's window (`aggregate`).
     pub delivered: u64,

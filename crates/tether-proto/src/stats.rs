@@ -62,6 +62,9 @@ counters! {
     messages_failed,
     /// Messages the peer acknowledged (sender side).
     messages_acked,
+    /// Segments the peer acknowledged (sender side; a fragmented message's
+    /// fragments one by one): each frees room in the send buffer.
+    segments_acked,
     /// Data frames sent, first sends and retransmissions.
     data_frames_sent,
     /// Data frames sent again: judged lost by time (RACK), moved off a failed
@@ -177,6 +180,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 43);
+        assert_eq!(names.len(), 44);
     }
 }

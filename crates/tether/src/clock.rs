@@ -20,6 +20,11 @@ impl Clock {
         self.at(StdInstant::now())
     }
 
+    /// The wall-clock instant of the core's time `t`.
+    pub fn wall(&self, t: Instant) -> StdInstant {
+        self.origin + core::time::Duration::from_nanos(t.as_nanos().saturating_sub(1_000_000_000))
+    }
+
     /// The core's time for a wall-clock reading the caller already has.
     pub fn at(&self, t: StdInstant) -> Instant {
         // Start at 1 s so no timestamp is ever zero (zero reads as "unset" in logs).

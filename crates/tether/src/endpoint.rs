@@ -114,8 +114,52 @@ pub(crate) struct Shared {
     /// it (and `stop`) wakes them.
     parked: [AtomicUsize; Awaits::COUNT],
     progressed: Condvar,
-    /// Messages settled (acknowledged or failed) when a step last looked.
+    /// Messages settled (acknowledged or failed) and segments acknowledged
+    /// when a step last looked.
     settled_seen: AtomicU64,
+    /// The core's earliest deadline (its nanoseconds; `u64::MAX`: none) as
+    /// the lock was last let go: what the progress worker must drive the
+    /// endpoint at, whoever set it. A worker that knew only the deadlines
+    /// of its own steps never drove an endpoint whose timer was set by a
+    /// non-blocking `send` or a parked call (a retransmission timeout for
+    /// a lost datagram to a silent peer, a HELLO's retry): the call waited
+    /// for ever.
+    deadline_ns: AtomicU64,
+}
+
+/// The endpoint's state, locked; letting it go publishes the core's
+/// earliest deadline (`Shared::deadline_ns`).
+pub(crate) struct Locked<'a> {
+    guard: Option<MutexGuard<'a, Driver>>,
+    shared: &'a Shared,
+}
+
+impl Locked<'_> {
+    fn publish(&mut self) {
+        if let Some(d) = &self.guard {
+            let t = d.core.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+            self.shared.deadline_ns.store(t, Ordering::Release);
+        }
+    }
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Driver {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.publish();
+    }
 }
 
 /// What a blocked call waits for: a step wakes the calls parked for it only
@@ -143,10 +187,35 @@ impl Awaits {
 }
 
 impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Driver> {
+    pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock leaves the core in whatever state
         // it reached; its invariants do not depend on the panicking caller.
-        self.driver.lock().unwrap_or_else(|e| e.into_inner())
+        Locked { guard: Some(self.driver.lock().unwrap_or_else(|e| e.into_inner())), shared: self }
+    }
+
+    /// The core's earliest deadline as last published, on the wall clock.
+    pub(crate) fn deadline(&self) -> Option<StdInstant> {
+        let t = self.deadline_ns.load(Ordering::Acquire);
+        (t != u64::MAX).then(|| self.clock.wall(Instant::from_nanos(t)))
+    }
+
+    /// Wake every parked call (the endpoint stopped, or its worker let go).
+    pub(crate) fn wake_parked(&self) {
+        // Under the lock, so a call about to park sees why or is woken.
+        drop(self.lock());
+        self.progressed.notify_all();
+    }
+
+    /// Wait on `progressed` with the lock `d` for at most `sleep`, as a
+    /// call parked for `awaits`.
+    fn park(&self, mut d: Locked<'_>, awaits: Awaits, sleep: Duration) {
+        d.publish();
+        let guard = d.guard.take().expect("held until dropped");
+        let parked = &self.parked[awaits as usize];
+        parked.fetch_add(1, Ordering::SeqCst);
+        let (guard, _) = self.progressed.wait_timeout(guard, sleep).unwrap_or_else(|e| e.into_inner());
+        parked.fetch_sub(1, Ordering::SeqCst);
+        d.guard = Some(guard);
     }
 
     pub(crate) fn stopped(&self) -> bool {
@@ -164,8 +233,10 @@ impl Shared {
             return;
         }
         let stats = d.core.stats();
-        let settled = stats.messages_acked + stats.messages_failed;
-        let all_settled = settled == stats.messages_sent;
+        let all_settled = stats.messages_acked + stats.messages_failed == stats.messages_sent;
+        // Room to send opens with every segment acknowledged, not only
+        // with whole messages settled.
+        let settled = stats.messages_acked + stats.messages_failed + stats.segments_acked;
         let moved = self.settled_seen.swap(settled, Ordering::SeqCst) != settled;
         let wake = parked(Awaits::Anything)
             || (parked(Awaits::Delivery) && d.core.pending_deliveries() > 0)
@@ -427,6 +498,7 @@ impl Endpoint {
             parked: Default::default(),
             progressed: Condvar::new(),
             settled_seen: AtomicU64::new(0),
+            deadline_ns: AtomicU64::new(u64::MAX),
         });
         let progress = match options.progress {
             Progress::Polling => None,
@@ -923,9 +995,7 @@ impl Embedded {
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.waiter.wake();
-        // Under the lock, so a call about to park sees `stop` or is woken.
-        drop(self.shared.lock());
-        self.shared.progressed.notify_all();
+        self.shared.wake_parked();
         if let Some(p) = self.progress.take() {
             // The worker lets go at its next turn; a worker stuck that long
             // in another endpoint's step keeps the sockets open a while
@@ -1043,11 +1113,7 @@ fn block_on<R>(
         }
         if driving.is_none() {
             // Parked: `Shared::step` wakes it; the slice is a safety net.
-            let parked = &shared.parked[awaits as usize];
-            parked.fetch_add(1, Ordering::SeqCst);
-            let (d, _) = shared.progressed.wait_timeout(d, sleep).unwrap_or_else(|e| e.into_inner());
-            parked.fetch_sub(1, Ordering::SeqCst);
-            drop(d);
+            shared.park(d, awaits, sleep);
             continue;
         }
         drop(d);
@@ -1067,6 +1133,9 @@ mod tests {
 
     use super::*;
 
+    /// Both tests take every leave to drive the process has: one at a time.
+    static PERMITS: Mutex<()> = Mutex::new(());
+
     /// A call without leave to drive its endpoint waits for the endpoint's
     /// progress worker, and the worker's step that brings what it waits for
     /// wakes it at once, not at its 20 ms safety slice.
@@ -1081,6 +1150,7 @@ mod tests {
         eps[1].add_peer(0, addrs[0]).unwrap();
         // Every leave to drive this process has, taken: each blocking call
         // below waits for the workers.
+        let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
         let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
         assert!(!held.is_empty());
         let limit = Some(Duration::from_secs(20));
@@ -1104,5 +1174,36 @@ mod tests {
         drop(held);
         // Left to the safety slice, each receive would take 20 ms: 4 s.
         assert!(took < Duration::from_secs(1), "{ROUND_TRIPS} round trips took {took:?}");
+    }
+
+    /// A timer set by a call the worker did not make (a non-blocking
+    /// `send`'s retransmission timeout) is driven by the worker all the
+    /// same: here the only thing that can deliver the message, as the
+    /// receiver drops the first transmissions and has nothing to say, and
+    /// the waiting call may not drive.
+    #[test]
+    fn the_worker_drives_a_timer_an_application_call_set() {
+        let quiet = Options::default();
+        // The receiver drops everything that arrives from 100 to 150 ms
+        // after it was made.
+        let plan = FaultPlan::parse_rules(1, &["drop:p=1,from=100ms,until=150ms,side=recv"]).unwrap();
+        let lossy = Options { faults: plan, ..Options::default() };
+        let start = StdInstant::now();
+        let a = Endpoint::udp(0, "127.0.0.1:0".parse().unwrap(), &[], quiet).unwrap();
+        let b = Endpoint::udp(1, "127.0.0.1:0".parse().unwrap(), &[], lossy).unwrap();
+        a.add_peer(1, b.local_addr().unwrap()).unwrap();
+        b.add_peer(0, a.local_addr().unwrap()).unwrap();
+        let limit = Some(Duration::from_secs(2));
+        // A session first, while everything arrives.
+        assert_eq!(a.send(1, b"first").unwrap().wait(limit).unwrap(), MessageState::Delivered);
+        assert_eq!(&b.recv(limit).unwrap().message[..], b"first");
+        std::thread::sleep(Duration::from_millis(110).saturating_sub(start.elapsed()));
+        let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
+        let h = a.send(1, b"second").unwrap();
+        let state = h.wait(limit);
+        drop(held);
+        assert_eq!(state.unwrap(), MessageState::Delivered, "retransmitted by the worker");
+        assert_eq!(&b.recv(limit).unwrap().message[..], b"second");
     }
 }

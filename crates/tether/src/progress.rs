@@ -149,6 +149,19 @@ struct Served {
     due: Option<StdInstant>,
 }
 
+impl Served {
+    /// When it must be driven: the deadline its last step left, or an
+    /// earlier one an application's call set since (published as the call
+    /// let go of the lock; seen at the worker's next turn, within
+    /// `IDLE_SLICE`).
+    fn due(&self) -> Option<StdInstant> {
+        match (self.due, self.shared.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 struct Loop {
     worker: Arc<Worker>,
     epoll: RawFd,
@@ -208,7 +221,7 @@ impl Loop {
                 soon(wait);
                 continue;
             }
-            let must = s.readable || s.app_was_driving || s.due.is_some_and(|t| t <= wall) || !s.armed;
+            let must = s.readable || s.app_was_driving || s.due().is_some_and(|t| t <= wall) || !s.armed;
             if must {
                 match drive(&s.shared) {
                     Driven::Panicked => {
@@ -231,7 +244,7 @@ impl Loop {
                     }
                 }
             }
-            if let Some(due) = s.due {
+            if let Some(due) = s.due() {
                 soon(due.saturating_duration_since(wall));
             }
         }
@@ -254,6 +267,8 @@ impl Loop {
             }
             self.worker.load.fetch_sub(1, Ordering::Relaxed);
             s.shared.released.store(true, Ordering::SeqCst);
+            // Its parked calls must drive it themselves now.
+            s.shared.wake_parked();
         }
     }
 }
