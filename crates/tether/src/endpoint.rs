@@ -104,8 +104,13 @@ pub(crate) struct Shared {
     faults: Vec<FaultHandle>,
     /// The rails' descriptors, for the progress worker to wait on.
     pub(crate) fds: Vec<RawFd>,
-    /// The progress worker has let go of this endpoint (after `stop`).
+    /// The progress worker no longer drives this endpoint (after `stop`,
+    /// or a step that panicked): parked calls must drive it themselves.
     pub(crate) released: AtomicBool,
+    /// The progress worker holds no reference to this endpoint any more,
+    /// so its sockets close with the application's last one. Outside
+    /// `Shared`, as it is set after the worker's reference is dropped.
+    pub(crate) dropped: Arc<AtomicBool>,
     /// A progress worker serves this endpoint (`Progress::Thread`): a
     /// blocked call without leave to drive it may wait for the worker.
     served: bool,
@@ -489,6 +494,7 @@ impl Endpoint {
             faults,
             fds,
             released: AtomicBool::new(false),
+            dropped: Arc::new(AtomicBool::new(false)),
             served: options.progress == Progress::Thread,
             parked: Default::default(),
             progressed: Condvar::new(),
@@ -1000,7 +1006,7 @@ impl Embedded {
             // in another endpoint's step keeps the sockets open a while
             // longer, nothing worse.
             p.wake();
-            progress::wait_released(&self.shared.released, Duration::from_secs(2));
+            progress::wait_dropped(&self.shared.dropped, Duration::from_secs(2));
         }
     }
 }

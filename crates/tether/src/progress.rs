@@ -269,6 +269,12 @@ impl Loop {
             s.shared.released.store(true, Ordering::SeqCst);
             // Its parked calls must drive it themselves now.
             s.shared.wake_parked();
+            // Said only once our reference is gone: a `close` that returned
+            // while we still held one left its ports bound a moment longer
+            // (a fresh-clone CI run failed to bind a closed endpoint's port).
+            let dropped = s.shared.dropped.clone();
+            drop(s);
+            dropped.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -359,11 +365,11 @@ pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
     }
 }
 
-/// Wait, at most `bound`, until the worker has let go of an endpoint (it
-/// sets `released`).
-pub(crate) fn wait_released(released: &AtomicBool, bound: Duration) {
+/// Wait, at most `bound`, until the worker has dropped its reference to
+/// an endpoint (it sets `dropped` after).
+pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) {
     let start = StdInstant::now();
-    while !released.load(Ordering::SeqCst) && start.elapsed() < bound {
+    while !dropped.load(Ordering::SeqCst) && start.elapsed() < bound {
         std::thread::sleep(Duration::from_micros(20));
     }
 }
