@@ -149,10 +149,7 @@ impl Driver {
     pub fn idle_for(&mut self, now: Instant) -> Option<Duration> {
         let timer = self.core.poll_timeout().map(|t| t.saturating_since(now));
         let held = self.rails.iter().filter_map(|t| t.next_wakeup()).min();
-        match (timer, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [timer, held].into_iter().flatten().min()
     }
 
     fn receive(&mut self, now: Instant) -> usize {

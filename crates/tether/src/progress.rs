@@ -155,10 +155,7 @@ impl Served {
     /// let go of the lock; seen at the worker's next turn, within
     /// `IDLE_SLICE`).
     fn due(&self) -> Option<StdInstant> {
-        match (self.due, self.shared.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.due, self.shared.deadline()].into_iter().flatten().min()
     }
 }
 
