@@ -180,7 +180,9 @@ impl Peer {
             self.send.send_due(config, room).filter(|_| session),
             self.paths.silence_deadline(config).filter(|_| session),
             self.paths.probe_deadline(config).filter(|_| session),
-            self.send.abandon_deadline(config),
+            // Not while its handshake waits for a place: silence from a
+            // peer not yet asked is no evidence it is gone.
+            self.send.abandon_deadline(config).filter(|_| !self.greeting_waits()),
             self.hs.deadline(),
         ]);
         self.next_timeout()
@@ -256,10 +258,14 @@ impl Peer {
     }
 
     /// Its handshake's turn came: it begins, if it still waits (a
-    /// handshake the peer began may have ended the wait meanwhile).
+    /// handshake the peer began may have ended the wait meanwhile). The
+    /// patience clock starts again with its first HELLO: the time spent in
+    /// the queue said nothing of the peer (a 256-node demo gave up a live
+    /// peer it had never greeted, and failed the messages for it).
     pub fn admitted(&mut self, cx: &mut Context<'_>, now: Instant) {
         if let Some(first) = self.hs.waiting() {
             debug!(node = cx.node, peer = self.id, "handshake: sending HELLO after waiting");
+            self.send.on_heard(now);
             let first_wait = core::time::Duration::from_nanos(cx.aggregate.initial_rto_ns());
             self.hs.start(now, cx.secrets.nonce(), first_wait, first);
         }

@@ -646,8 +646,9 @@ impl SendStream {
         }
     }
 
-    /// The peer was heard from (a handshake completed): the patience clock
-    /// for abandonment starts again.
+    /// The peer was heard from (a handshake completed), or is asked for
+    /// the first time (its handshake's turn came, `Peer::admitted`): the
+    /// patience clock for abandonment starts again.
     pub fn on_heard(&mut self, now: Instant) {
         self.last_heard = now;
     }

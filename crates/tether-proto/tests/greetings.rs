@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use tether_proto::{Config, Endpoint, Instant, NodeId, MAX_GREETINGS};
+use tether_proto::{Config, Endpoint, Event, Instant, NodeId, MAX_GREETINGS};
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{Frame, HandshakeKind, Packet};
 
@@ -18,9 +18,14 @@ type Wire = Box<dyn FnMut(&mut Sent<'_>) -> Fate>;
 
 /// A greeter that knows `peers`; of them, those in `alive` exist and know it.
 fn net(peers: &[NodeId], alive: &[NodeId]) -> VirtualNet<Wire> {
+    net_with(Config::default(), peers, alive)
+}
+
+/// As `net`, the greeter configured with `greeter`.
+fn net_with(greeter: Config, peers: &[NodeId], alive: &[NodeId]) -> VirtualNet<Wire> {
     let clean = Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire;
     let mut net = VirtualNet::new(Instant::from_nanos(1_000_000), clean);
-    net.add(net::endpoint(Config::default(), GREETER, 1, peers.iter().copied(), &[0]));
+    net.add(net::endpoint(greeter, GREETER, 1, peers.iter().copied(), &[0]));
     for &p in alive {
         net.add(net::endpoint(Config::default(), p, 1, [GREETER], &[0]));
     }
@@ -97,4 +102,46 @@ fn peers_that_never_answer_do_not_hold_the_places_for_long() {
     // (5 s): 69 ms here, the live peers' handshakes behind the dead ones'.
     eprintln!("the live peers had their sessions after {took:?}");
     assert!(took < Duration::from_millis(200), "the live peers waited {took:?} behind the dead ones");
+}
+
+#[test]
+fn time_spent_waiting_for_a_place_does_not_count_toward_giving_a_peer_up() {
+    // Three waves of dead peers take every place in turn (each handshake
+    // gives its place up after its first rounds, about 69 ms), so the live
+    // peers behind them wait longer than the greeter's patience before
+    // their first HELLO. A 256-node demo lost a pair this way: the sender
+    // gave up a peer it had never greeted, its two messages failed, and
+    // the receiver waited for them in vain.
+    let patience = Duration::from_millis(100);
+    let config = Config {
+        rto_max: Duration::from_millis(50),
+        abandon_after: patience,
+        path_suspect_after: Duration::from_millis(2),
+        path_down_after: Duration::from_millis(5),
+        ..Config::default()
+    };
+    let dead: Vec<NodeId> = (2..2 + 3 * MAX_GREETINGS as NodeId).collect();
+    let live: Vec<NodeId> = (1000..1010).collect();
+    let peers: Vec<NodeId> = dead.iter().chain(&live).copied().collect();
+    let mut net = net_with(config, &peers, &live);
+    // Only the greeter's handshakes, in their turn, can make the sessions.
+    net.link = Box::new(|s: &mut Sent<'_>| if is_hello(s) { Fate::Drop } else { Fate::Deliver(LATENCY) });
+    let now = net.now();
+    for &p in &peers {
+        net.ep_mut(GREETER).send(now, p, &msg(p)).unwrap();
+    }
+    net.run(Duration::from_secs(1));
+    let mut given_up = Vec::new();
+    while let Some(e) = net.ep_mut(GREETER).poll_event() {
+        if let Event::PeerUnreachable { failed } = e {
+            given_up.push(failed.peer);
+        }
+    }
+    given_up.sort_unstable();
+    assert_eq!(given_up, dead, "the peers given up are the dead ones, each once");
+    for &p in &live {
+        assert!(net.ep(GREETER).has_session(p), "session with {p}");
+        assert_eq!(drain(net.ep_mut(p)), vec![msg(p)], "to {p}");
+    }
+    assert_eq!(net.ep(GREETER).stats().messages_failed, dead.len() as u64);
 }
