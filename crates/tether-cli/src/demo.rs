@@ -87,10 +87,11 @@ pub struct DemoOpts {
 
 /// The most nodes a demo runs: each is a sender and a receiver thread, and
 /// the all-to-all traffic grows with the square. At 256 on two cores,
-/// 130,560 messages arrive exact in 43-55 s with fewer retransmissions
+/// 130,560 messages arrive exact in 22-25 s with fewer retransmissions
 /// than messages (the endpoint's window over its streams, at most 32
 /// handshakes under way per endpoint, blocked calls beyond four per core
-/// waiting for the progress workers: docs/ARCHITECTURE.md).
+/// parked until the progress workers bring what they wait for:
+/// docs/ARCHITECTURE.md).
 const MAX_NODES: u64 = 256;
 
 /// What the options cannot do together, refused before anything runs.
