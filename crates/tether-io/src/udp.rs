@@ -2,7 +2,7 @@
 //! `sendmmsg`/`recvmmsg` so a burst costs one system call, not one per
 //! datagram. The address book maps nodes to socket addresses both ways.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -18,10 +18,14 @@ const MMSG_BATCH: usize = 64;
 const SOCKET_BUFFER: usize = 8 << 20;
 
 /// Which address each node is reached at, and which node an address is.
+/// Hash maps: both are asked once per datagram, and a B-tree search of a
+/// 255-peer book (cache misses at every level) was 2.4% of a 256-node
+/// demo's CPU. Only configuration inserts, so the network cannot choose
+/// keys to collide.
 #[derive(Debug, Clone, Default)]
 pub struct AddressBook {
-    by_node: BTreeMap<NodeId, (SocketAddr, SockAddr)>,
-    by_addr: BTreeMap<SocketAddr, NodeId>,
+    by_node: HashMap<NodeId, (SocketAddr, SockAddr)>,
+    by_addr: HashMap<SocketAddr, NodeId>,
 }
 
 impl AddressBook {
@@ -61,7 +65,11 @@ impl std::fmt::Debug for UdpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpTransport")
             .field("local", &self.local)
-            .field("peers", &self.book.by_node.keys().collect::<Vec<_>>())
+            .field("peers", &{
+                let mut peers: Vec<_> = self.book.by_node.keys().collect();
+                peers.sort_unstable();
+                peers
+            })
             .field("counters", &self.counters)
             .finish()
     }
