@@ -293,6 +293,48 @@ fn a_slow_conversation_is_given_up_only_after_sixteen_of_its_round_trips() {
     assert_eq!((failed.first, failed.end), (10, 20));
 }
 
+/// An endpoint whose own timers run late (its thread gets the CPU a
+/// second after each deadline: a hundred endpoints on two cores) hears its
+/// peers late too, and takes that lateness, not only its round trips, as
+/// the measure of silence: it gives a silent peer up after sixteen of its
+/// late turns, not at the 5 s floor; then exactly the unacknowledged
+/// messages are reported.
+#[test]
+fn an_endpoint_whose_timers_run_late_waits_that_much_longer_before_giving_a_peer_up() {
+    let mut p = Pair::new(Config::default());
+    for i in 0..10 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+    p.run(Duration::from_millis(100));
+    assert_eq!(p.drain_b().len(), 10);
+    // The link dies with ten messages in flight; A alone is driven from
+    // here, every timer a second late, and whatever it sends is lost.
+    p.keep(|_, _| false);
+    for i in 10..20 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+    let silent_from = p.now();
+    let late = Duration::from_secs(1);
+    let mut now = silent_from;
+    let mut buf = vec![0u8; 2048];
+    let given_up = loop {
+        let due = p.a().poll_timeout().expect("a timer while messages are unacknowledged");
+        now = now.max(due) + late;
+        p.a().handle_timeout(now);
+        while p.a().poll_transmit(now, &mut buf).is_some() {}
+        if let Some(failed) = gave_up(&mut p) {
+            break (now - silent_from, failed);
+        }
+        assert!(now - silent_from < Duration::from_secs(120), "never given up");
+    };
+    let (after, failed) = given_up;
+    eprintln!("given up after {after:?} of silence, timers a second late");
+    // Sixteen late turns: about 16 s (with the turns' own second).
+    assert!(after >= Duration::from_secs(12), "given up after {after:?}, at the floor despite late timers");
+    assert!(after <= Duration::from_secs(30), "given up only after {after:?}");
+    assert_eq!((failed.first, failed.end), (10, 20));
+}
+
 #[test]
 fn dead_link_fails_exactly_the_unacknowledged_messages() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
