@@ -106,13 +106,21 @@ impl Driver {
     /// given an address book up front): the core refuses sends to a node
     /// nobody added, with a typed error at once.
     pub fn learn_peer(&mut self, peer: NodeId) {
-        if !self.core.knows(peer) && self.rails[0].has_peer(peer) {
+        if !self.core.knows(peer) && self.rails.first().is_some_and(|r| r.has_peer(peer)) {
             // A full peer table is reported by the send that follows.
             let _ = self.core.add_peer(peer);
         }
     }
 
-    /// Rail 0's transport.
+    /// Close the transports, and with them their sockets: the endpoint
+    /// has stopped, and what outlives it (send handles) asks only the
+    /// core. A step afterwards receives nothing and counts what it would
+    /// send as dropped.
+    pub fn close_transports(&mut self) {
+        self.rails.clear();
+    }
+
+    /// Rail 0's transport (while the endpoint is open).
     pub fn transport(&self) -> &(dyn Transport + Send) {
         &*self.rails[0]
     }

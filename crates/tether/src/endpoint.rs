@@ -1050,11 +1050,18 @@ impl Embedded {
         self.shared.wake_parked();
         if let Some(p) = self.progress.take() {
             // The worker lets go at its next turn; a worker stuck that long
-            // in another endpoint's step keeps the sockets open a while
-            // longer, nothing worse.
+            // in another endpoint's step keeps the sockets open until it
+            // lets go and the last reference goes, nothing worse (closed
+            // now, a descriptor could be reused while it is still in the
+            // worker's epoll set).
             p.wake();
-            progress::wait_dropped(&self.shared.dropped, Duration::from_secs(2));
+            if !progress::wait_dropped(&self.shared.dropped, Duration::from_secs(2)) {
+                return;
+            }
         }
+        // Send handles keep the endpoint's state for their questions, not
+        // its sockets: the ports are free once `close` returns.
+        self.shared.lock().close_transports();
     }
 }
 

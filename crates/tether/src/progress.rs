@@ -364,11 +364,16 @@ pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
 
 /// Wait, at most `bound`, until the worker has dropped its reference to
 /// an endpoint (it sets `dropped` after).
-pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) {
+/// Whether it has.
+pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) -> bool {
     let start = StdInstant::now();
-    while !dropped.load(Ordering::SeqCst) && start.elapsed() < bound {
+    while !dropped.load(Ordering::SeqCst) {
+        if start.elapsed() >= bound {
+            return false;
+        }
         std::thread::sleep(Duration::from_micros(20));
     }
+    true
 }
 
 /// Application threads of this process driving an endpoint inside a

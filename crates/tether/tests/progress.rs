@@ -98,11 +98,14 @@ fn endpoints_share_progress_threads_that_drive_them_and_idle_cheaply() {
     assert!(used < Duration::from_millis(10) * n as u32, "{n} idle endpoints took {used:?} of CPU in 1 s");
 
     // Closed endpoints let go of their sockets (the progress threads hold
-    // none open): the ports can be bound again. Send handles keep their
-    // endpoint's state, sockets included, so they go first.
-    drop(handles);
+    // none open): the ports can be bound again, while the send handles,
+    // which keep their endpoint's state, still answer.
     for (e, addr) in eps.into_iter().zip(&addrs) {
         e.close(Duration::from_secs(1)).unwrap();
         std::net::UdpSocket::bind(addr).expect("the closed endpoint's port is free");
+    }
+    for h in &handles {
+        assert_eq!(h.state(), MessageState::Delivered, "a handle outliving its endpoint");
+        assert_eq!(h.wait(Some(Duration::from_millis(100))).ok(), Some(MessageState::Delivered));
     }
 }
