@@ -261,6 +261,20 @@ fn corrupted_fragments_never_land_in_a_message() {
     }
 }
 
+/// Messages 0-9 from A delivered (within `settle`), then the link dies and
+/// A sends 10-19 into it.
+fn ten_delivered_then_ten_into_a_dead_link(p: &mut Pair, settle: Duration) {
+    for i in 0..10 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+    p.run(settle);
+    assert_eq!(p.drain_b().len(), 10);
+    p.keep(|_, _| false);
+    for i in 10..20 {
+        p.send(&msg(i, 100)).unwrap();
+    }
+}
+
 /// Whether A has reported B unreachable (other events are passed over).
 fn gave_up(p: &mut Pair) -> Option<tether_proto::FailedMessages> {
     std::iter::from_fn(|| p.a().poll_event()).find_map(|e| match e {
@@ -277,15 +291,7 @@ fn a_slow_conversation_is_given_up_only_after_sixteen_of_its_round_trips() {
     let mut p = Pair::new(Config::default());
     let slow = |_: &mut Sent<'_>| Fate::Deliver(Duration::from_millis(200));
     p.net.link = Box::new(slow) as Wire;
-    for i in 0..10 {
-        p.send(&msg(i, 100)).unwrap();
-    }
-    p.run(Duration::from_secs(3));
-    assert_eq!(p.drain_b().len(), 10);
-    p.keep(|_, _| false);
-    for i in 10..20 {
-        p.send(&msg(i, 100)).unwrap();
-    }
+    ten_delivered_then_ten_into_a_dead_link(&mut p, Duration::from_secs(3));
     p.run(Duration::from_millis(5_500));
     assert_eq!(gave_up(&mut p), None, "given up at the 5 s floor despite 400 ms round trips");
     p.run(Duration::from_secs(60));
@@ -302,17 +308,9 @@ fn a_slow_conversation_is_given_up_only_after_sixteen_of_its_round_trips() {
 #[test]
 fn an_endpoint_whose_timers_run_late_waits_that_much_longer_before_giving_a_peer_up() {
     let mut p = Pair::new(Config::default());
-    for i in 0..10 {
-        p.send(&msg(i, 100)).unwrap();
-    }
-    p.run(Duration::from_millis(100));
-    assert_eq!(p.drain_b().len(), 10);
-    // The link dies with ten messages in flight; A alone is driven from
-    // here, every timer a second late, and whatever it sends is lost.
-    p.keep(|_, _| false);
-    for i in 10..20 {
-        p.send(&msg(i, 100)).unwrap();
-    }
+    // A alone is driven from here, every timer a second late, and whatever
+    // it sends is lost.
+    ten_delivered_then_ten_into_a_dead_link(&mut p, Duration::from_millis(100));
     let silent_from = p.now();
     let late = Duration::from_secs(1);
     let mut now = silent_from;
@@ -339,15 +337,7 @@ fn an_endpoint_whose_timers_run_late_waits_that_much_longer_before_giving_a_peer
 fn dead_link_fails_exactly_the_unacknowledged_messages() {
     let config = Config { abandon_after: Duration::from_millis(300), ..Config::default() };
     let mut p = Pair::new(config);
-    for i in 0..10 {
-        p.send(&msg(i, 100)).unwrap();
-    }
-    p.run(Duration::from_millis(100));
-    assert_eq!(p.drain_b().len(), 10);
-    p.keep(|_, _| false);
-    for i in 10..20 {
-        p.send(&msg(i, 100)).unwrap();
-    }
+    ten_delivered_then_ten_into_a_dead_link(&mut p, Duration::from_millis(100));
     p.run(Duration::from_secs(2));
     match p.a().poll_event() {
         Some(Event::PeerUnreachable { failed }) => {

@@ -1195,18 +1195,22 @@ mod tests {
     /// The tests take every leave to drive the process has: one at a time.
     static PERMITS: Mutex<()> = Mutex::new(());
 
+    /// Nodes 0 and 1 on loopback, each the other's peer.
+    fn two_on_loopback() -> [Endpoint; 2] {
+        let eps = [0, 1]
+            .map(|i| Endpoint::udp(i, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap());
+        eps[0].add_peer(1, eps[1].local_addr().unwrap()).unwrap();
+        eps[1].add_peer(0, eps[0].local_addr().unwrap()).unwrap();
+        eps
+    }
+
     /// A call without leave to drive its endpoint waits for the endpoint's
     /// progress worker, and the worker's step that brings what it waits for
     /// wakes it at once, not at its safety slice (`PARK_SLICE`).
     #[test]
     fn calls_that_may_not_drive_wait_for_the_worker_and_wake_at_once() {
         const ROUND_TRIPS: u32 = 200;
-        let eps: Vec<Endpoint> = (0..2)
-            .map(|i| Endpoint::udp(i, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap())
-            .collect();
-        let addrs: Vec<SocketAddr> = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-        eps[0].add_peer(1, addrs[1]).unwrap();
-        eps[1].add_peer(0, addrs[0]).unwrap();
+        let eps = two_on_loopback();
         // Every leave to drive this process has, taken: each blocking call
         // below waits for the workers.
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
@@ -1240,11 +1244,7 @@ mod tests {
     #[test]
     fn a_parked_flush_wakes_when_the_last_message_settles() {
         const ROUNDS: u32 = 100;
-        let eps: Vec<Endpoint> = (0..2)
-            .map(|i| Endpoint::udp(i, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap())
-            .collect();
-        eps[0].add_peer(1, eps[1].local_addr().unwrap()).unwrap();
-        eps[1].add_peer(0, eps[0].local_addr().unwrap()).unwrap();
+        let eps = two_on_loopback();
         let limit = Some(Duration::from_secs(20));
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
         let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
