@@ -839,6 +839,9 @@ impl Endpoint {
         // Verify while copying each payload to where it will live: the
         // receive half of the fused copy + checksum (see `landing`).
         let stream = self.peers.get_mut(&src).map(|p| &mut p.recv);
+        // Asked once: a datagram costs a search of the peer table each
+        // time it is asked, and at 255 peers those searches miss the cache.
+        let known = stream.is_some();
         let mut lander = self.landing.lander(len, stream, self.config.recv_window, &self.messages);
         let verified = match key {
             Some(key) => unverified.open(key, scratch).and_then(|o| o.land(&mut lander)),
@@ -880,7 +883,7 @@ impl Endpoint {
             );
             return;
         }
-        if !self.peers.contains_key(&src) {
+        if !known {
             // After the checksum, so corruption of a node id counts as
             // corruption; a stranger costs a verifying pass, no state.
             self.stats.strangers_refused += 1;
