@@ -6,6 +6,10 @@ use std::time::Instant as StdInstant;
 
 use tether_proto::Instant;
 
+/// The core's time at the clock's origin: 1 s, so no timestamp is ever
+/// zero (zero reads as "unset" in logs).
+const ORIGIN_NS: u64 = 1_000_000_000;
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
     origin: StdInstant,
@@ -22,12 +26,11 @@ impl Clock {
 
     /// The wall-clock instant of the core's time `t`.
     pub fn wall(&self, t: Instant) -> StdInstant {
-        self.origin + core::time::Duration::from_nanos(t.as_nanos().saturating_sub(1_000_000_000))
+        self.origin + core::time::Duration::from_nanos(t.as_nanos().saturating_sub(ORIGIN_NS))
     }
 
     /// The core's time for a wall-clock reading the caller already has.
     pub fn at(&self, t: StdInstant) -> Instant {
-        // Start at 1 s so no timestamp is ever zero (zero reads as "unset" in logs).
-        Instant::from_nanos(1_000_000_000 + t.saturating_duration_since(self.origin).as_nanos() as u64)
+        Instant::from_nanos(ORIGIN_NS + t.saturating_duration_since(self.origin).as_nanos() as u64)
     }
 }

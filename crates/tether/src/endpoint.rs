@@ -164,6 +164,9 @@ impl Locked<'_> {
     /// go this loses no wake-up: a call that parks later checked what it
     /// waits for under the lock, after the step that brought it.
     fn notify(&mut self) {
+        if self.wakes == 0 {
+            return;
+        }
         for (k, c) in self.shared.progressed.iter().enumerate() {
             if self.wakes & (1 << k) != 0 {
                 c.notify_all();
@@ -1195,10 +1198,11 @@ mod tests {
     /// The tests take every leave to drive the process has: one at a time.
     static PERMITS: Mutex<()> = Mutex::new(());
 
-    /// Nodes 0 and 1 on loopback, each the other's peer.
-    fn two_on_loopback() -> [Endpoint; 2] {
-        let eps = [0, 1]
-            .map(|i| Endpoint::udp(i, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap());
+    /// Nodes 0 and 1 on loopback, each the other's peer, each with its
+    /// options.
+    fn two_on_loopback([a, b]: [Options; 2]) -> [Endpoint; 2] {
+        let any = || "127.0.0.1:0".parse().unwrap();
+        let eps = [Endpoint::udp(0, any(), &[], a).unwrap(), Endpoint::udp(1, any(), &[], b).unwrap()];
         eps[0].add_peer(1, eps[1].local_addr().unwrap()).unwrap();
         eps[1].add_peer(0, eps[0].local_addr().unwrap()).unwrap();
         eps
@@ -1210,7 +1214,7 @@ mod tests {
     #[test]
     fn calls_that_may_not_drive_wait_for_the_worker_and_wake_at_once() {
         const ROUND_TRIPS: u32 = 200;
-        let eps = two_on_loopback();
+        let eps = two_on_loopback(Default::default());
         // Every leave to drive this process has, taken: each blocking call
         // below waits for the workers.
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
@@ -1244,7 +1248,7 @@ mod tests {
     #[test]
     fn a_parked_flush_wakes_when_the_last_message_settles() {
         const ROUNDS: u32 = 100;
-        let eps = two_on_loopback();
+        let eps = two_on_loopback(Default::default());
         let limit = Some(Duration::from_secs(20));
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
         let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
@@ -1276,10 +1280,7 @@ mod tests {
         let plan = FaultPlan::parse_rules(1, &["drop:p=1,from=100ms,until=150ms,side=recv"]).unwrap();
         let lossy = Options { faults: plan, ..Options::default() };
         let start = StdInstant::now();
-        let a = Endpoint::udp(0, "127.0.0.1:0".parse().unwrap(), &[], quiet).unwrap();
-        let b = Endpoint::udp(1, "127.0.0.1:0".parse().unwrap(), &[], lossy).unwrap();
-        a.add_peer(1, b.local_addr().unwrap()).unwrap();
-        b.add_peer(0, a.local_addr().unwrap()).unwrap();
+        let [a, b] = two_on_loopback([quiet, lossy]);
         let limit = Some(Duration::from_secs(2));
         // A session first, while everything arrives.
         assert_eq!(a.send(1, b"first").unwrap().wait(limit).unwrap(), MessageState::Delivered);

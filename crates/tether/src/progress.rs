@@ -363,8 +363,7 @@ pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
 }
 
 /// Wait, at most `bound`, until the worker has dropped its reference to
-/// an endpoint (it sets `dropped` after).
-/// Whether it has.
+/// an endpoint (it sets `dropped` after); whether it has.
 pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) -> bool {
     let start = StdInstant::now();
     while !dropped.load(Ordering::SeqCst) {
