@@ -122,6 +122,9 @@ pub struct NodeReport {
     /// receiver or its ACKs were only late).
     pub timeouts: u64,
     pub spurious_timeouts: u64,
+    /// Paths that stopped answering with data in flight on them, the data
+    /// moved to another rail (with --rails 2 or more).
+    pub failovers: u64,
     pub checksum_failures: u64,
     pub duplicates_discarded: u64,
     pub injected: FaultCounters,
@@ -353,6 +356,7 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
         r.retransmits = stats.retransmits;
         r.timeouts = stats.timeouts;
         r.spurious_timeouts = stats.spurious_timeouts;
+        r.failovers = stats.failovers;
         r.checksum_failures = stats.checksum_failures;
         r.duplicates_discarded = stats.duplicates_discarded;
         r.drops = crate::net::drops(&stats);
@@ -448,6 +452,7 @@ fn accumulate(total: &mut NodeReport, r: &NodeReport) {
     total.retransmits += r.retransmits;
     total.timeouts += r.timeouts;
     total.spurious_timeouts += r.spurious_timeouts;
+    total.failovers += r.failovers;
     total.checksum_failures += r.checksum_failures;
     total.duplicates_discarded += r.duplicates_discarded;
     total.bytes_delivered += r.bytes_delivered;

@@ -109,6 +109,13 @@ pub fn demo(o: &DemoOpts, r: &DemoReport) {
         "throughput: {:.0} messages/s, {:.1} MB/s delivered in {:.2} s",
         r.msgs_per_s, r.mb_per_s, r.seconds
     );
+    if !r.rails.is_empty() {
+        let changes: usize = r.rails.iter().map(|(_, _, t)| t.events.len()).sum();
+        println!(
+            "rails: {} failovers (data moved off a path that stopped answering), {changes} path state changes",
+            r.total.failovers
+        );
+    }
     for (node, peer, t) in r.rails.iter().filter(|(_, _, t)| !t.events.is_empty() || !t.failovers.is_empty())
     {
         println!("node {node} toward node {peer}:");

@@ -22,7 +22,7 @@ use crate::event::{Event, FailReason};
 use crate::greeting::Queued;
 use crate::handshake::Handshake;
 use crate::landing::LandingArea;
-use crate::paths::{Control, PathState, Paths, RailId};
+use crate::paths::{Control, PathState, Paths, RailId, MAX_RAILS};
 use crate::ready::Listed;
 use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
 use crate::replay::ReplayWindow;
@@ -703,22 +703,29 @@ impl Peer {
     /// Path silence and probe timers: state changes, and data leaving a
     /// path that stopped answering.
     fn on_path_timers(&mut self, cx: &mut Context<'_>, now: Instant) {
-        let (send, events, stats, id) = (&mut self.send, &mut *cx.events, &mut *cx.stats, self.id);
+        let mut changed = [None; MAX_RAILS];
+        let mut n = 0;
         self.paths.on_timer(now, cx.config, |t| {
+            changed[n] = Some(t);
+            n += 1;
+        });
+        for t in changed.into_iter().flatten() {
+            info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
             // Data leaves a path as soon as it is suspect: new data goes
             // to a healthy rail, and what the path still carried goes
             // again over it at once (a false suspicion costs duplicates
             // the receiver drops; waiting for `down` cost a window's
             // worth of stalled data, measured: 9.7 ms median failover).
-            if t.from == PathState::Active && send.in_flight_on(t.rail) {
-                stats.failovers += 1;
+            // With no other path to take it (every path silent: the peer
+            // is), it stays for the stream's own timeouts to repair.
+            if t.to != PathState::Active && self.paths.other_usable(t.rail) {
+                if t.from == PathState::Active && self.send.in_flight_on(t.rail) {
+                    cx.stats.failovers += 1;
+                }
+                self.send.fail_over(now, t.rail);
             }
-            info!(peer = id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
-            if t.to != PathState::Active {
-                send.fail_over(now, t.rail);
-            }
-            events.push_back(t.event(id, now));
-        });
+            cx.events.push_back(t.event(self.id, now));
+        }
     }
 
     /// Build the next datagram to this peer into `buf`. ACKs ride on data
@@ -772,9 +779,22 @@ impl Peer {
         // retransmission timeout's probe over the rail data would take.
         // A path's probe is unnumbered (0): its answer proves the path,
         // not what the stream delivered.
-        let control = match self.paths.take_control(now, config, self.send.has_unacked()) {
-            Some((rail, control)) => Some((rail, control == Control::Probe, 0)),
-            None => self.send.take_probe(now).map(|n| (self.paths.data_rail(config.rail_policy), true, n)),
+        //
+        // An ACK owed goes out before a path's answer: a peer that was
+        // silent on every path (its thread descheduled) then answers the
+        // data it holds before the probes that came in beside it, and its
+        // sender does not take the other path's answer for evidence that
+        // the data's path went silent alone (`Paths::heard_elsewhere`).
+        let ack_first = self.paths.pong_owed() && self.recv.ack_pending() && self.recv.marks_intact();
+        let control = if ack_first {
+            None
+        } else {
+            match self.paths.take_control(now, config, self.send.has_unacked()) {
+                Some((rail, control)) => Some((rail, control == Control::Probe, 0)),
+                None => {
+                    self.send.take_probe(now).map(|n| (self.paths.data_rail(config.rail_policy), true, n))
+                }
+            }
         };
         if let Some((rail, probe, number)) = control {
             let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;

@@ -335,3 +335,72 @@ fn slow_round_trips_do_not_fail_healthy_paths() {
     // two while loss detection learns that, not a failover's window.
     assert!(s.retransmits <= 4, "{s:?}");
 }
+
+/// Both rails healthy, but the peer stalls: every 40 ms, for 3 to 6 ms
+/// (past the 2 ms suspect and 5 ms down thresholds), nothing it is sent
+/// is read and nothing it sends leaves (a descheduled process on a busy
+/// machine); then it all moves at once. The peer was silent on every path
+/// alike, so no path is judged: no state change, no failover. (Silence on
+/// every path past the down threshold from the last path asked, here
+/// 7 ms, is the peer unreachable: every path goes down together, and
+/// nothing moves; `paths.rs` unit tests.)
+#[test]
+fn a_stalled_peer_fails_no_healthy_path_over() {
+    let mut r = Rails::new(Config::default());
+    let stalls: Vec<(Instant, Instant)> = (0..12u64)
+        .map(|i| {
+            let from = Instant::from_nanos(60_000_000 + i * 40_000_000);
+            (from, from + Duration::from_millis(3 + i % 4))
+        })
+        .collect();
+    r.net.link = Box::new(move |s: &mut Sent<'_>| {
+        let held = stalls.iter().find(|(from, to)| s.now >= *from && s.now < *to);
+        Fate::Deliver(held.map_or(LATENCY, |(_, to)| (*to - s.now) + LATENCY))
+    });
+    let now = r.now();
+    r.a().connect(now, B).unwrap();
+    r.run(Duration::from_millis(50));
+    let want: Vec<Vec<u8>> = (0..2000).map(|i| msg(i, 1000)).collect();
+    stream(&mut r, &want, Duration::from_micros(250));
+    r.run(Duration::from_millis(300));
+    check(&r.drain_b(), &want, "through stalls");
+    let paths = r.net.ep(A).paths(B);
+    let changes: u64 = paths.iter().map(|p| p.stats.state_changes).sum();
+    let s = r.a().stats().clone();
+    assert_eq!(changes, 0, "paths were blamed for the peer's stalls: {paths:?}");
+    assert_eq!(s.failovers, 0, "{s:?}");
+}
+
+/// A peer that takes in data over rail 0 and a path probe over rail 1 in
+/// one batch (its thread was away while both came) answers the data
+/// first: its ACK leaves before the probe's answer, so the sender hears
+/// the data's path no later than the other and does not blame it.
+#[test]
+fn a_peer_acknowledges_data_before_answering_a_path_probe_beside_it() {
+    let mut r = Rails::new(Config::default());
+    let now = r.now();
+    r.a().connect(now, B).unwrap();
+    r.run(Duration::from_millis(50));
+    let mut buf = vec![0u8; 4096];
+    let now = r.now();
+    r.send(&msg(0, 100)).unwrap();
+    let t = r.a().poll_transmit(now, &mut buf).expect("the data");
+    assert_eq!(t.rail, 0);
+    let data = buf[..t.len].to_vec();
+    // Rail 1 idle past its probe interval: A probes it (beside the
+    // stream's own timeout probes over rail 0).
+    let later = now + Duration::from_millis(25);
+    r.a().handle_timeout(later);
+    let mut probe = None;
+    while let Some(t) = r.a().poll_transmit(later, &mut buf) {
+        if t.rail == 1 {
+            probe = Some(buf[..t.len].to_vec());
+        }
+    }
+    let probe = probe.expect("rail 1 probed");
+    let b = r.b();
+    b.handle_datagram_on(later, 0, &data);
+    b.handle_datagram_on(later, 1, &probe);
+    let answers: Vec<u8> = std::iter::from_fn(|| b.poll_transmit(later, &mut buf)).map(|t| t.rail).collect();
+    assert_eq!(answers, [0, 1], "the ACK over rail 0, then the probe's answer over rail 1");
+}

@@ -331,9 +331,13 @@ impl FaultMix {
             }
             FaultMix::RailFlap => {
                 c.rails = 2;
+                // Each cut outlasts the 2 ms patience and the asks after
+                // it (a path is judged on three unanswered asks, the
+                // latest silent for half the patience): shorter ones are
+                // ridden out and move nothing.
                 for i in 0..8u64 {
-                    let at = Duration::from_micros(300 + 4_000 * i);
-                    c.cuts.push(cut_rail(1, 2, 0, at, Some(at + Duration::from_millis(2))));
+                    let at = Duration::from_micros(300 + 6_000 * i);
+                    c.cuts.push(cut_rail(1, 2, 0, at, Some(at + Duration::from_millis(4))));
                 }
             }
             FaultMix::RailLossy => {

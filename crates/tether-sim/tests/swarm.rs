@@ -163,7 +163,8 @@ fn rails_both_cut() {
 #[test]
 fn rail_flap() {
     let r = check_mix(FaultMix::RailFlap);
-    assert!(r.iter().map(|r| r.stats.failovers).sum::<u64>() >= 100, "flaps move data back and forth");
+    let failovers = r.iter().map(|r| r.stats.failovers).sum::<u64>();
+    assert!(failovers >= 100, "flaps move data back and forth: {failovers} failovers");
 }
 
 #[test]
