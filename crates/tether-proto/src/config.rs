@@ -155,11 +155,14 @@ pub struct Config {
     pub retransmit: RetransmitMode,
     /// How data uses a peer's healthy rails (`Endpoint::set_paths`).
     pub rail_policy: RailPolicy,
-    /// A path that asked for an answer and heard nothing this long is
-    /// suspect and probed (Tang and Bilas [TB] section 4: a transient failure).
+    /// A path that asked for an answer and heard nothing this long (or two
+    /// retransmission timeouts, if longer) while another path answered is
+    /// suspect: probed, and its unacknowledged data moves to another rail
+    /// (Tang and Bilas [TB] section 4: a transient failure). Silence on
+    /// every path at once is the peer's, not a path's (`paths.rs`).
     pub path_suspect_after: Duration,
-    /// ... and this long, down for that peer: its unacknowledged data
-    /// moves to another rail (a permanent failure).
+    /// ... and this long (or five timeouts), down for that peer: probed
+    /// slowly until it answers (a permanent failure).
     pub path_down_after: Duration,
     /// Probe interval of a suspect path.
     pub path_probe_interval: Duration,

@@ -9,10 +9,11 @@
 //! rail the ACK itself came back), or the answer to a probe sent over it.
 //! Something sent that asks for an answer (data, a probe) starts a clock;
 //! silence past `path_suspect_after` (or two of the peer's retransmission
-//! timeouts, if longer: `Paths::patience`) makes the path *suspect*: it is
-//! probed, and the endpoint moves its data, in flight or new, to a healthy
-//! rail. Past `path_down_after` (or five timeouts) it is *down* for this
-//! peer (other peers may still reach it fine). Down paths are probed
+//! timeouts, if longer: `Paths::patience`) can make the path *suspect*
+//! (on the evidence below): it is probed, and the endpoint moves its data,
+//! in flight or new, to a healthy rail. Past `path_down_after` (or five
+//! timeouts) it is *down* for this peer (other peers may still reach it
+//! fine). Down paths are probed
 //! at a low rate and come back with the first answer. A peer with a single
 //! path is not tracked at all: there is nothing to choose between, and the
 //! stream's own retransmission and abandonment rules apply unchanged.
@@ -26,8 +27,10 @@
 //! half a patience apart: one lost datagram is not a failed path), and
 //! down without such evidence only once every path has been silent past
 //! `down` (the peer is unreachable: there is nothing to move the data to).
-//! A peer answers the data it holds before a path's probe, so its sender
-//! hears the data's path first. (The answer to a stream's timeout probe
+//! A peer sends the ACK it owes before a path probe's answer, so its
+//! sender hears the data's path first. When a path answers again, data
+//! left on paths that went down with every other (nothing to move it to
+//! then) moves to it at once. (The answer to a stream's timeout probe
 //! proves nothing of the path: a path that drops large datagrams but
 //! carries small ones must still lose its data to a healthy one.)
 //! On a loaded two-core machine this is what keeps healthy rails steady:
@@ -84,9 +87,11 @@ pub enum RailPolicy {
 pub enum PathState {
     /// Answering.
     Active,
-    /// Silent past `path_suspect_after`: probed, still used.
+    /// Silent past its patience while another path answered: probed, new
+    /// data goes elsewhere.
     Suspect,
-    /// Silent past `path_down_after`: not used for data, probed slowly.
+    /// Silent past its longer patience (with another path answering, or
+    /// every path silent): not used for data, probed slowly.
     Down,
 }
 
@@ -183,6 +188,9 @@ struct Path {
     pong_owed: bool,
     srtt: Option<Duration>,
     last_answer: Option<Instant>,
+    /// When the latest thing the path answered had been sent (a probe's
+    /// send time; an ACK's arrival, its departure being unknown).
+    heard_after: Option<Instant>,
     stats: PathStats,
 }
 
@@ -201,6 +209,7 @@ impl Path {
             pong_owed: false,
             srtt: None,
             last_answer: None,
+            heard_after: None,
             stats: PathStats::default(),
         }
     }
@@ -383,11 +392,14 @@ impl Paths {
         }
         // Only an answer times a probe: the peer's own probes and data
         // cross ours on the wire.
-        if let Some(sent) = p.probe_sent_at.take() {
+        let sent = p.probe_sent_at.take();
+        if let Some(sent) = sent {
             let sample = now - sent;
             p.srtt = Some(p.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
         }
-        Self::answered(p, now)
+        // The answer shows the peer was there after the probe went (a pong
+        // with no probe of ours out answers a duplicate: no evidence).
+        Self::answered(p, now, sent)
     }
 
     /// An ACK proved the paths in `rails` deliver (a bit per rail), and
@@ -404,7 +416,8 @@ impl Paths {
             return None;
         }
         for p in self.paths.iter_mut().filter(|p| rails & (1 << p.rail) != 0) {
-            if let Some(t) = Self::answered(p, now) {
+            // When the ACK left the peer is not known: its arrival stands in.
+            if let Some(t) = Self::answered(p, now, Some(now)) {
                 on_change(t);
             }
         }
@@ -422,9 +435,11 @@ impl Paths {
         failover
     }
 
-    fn answered(p: &mut Path, now: Instant) -> Option<Transition> {
+    /// `p` answered at `now` something sent at `asked`.
+    fn answered(p: &mut Path, now: Instant, asked: Option<Instant>) -> Option<Transition> {
         (p.awaiting_since, p.asks) = (None, 0);
         p.last_answer = Some(now);
+        p.heard_after = p.heard_after.max(asked);
         if p.state != PathState::Active {
             p.next_probe = None;
         }
@@ -486,11 +501,13 @@ impl Paths {
         self.reply_rail
     }
 
-    /// Whether a path other than `rail` answered after `since`: the peer
-    /// is alive and reaches us another way, so `rail`'s silence since then
-    /// is the path's own, not the peer's.
+    /// Whether a path other than `rail` answered something sent after
+    /// `since`: the peer is alive and reaches us another way, so `rail`'s
+    /// silence since then is the path's own, not the peer's. (An answer
+    /// to an earlier probe that merely arrives later may have left the peer
+    /// just before it stalled.)
     fn heard_elsewhere(&self, rail: RailId, since: Instant) -> bool {
-        self.paths.iter().any(|q| q.rail != rail && q.last_answer.is_some_and(|t| t > since))
+        self.paths.iter().any(|q| q.rail != rail && q.heard_after.is_some_and(|t| t > since))
     }
 
     /// A path other than `rail` that can answer but was asked nothing
@@ -557,7 +574,10 @@ impl Paths {
             };
             return (verdict, [Some(ask_at), down_at].into_iter().flatten().min());
         }
-        let judged_at = (heard && p.asks >= JUDGED_ON).then_some(next_ask_at);
+        // At most a patience late: a path that data keeps being sent into
+        // (each send an ask) is judged all the same.
+        let judged_at =
+            (heard && p.asks >= JUDGED_ON).then_some(next_ask_at.min(suspect_at + patience.suspect));
         match judged_at {
             Some(at) if now >= at => (Verdict::To(PathState::Suspect), None),
             _ => (Verdict::Wait, [judged_at, down_at].into_iter().flatten().min()),
@@ -613,6 +633,13 @@ impl Paths {
                 p.next_probe = Some(now);
             }
         }
+    }
+
+    /// The rails whose paths are suspect or down, if any path is active
+    /// (data last sent over them may be moved to it).
+    pub fn inactive_rails(&self) -> impl Iterator<Item = RailId> + '_ {
+        let any_active = self.paths.iter().any(|p| p.state == PathState::Active);
+        self.paths.iter().filter(move |p| any_active && p.state != PathState::Active).map(|p| p.rail)
     }
 
     /// Whether a path other than `rail` can carry data.
@@ -748,11 +775,12 @@ mod tests {
         let config = Config::default();
         let sent = Instant::ZERO + MS;
         let mut paths = streaming(sent, 4 * MS);
-        // Rail 1 answers a probe after rail 0's data went: the peer is there.
-        paths.on_sent(sent, 1, 0, 0, true);
-        assert_eq!(paths.on_receive(sent + MS, 1, false, false, true), None);
-        assert_eq!(paths.silence_deadline(&config), Some(sent + 8 * MS));
+        // An ACK for data over rail 1 comes after rail 0's data went: the
+        // peer is there.
+        paths.on_sent(sent, 1, 1, 0, true);
         let mut changes = Vec::new();
+        paths.on_acked(sent + MS, 0b10, 0b10, |t| changes.push(t.to));
+        assert_eq!(paths.silence_deadline(&config), Some(sent + 8 * MS));
         paths.on_timer(sent + 7 * MS, &config, |t| changes.push(t.to));
         assert!(changes.is_empty(), "the configured 2 ms passed, two timeouts have not");
         paths.on_timer(sent + 8 * MS, &config, |t| changes.push(t.to));
@@ -763,7 +791,15 @@ mod tests {
     fn a_peer_silent_on_every_path_changes_no_state_until_it_answers() {
         let config = Config::default();
         let sent = Instant::ZERO + MS;
-        let mut paths = streaming(sent, MS);
+        let mut paths = Paths::new(Instant::ZERO);
+        paths.set_rails(Instant::ZERO, &[0, 1]);
+        paths.set_rto(MS);
+        // Data flowed over rail 0 before (a failover would be timed from it).
+        paths.on_sent(Instant::ZERO, 0, 1, 0, true);
+        paths.on_acked(Instant::ZERO + MS / 2, 0b01, 0b01, |_| {});
+        for _ in 0..JUDGED_ON {
+            paths.on_sent(sent, 0, 1, 0, true);
+        }
         // Silent past the 2 ms patience: rail 1, asked nothing since, is
         // probed before rail 0 is judged.
         assert_eq!(paths.silence_deadline(&config), Some(sent + 2 * MS));
@@ -860,6 +896,37 @@ mod tests {
             let (probes, suspect) = backup_probed(answered);
             assert_eq!(suspect, None, "answered at ask {answered}: {probes:?}");
         }
+    }
+
+    #[test]
+    fn an_answer_to_a_probe_sent_before_the_silence_is_no_evidence() {
+        let config = Config::default();
+        let mut paths = Paths::new(Instant::ZERO);
+        paths.set_rails(Instant::ZERO, &[0, 1]);
+        paths.set_rto(MS);
+        // Both idle past the probe interval: both probed at 20 ms.
+        let idle = Instant::ZERO + 20 * MS;
+        paths.on_timer(idle, &config, |_| {});
+        for rail in [0, 1] {
+            assert_eq!(paths.take_control(idle, &config, false), Some((rail, Control::Probe)));
+            paths.on_sent(idle, rail, 0, 0, true);
+        }
+        assert_eq!(paths.on_receive(idle + MS / 10, 0, false, false, true), None);
+        // Data over rail 0, then rail 1's answer to the earlier probe: it
+        // arrives after the data went but says nothing of the peer since.
+        let sent = idle + MS / 5;
+        for _ in 0..JUDGED_ON {
+            paths.on_sent(sent, 0, 1, 0, true);
+        }
+        assert_eq!(paths.on_receive(sent + MS / 10, 1, false, false, true), None);
+        let mut changes = Vec::new();
+        paths.on_timer(sent + 2 * MS, &config, |t| changes.push(t));
+        assert!(changes.is_empty(), "judged on an answer from before the silence: {changes:?}");
+        assert_eq!(
+            paths.take_control(sent + 2 * MS, &config, true),
+            Some((1, Control::Probe)),
+            "rail 1 asked anew"
+        );
     }
 
     #[test]

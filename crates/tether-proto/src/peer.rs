@@ -331,6 +331,7 @@ impl Peer {
         if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
             info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
             cx.events.push_back(t.event(self.id, now));
+            self.rescue_stranded(cx, now);
         }
         let mut data_admitted = None;
         let mut landings = landing.commit();
@@ -381,14 +382,19 @@ impl Peer {
                             let srtt_ns = self.send.rtt.smoothed_ns();
                             cx.aggregate.on_ack(now, outcome.delivered, outcome.rtt, srtt_ns);
                             let (events, id) = (&mut *cx.events, self.id);
+                            let mut revived = false;
                             let failover =
                                 self.paths.on_acked(now, outcome.rails, outcome.latest_rails, |t| {
                                     info!(peer = id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
-                                    events.push_back(t.event(id, now))
+                                    events.push_back(t.event(id, now));
+                                    revived = true;
                                 });
                             if let Some(failover) = failover {
                                 info!(peer = id, from = failover.from, to = failover.to, gap = ?failover.gap, "failed over");
                                 events.push_back(Event::FailedOver { peer: id, failover, at: now });
+                            }
+                            if revived {
+                                self.rescue_stranded(cx, now);
                             }
                         }
                         Err(AckRefused::Inconsistent) => {
@@ -728,6 +734,18 @@ impl Peer {
         }
     }
 
+    /// A path answered again: data still out on paths that are not active
+    /// (left there when every path went silent at once, with nowhere to
+    /// move it) goes again over the paths that answer, with a fresh
+    /// timeout instead of the one backed off through the silence.
+    fn rescue_stranded(&mut self, cx: &mut Context<'_>, now: Instant) {
+        for rail in self.paths.inactive_rails() {
+            if self.send.fail_over(now, rail) > 0 {
+                cx.stats.failovers += 1;
+            }
+        }
+    }
+
     /// Build the next datagram to this peer into `buf`. ACKs ride on data
     /// when there is any; small messages share one datagram.
     pub fn poll_transmit(&mut self, cx: &mut Context<'_>, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -782,7 +800,8 @@ impl Peer {
         //
         // An ACK owed goes out before a path's answer: a peer that was
         // silent on every path (its thread descheduled) then answers the
-        // data it holds before the probes that came in beside it, and its
+        // data it holds before the probes that came in beside it (a probe
+        // owes an ACK of its own too: one datagram more, not a delay), and its
         // sender does not take the other path's answer for evidence that
         // the data's path went silent alone (`Paths::heard_elsewhere`).
         let ack_first = self.paths.pong_owed() && self.recv.ack_pending() && self.recv.marks_intact();

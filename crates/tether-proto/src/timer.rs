@@ -21,7 +21,9 @@ pub enum Timer {
     DelayedAck,
     /// Small messages waiting to share a datagram must go.
     Coalesce,
-    /// A path that asked for an answer turns suspect or down if none came.
+    /// A path that asked for an answer and got none is judged (suspect or
+    /// down, on evidence that the silence is its own), or asks again, or
+    /// has the other paths asked.
     PathSilence,
     /// A path is due a probe (suspect, down, or idle).
     Probe,

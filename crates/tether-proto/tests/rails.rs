@@ -404,3 +404,46 @@ fn a_peer_acknowledges_data_before_answering_a_path_probe_beside_it() {
     let answers: Vec<u8> = std::iter::from_fn(|| b.poll_transmit(later, &mut buf)).map(|t| t.rail).collect();
     assert_eq!(answers, [0, 1], "the ACK over rail 0, then the probe's answer over rail 1");
 }
+
+/// Rail 0 dies for good while rail 1 holds everything for 12 ms (the peer
+/// unreachable on both: every path goes down together and nothing can
+/// move). When rail 1 delivers again, what was stranded on rail 0 goes
+/// over it at once, not at the stream's timeout backed off through the
+/// silence: every message is in within 3 ms of rail 1's return.
+#[test]
+fn data_stranded_while_every_path_was_down_moves_when_one_returns() {
+    let mut r = Rails::new(Config::default());
+    let now = r.now();
+    r.a().connect(now, B).unwrap();
+    r.run(Duration::from_millis(50));
+    let cut = r.now() + Duration::from_millis(2);
+    let back = cut + Duration::from_millis(12);
+    r.net.link = Box::new(move |s: &mut Sent<'_>| match s.rail {
+        0 if s.now >= cut => Fate::Drop,
+        1 if s.now >= cut && s.now < back => Fate::Deliver((back - s.now) + LATENCY),
+        _ => Fate::Deliver(LATENCY),
+    });
+    let want: Vec<Vec<u8>> = (0..20).map(|i| msg(i, 1000)).collect();
+    stream(&mut r, &want, Duration::from_micros(200));
+    let mut got = Vec::new();
+    let mut done_at = None;
+    while r.now() < back + Duration::from_millis(100) {
+        r.run(Duration::from_micros(100));
+        got.extend(r.drain_b());
+        if got.len() == want.len() && done_at.is_none() {
+            done_at = Some(r.now());
+        }
+    }
+    check(&got, &want, "after the outage");
+    let events = r.events_a();
+    let both_down =
+        events.iter().filter(|e| matches!(e, Event::PathChanged { to: PathState::Down, .. })).count();
+    assert!(both_down >= 2, "both paths went down: {events:?}");
+    let done_at = done_at.expect("all delivered");
+    assert!(
+        done_at <= back + Duration::from_millis(3),
+        "delivered {:?} after rail 1 came back",
+        done_at - back
+    );
+    assert!(r.a().stats().failovers >= 1);
+}
