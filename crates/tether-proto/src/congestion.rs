@@ -83,6 +83,12 @@ pub trait Controller: Send + Debug {
     }
     /// What a `CongestionInfo` reports as its state.
     fn state(&self) -> &'static str;
+    /// The stream competes on loss with a neighbour that keeps the queue
+    /// full: the endpoint's window, delay-controlled and blind to loss,
+    /// then does not hold it back (it would hand the neighbour the link).
+    fn competing(&self) -> bool {
+        false
+    }
 }
 
 /// Builds a controller for each new stream; `max_payload` is the largest
@@ -478,6 +484,10 @@ impl Controller for DelayTarget {
         } else {
             1.25
         }
+    }
+
+    fn competing(&self) -> bool {
+        self.mode == Mode::Competing
     }
 
     fn state(&self) -> &'static str {

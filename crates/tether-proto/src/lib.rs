@@ -53,7 +53,9 @@ mod time;
 mod timer;
 
 pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
-pub use congestion::{CongestionControl, CongestionInfo, Controller, ControllerFactory};
+pub use congestion::{
+    AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,
+};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;

@@ -471,11 +471,13 @@ impl SendStream {
     /// `send_window` segments in flight and its bytes within
     /// `send_window_bytes` (or nothing in flight at all), within the
     /// congestion window, and within the endpoint's window over all its
-    /// streams, `room` (`aggregate`).
+    /// streams, `room` (`aggregate`), unless the stream competes on loss
+    /// (`Controller::competing`).
     fn window_admits(&self, room: Room) -> bool {
         let Some(next) = self.segments.get(self.in_flight() as usize) else { return false };
         let len = next.log.data.len() as u64;
-        self.own_window_admits(next) && room.admits(self.pipe, self.reported_pipe, len)
+        self.own_window_admits(next)
+            && (self.cc.competing() || room.admits(self.pipe, self.reported_pipe, len))
     }
 
     /// `window_admits` but for the endpoint's window.
@@ -500,6 +502,7 @@ impl SendStream {
     pub fn held_by(&self, room: Room) -> bool {
         let next = self.segments.get(self.in_flight() as usize);
         !self.halted
+            && !self.cc.competing()
             && next.is_some_and(|n| {
                 self.own_window_admits(n)
                     && !room.admits(self.pipe, self.reported_pipe, n.log.data.len() as u64)
