@@ -225,6 +225,12 @@ impl Path {
         Some((from, to))
     }
 
+    /// The path can answer but was asked nothing since it last did, and
+    /// has no probe due.
+    fn unasked(&self) -> bool {
+        self.state != PathState::Down && self.awaiting_since.is_none() && self.next_probe.is_none()
+    }
+
     /// When the path is next due a probe: one scheduled, or an idle
     /// healthy path's.
     fn probe_deadline(&self, config: &Config) -> Option<Instant> {
@@ -514,12 +520,7 @@ impl Paths {
     /// since it last did (and has no probe due): probing it tells a
     /// silent path from a silent peer.
     fn others_unasked(&self, rail: RailId) -> bool {
-        self.paths.iter().any(|q| {
-            q.rail != rail
-                && q.state != PathState::Down
-                && q.awaiting_since.is_none()
-                && q.next_probe.is_none()
-        })
+        self.paths.iter().any(|q| q.rail != rail && q.unasked())
     }
 
     /// When every path will have been silent past `down` (a down path is
@@ -599,10 +600,7 @@ impl Paths {
                     // peer may be silent on every path: ask again, and ask
                     // the others, before judging this one.
                     for q in self.paths.iter_mut() {
-                        let asked = q.awaiting_since.is_some() || q.next_probe.is_some();
-                        if (q.rail == rail && again)
-                            || (q.rail != rail && others && q.state != PathState::Down && !asked)
-                        {
+                        if (q.rail == rail && again) || (q.rail != rail && others && q.unasked()) {
                             q.next_probe = Some(now);
                         }
                     }
