@@ -2,16 +2,18 @@
 //! without a copy of what was sent, so benchmarks and the demo prove
 //! "exact bytes" rather than assume it.
 
-/// A new message of `size` bytes filled as `fill` fills it, as the
-/// `Bytes` that `Endpoint::send_bytes` keeps without copying.
-pub fn message(size: usize, src: u32, index: u64) -> tether::Bytes {
+/// Message `index` from `src`, `size` bytes filled as `fill` fills it,
+/// written into `v` (emptied first; grown if it is short): the buffer an
+/// endpoint's `message_buffer` hands out, to be sealed and sent whole.
+pub fn write_message(mut v: Vec<u8>, size: usize, src: u32, index: u64) -> Vec<u8> {
     use std::mem::MaybeUninit;
-    let mut v = Vec::with_capacity(size);
+    v.clear();
+    v.reserve(size);
     // Written once, not zeroed first: the pattern is the only pass.
     tile(&mut v.spare_capacity_mut()[..size], word(src, index).to_le_bytes().map(MaybeUninit::new));
     // SAFETY: `tile` wrote every one of the first `size` bytes.
     unsafe { v.set_len(size) };
-    v.into()
+    v
 }
 
 /// Fill `buf` with the pattern of message `index` from `src`.
@@ -63,7 +65,12 @@ mod tests {
             let mut b = vec![0u8; len];
             fill(&mut b, 3, 42);
             assert!(verify(&b, 3, 42));
-            assert_eq!(&message(len, 3, 42)[..], &b[..], "message() is fill() in a buffer of its own");
+            let used = vec![0xAAu8; 3];
+            assert_eq!(
+                write_message(used, len, 3, 42),
+                b,
+                "write_message() is fill() in a buffer emptied first"
+            );
             if len >= 8 {
                 assert_eq!(index_of(&b, 3), Some(42));
             }

@@ -17,10 +17,11 @@ use crate::timeline::Timeline;
 
 const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// From this size on the sender hands each message over whole
-/// (`Endpoint::send_bytes`: a buffer of its own, kept by the log, no copy
-/// before the datagram's); below it copying the bytes into the log costs
-/// less than allocating a buffer per message, so it reuses one (`send`).
+/// From this size on the sender writes each message into a buffer from the
+/// endpoint's pool and hands it over whole (`Endpoint::send_bytes`: kept by
+/// the log, no copy before the datagram's, back in the pool once
+/// acknowledged); below it copying the bytes into the log costs less than a
+/// buffer per message, so it reuses one (`send`).
 const HAND_OVER_FROM: usize = 4096;
 
 /// Send message `i` of the stream as `HAND_OVER_FROM` says, waiting up to
@@ -32,7 +33,8 @@ fn send_pattern(
     timeout: Duration,
 ) -> Result<tether::SendHandle, tether::Error> {
     if buf.len() >= HAND_OVER_FROM {
-        tx.send_bytes_blocking(RECEIVER, pattern::message(buf.len(), SENDER, i), Some(timeout))
+        let msg = pattern::write_message(tx.message_buffer(buf.len()), buf.len(), SENDER, i);
+        tx.send_bytes_blocking(RECEIVER, tx.seal(msg), Some(timeout))
     } else {
         pattern::fill(buf, SENDER, i);
         tx.send_blocking(RECEIVER, buf, Some(timeout))

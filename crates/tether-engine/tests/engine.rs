@@ -446,7 +446,20 @@ fn a_new_engine_resumes_where_the_dead_one_stopped() {
         let count = 3000;
         let mut got = Vec::new();
         for i in 0..count {
-            a.send(2, &msg(i, sizes[i % 4]), WAIT).unwrap();
+            // One thread plays both applications: while it waits for room
+            // it reads, as the receiving engine acknowledges only what its
+            // application took (and the sender's buffer holds a few MiB,
+            // not the whole test).
+            let started = std::time::Instant::now();
+            while let Err(e) = a.send(2, &msg(i, sizes[i % 4]), Some(Duration::from_millis(1))) {
+                assert!(
+                    matches!(e, EngineError::Timeout) && started.elapsed() < WAIT.unwrap(),
+                    "send {i}: {e}"
+                );
+                while let Some(d) = b.try_recv().unwrap() {
+                    got.push(d);
+                }
+            }
             if i == at {
                 if restart_sender {
                     e1.restart()

@@ -435,6 +435,14 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint's pool of message buffers, shared: reassembled
+    /// messages come from it, and an application that writes its messages
+    /// into buffers taken from it (`MessagePool::take`, `MessagePool::seal`)
+    /// gets each back once the stream has no more use for it.
+    pub fn message_pool(&self) -> MessagePool {
+        self.messages.clone()
+    }
+
     /// Buffers for messages reassembled from fragments that wait in the
     /// endpoint's pool to be reused (their number, and their capacity in
     /// bytes): a delivered message's buffer returns there when the
@@ -1555,5 +1563,44 @@ mod tests {
             assert_eq!(read, sent, "{len} B: every message read once drained");
             assert_eq!((a.send_buffer_memory(2), b.delivery_queue_memory()), (0, 0));
         }
+    }
+
+    /// A message larger than the send buffer is taken when the buffer is
+    /// empty, and alone: the buffer's bound holds for everything else, and
+    /// no message the size limit allows is refused for ever. A buffer taken
+    /// from the endpoint's pool for it comes back once it is acknowledged.
+    #[test]
+    fn a_message_larger_than_the_send_buffer_goes_alone() {
+        let config = Config {
+            send_buffer_bytes: 64 * 1024,
+            max_message_len: 1 << 20,
+            max_datagram: 1472,
+            ..Config::default()
+        };
+        let (mut a, mut b) = two_peers(config);
+        let mut now = Instant::from_nanos(1_000_000);
+        let pool = a.message_pool();
+        let mut big = pool.take(1 << 20);
+        big.extend((0..1u32 << 20).map(|i| i as u8));
+        let big = pool.seal(big);
+        a.send_bytes(now, 2, big.clone()).expect("an empty buffer takes a message of any allowed size");
+        assert_eq!(a.send(now, 2, b"next"), Err(SendError::WouldBlock), "nothing beside it");
+        assert!(a.send_buffer_memory(2) > 64 * 1024);
+        drop(big);
+        let mut buf = vec![0u8; 2048];
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            exchange(&mut a, &mut b, now, &mut buf);
+            got.extend(std::iter::from_fn(|| b.recv()).map(|d| d.message));
+            if a.send_buffer_memory(2) == 0 {
+                break;
+            }
+            now = now + core::time::Duration::from_micros(50);
+        }
+        assert_eq!(got.len(), 1);
+        assert!(got[0].iter().enumerate().all(|(i, &x)| x == i as u8), "delivered exact");
+        assert_eq!(a.send_buffer_memory(2), 0, "acknowledged");
+        assert_eq!(pool.held().0, 1, "its buffer back in the sender's pool");
+        a.send(now, 2, b"next").expect("room again");
     }
 }

@@ -66,6 +66,7 @@ pub use endpoint::{
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
 pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
+pub use message_pool::MessagePool;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
 pub use replay::WINDOW as REPLAY_WINDOW;

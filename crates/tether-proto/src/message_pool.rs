@@ -1,5 +1,4 @@
-//! Buffers for messages reassembled from fragments, recycled: the hot path
-//! does not allocate.
+//! Buffers for large messages, recycled: the hot path does not allocate.
 //!
 //! A message larger than one datagram is reassembled in a buffer of its
 //! whole size (`RecvStream`), handed to the application as [`Bytes`], and
@@ -11,7 +10,11 @@
 //! samples. Here a delivered message's buffer comes back to its endpoint's
 //! pool when the application drops the last `Bytes` that refers to it
 //! (`Bytes::from_owner`), and the next message of a similar size reuses it,
-//! its pages already mapped.
+//! its pages already mapped. A sender may take its messages' buffers from
+//! the same pool (`Endpoint::message_pool`; the runtime's
+//! `Endpoint::message_buffer` and `seal`): each comes back when the log
+//! drops it, acknowledged, so a stream of large messages allocates nothing
+//! on either side once both pools are warm.
 //!
 //! The pool is bounded in count and in bytes, and keeps no buffer below
 //! [`POOL_FROM`] (the allocator serves those from its own free lists
@@ -29,8 +32,9 @@ pub const POOL_FROM: usize = 16 * 1024;
 /// Buffers above this capacity are not pooled: a message this large
 /// amortises its allocation, and one kept would pin that much memory.
 pub const MAX_POOLED: usize = 4 << 20;
-/// At most this many buffers wait in the pool...
-const MAX_BUFFERS: usize = 32;
+/// At most this many buffers wait in the pool (a default send buffer's
+/// worth of the smallest pooled size)...
+const MAX_BUFFERS: usize = 256;
 /// ...and at most this many bytes of capacity.
 const MAX_BYTES: usize = 16 << 20;
 
@@ -47,6 +51,7 @@ struct Free {
 }
 
 impl MessagePool {
+    /// An empty pool.
     pub fn new() -> Self {
         Self::default()
     }

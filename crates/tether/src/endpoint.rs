@@ -353,6 +353,8 @@ enum Inner {
 /// by the application's calls and the process's progress threads.
 struct Embedded {
     shared: Arc<Shared>,
+    /// The core's pool of message buffers, reached without the lock.
+    messages: tether_proto::MessagePool,
     /// The progress worker serving it; `None` with `Progress::Polling`.
     progress: Option<progress::Assignment>,
 }
@@ -533,6 +535,7 @@ impl Endpoint {
         let waiter = Waiter::new(&fds)?;
         let fds = fds.into_iter().flatten().collect();
         let clock = Clock::new();
+        let messages = core.message_pool();
         let shared = Arc::new(Shared {
             driver: Mutex::new(Driver::new(core, wrapped, api.map(|i| (i, clock.now())))),
             waiter,
@@ -555,7 +558,10 @@ impl Endpoint {
             Progress::Polling => None,
             Progress::Thread => Some(progress::serve(shared.clone())?),
         };
-        Ok(Endpoint { inner: Inner::Embedded(Embedded { shared, progress }), linger: options.linger })
+        Ok(Endpoint {
+            inner: Inner::Embedded(Embedded { shared, messages, progress }),
+            linger: options.linger,
+        })
     }
 
     /// Attach to the engine serving `dir` as `node` (`Builder::engine`).
@@ -893,6 +899,31 @@ impl Endpoint {
         match &self.inner {
             Inner::Embedded(e) => e.send_blocking(peer, Outgoing::Owned(msg), timeout),
             Inner::Engine(a) => a.send_blocking(peer, &msg, timeout),
+        }
+    }
+
+    /// An empty buffer of at least `capacity` bytes for a message to be
+    /// written into and handed over with [`Endpoint::seal`] and
+    /// [`Endpoint::send_bytes`]: from the endpoint's pool when the size is
+    /// one it keeps (16 KiB to 4 MiB), its pages already mapped. A stream
+    /// of large messages sent this way allocates nothing once the pool is
+    /// warm: each buffer comes back when its message is acknowledged.
+    pub fn message_buffer(&self, capacity: usize) -> Vec<u8> {
+        match &self.inner {
+            Inner::Embedded(e) => e.messages.take(capacity),
+            Inner::Engine(_) => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// `buf` (best taken from [`Endpoint::message_buffer`]) as the
+    /// [`Bytes`] to hand to [`Endpoint::send_bytes`]: when the last
+    /// reference to it is dropped (the log's, once the message is
+    /// acknowledged) the buffer returns to the endpoint's pool. In engine
+    /// mode the message is copied into the shared ring, and `buf` freed.
+    pub fn seal(&self, buf: Vec<u8>) -> Bytes {
+        match &self.inner {
+            Inner::Embedded(e) => e.messages.seal(buf),
+            Inner::Engine(_) => Bytes::from(buf),
         }
     }
 
