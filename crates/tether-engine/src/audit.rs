@@ -10,7 +10,7 @@
 //! Two depths, on two intervals: the bookkeeping of every stream (a pass
 //! over the segments) often, and the payloads' digests (a pass over every
 //! buffered byte) at the self-test's interval, in slices of `SLICE` bytes
-//! a turn: up to 64 MiB may wait per peer, and one pass over it at once
+//! a turn: megabytes may wait per peer (`send_buffer_bytes`), and one pass over it at once
 //! would hold the loop for milliseconds, past the watchdog's threshold.
 //! Between audits a payload is still checked before each transmission and
 //! a held segment before it is delivered (the core counts

@@ -385,7 +385,7 @@ impl SendStream {
     /// the patience clock for abandonment restarts.
     ///
     /// With `Config::verify_payloads` every payload is read once for its
-    /// digest (64 MiB may wait per peer): `progress` is called back every
+    /// digest (`send_buffer_bytes`, megabytes, may wait per peer): `progress` is called back every
     /// `PROGRESS_BYTES` of them, so an engine can show its watchdog that
     /// it is working, not hung.
     pub fn restore(
