@@ -19,6 +19,7 @@ mod engine_proc;
 mod fault_hook;
 mod flows;
 mod limit;
+mod loss_bench;
 mod model;
 mod net;
 mod netns;
@@ -127,6 +128,10 @@ enum BenchWhat {
     /// beside a TCP Cubic connection (tether's share of fair), and the
     /// 8 B round trip through the idle link, shaped and not. Needs root.
     Congestion(congestion_bench::CongestionOpts),
+    /// Goodput under random loss (--rate, 1%) against the same stream
+    /// without it, in alternating pairs of runs so the machine's drift
+    /// falls on both alike.
+    Loss(loss_bench::LossOpts),
 }
 
 fn main() {
@@ -214,7 +219,11 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             (Some(BenchWhat::Checksum(c)), Some((_, cm))) => check_checksum(c, cm),
             (
                 Some(
-                    BenchWhat::Auth(_) | BenchWhat::Shm(_) | BenchWhat::Engine(_) | BenchWhat::Congestion(_),
+                    BenchWhat::Auth(_)
+                    | BenchWhat::Shm(_)
+                    | BenchWhat::Engine(_)
+                    | BenchWhat::Congestion(_)
+                    | BenchWhat::Loss(_),
                 ),
                 _,
             ) => Ok(()),
@@ -499,6 +508,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Shm(s)) => return run_bench_shm(s),
         Some(BenchWhat::Engine(e)) => return run_bench_engine(e),
         Some(BenchWhat::Congestion(c)) => return congestion_bench::run(c),
+        Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };

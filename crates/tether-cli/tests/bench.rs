@@ -1,4 +1,4 @@
-//! `tether bench checksum`, `tether bench auth` and `tether bench shm` end to end: the JSON
+//! `tether bench checksum`, `auth`, `shm` and `loss` end to end: the JSON
 //! documents of the bandwidth table (with the model), of the detection
 //! table and of the authentication costs carry every record the issues
 //! name, with figures that could only come from a measurement.
@@ -200,4 +200,24 @@ fn mtu_auto_takes_the_paths_largest_datagram() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("mtu 65507 B"), "{text}");
+}
+
+/// `tether bench loss`: a pair of runs, the lossy one with datagrams
+/// dropped and repaired, every message verified, and the ratio of the two
+/// goodputs in the same pair.
+#[test]
+fn loss_document_pairs_a_lossy_run_with_a_loss_free_one() {
+    let doc = tether_json(&["bench", "loss", "--runs", "1", "--count", "20000", "--rate", "0.1", "--json"]);
+    assert_eq!(doc["size"], 1024);
+    assert_eq!(doc["rate"], 0.1);
+    let pairs = doc["pairs"].as_array().expect("pairs");
+    assert_eq!(pairs.len(), 1);
+    let p = &pairs[0];
+    assert!(p["lossy_dropped"].as_u64().expect("dropped") > 0, "the lossy run lost datagrams: {p}");
+    assert!(p["lossy_retransmits"].as_u64().expect("retransmits") > 0, "and repaired them: {p}");
+    let ratio = p["ratio"].as_f64().expect("ratio");
+    let free = p["loss_free_mb_s"].as_f64().expect("loss-free");
+    let lossy = p["lossy_mb_s"].as_f64().expect("lossy");
+    assert!(free > 0.0 && lossy > 0.0 && (ratio - lossy / free).abs() < 1e-9, "{p}");
+    assert_eq!(doc["ratio"]["median"].as_f64(), Some(ratio));
 }
