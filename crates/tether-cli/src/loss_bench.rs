@@ -82,6 +82,10 @@ pub fn run(o: &LossOpts, mut net: NetOpts) -> anyhow::Result<()> {
         net.loss = loss;
         checked(stream::reliable_loopback(&net, count)?, what)
     };
+    // A process's first run is slower (its allocator and pages are cold:
+    // `tether stream --size 1024` gave 1,527-1,647 MB/s first, 2,288-2,547
+    // after): one run, not counted, warms them for the pairs.
+    one(0.0, "warm-up")?;
     for i in 0..o.runs {
         // Which goes first alternates too: a pair's second run is not
         // always the lossy one (nor the one after a warm machine).
