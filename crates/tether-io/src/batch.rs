@@ -12,6 +12,9 @@ pub struct RecvBatch {
     from: Vec<Option<NodeId>>,
     addrs: Vec<Option<SocketAddr>>,
     filled: usize,
+    /// The receive that filled it took one datagram alone and did not look
+    /// for more: the socket may hold others (`may_hold_more`).
+    partial: bool,
 }
 
 impl std::fmt::Debug for RecvBatch {
@@ -36,6 +39,7 @@ impl RecvBatch {
             from: vec![None; capacity],
             addrs: vec![None; capacity],
             filled: 0,
+            partial: false,
         }
     }
 
@@ -53,6 +57,17 @@ impl RecvBatch {
     }
     pub fn clear(&mut self) {
         self.filled = 0;
+        self.partial = false;
+    }
+
+    /// The socket may hold more than this batch took though it is not
+    /// full: a receive that takes one datagram alone does not look further.
+    pub fn may_hold_more(&self) -> bool {
+        self.partial || self.is_full()
+    }
+
+    pub(crate) fn set_partial(&mut self) {
+        self.partial = true;
     }
 
     /// The filled datagrams with their source node (if known).

@@ -227,6 +227,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         }
         let before = self.injector.ready() + self.injector.holding();
         self.injector.drain_ready(now, |from, addr, d| batch.push(from, addr, d));
+        if self.inner_batch.may_hold_more() {
+            batch.set_partial();
+        }
         if before > 0 {
             self.publish();
         }

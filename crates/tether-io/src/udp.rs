@@ -389,6 +389,7 @@ impl UdpTransport {
         self.counters.datagrams_received += 1;
         self.counters.bytes_received += len as u64;
         batch.set_filled(1);
+        batch.set_partial();
         Ok(1)
     }
 
@@ -487,7 +488,9 @@ mod tests {
         let got: Vec<_> = rx.iter().map(|(f, d)| (f, d.to_vec())).collect();
         assert_eq!(got, vec![(Some(1), vec![9u8; 2048])], "cut to the slot");
         assert_eq!(rx.addr(0), a.local_addr());
+        assert!(rx.may_hold_more(), "taken alone: the socket may hold more");
         assert_eq!(b.recv_batch(&mut rx).unwrap(), 3, "then a batch");
+        assert!(!rx.may_hold_more(), "a batch short of full emptied the socket");
         let got: Vec<_> = rx.iter().map(|(f, d)| (f, d.to_vec())).collect();
         let want: Vec<_> =
             ["two", "three", "four"].iter().map(|m| (Some(1), m.as_bytes().to_vec())).collect();

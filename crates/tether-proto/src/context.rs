@@ -41,4 +41,6 @@ pub(crate) struct Context<'a> {
     pub aggregate: &'a mut Aggregate,
     /// The endpoint's handshakes under way, and those waiting.
     pub greetings: &'a mut Greetings,
+    /// Rails the driver left unread this turn (`Endpoint::set_backlog`).
+    pub backlog: u8,
 }

@@ -219,6 +219,8 @@ pub struct Endpoint {
     recv_arena: BytesMut,
     /// Buffers for messages reassembled from fragments, recycled.
     messages: MessagePool,
+    /// Rails whose sockets the driver left unread this turn (`set_backlog`).
+    backlog: u8,
     /// Where payloads land while their datagram is verified (`landing`).
     landing: LandingArea,
     /// Where authenticated datagrams are decrypted (grown once).
@@ -273,6 +275,7 @@ impl Endpoint {
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
             messages: MessagePool::new(),
+            backlog: 0,
             landing: LandingArea::default(),
             open_buf: Vec::new(),
             refused_report: (Instant::ZERO, [0; REFUSED.len()]),
@@ -518,6 +521,7 @@ impl Endpoint {
             aggregate,
             ready,
             greetings,
+            backlog,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
@@ -536,6 +540,7 @@ impl Endpoint {
             moves,
             aggregate,
             greetings,
+            backlog: *backlog,
         };
         let out = f(peer, &mut cx, landing);
         greetings.update(counted, peer.greeting_counted());
@@ -1038,6 +1043,15 @@ impl Endpoint {
         self.stats.bytes_sent += len as u64;
         trace!(node = self.node, peer = r.to, "handshake: WELCOME sent");
         Some(Transmit { dst: r.to, len, rail: r.rail, to_addr: r.to_addr })
+    }
+
+    /// The rails (a bit each) whose sockets this turn left unread, its
+    /// receive budget spent; 0 when every socket was read to the end. A
+    /// driver that bounds its receives tells the core before
+    /// `handle_timeout`: a path over such a rail is not judged silent
+    /// while its answer may be waiting there, unread.
+    pub fn set_backlog(&mut self, rails: u8) {
+        self.backlog = rails;
     }
 
     /// Run the timers that have expired by `now`.

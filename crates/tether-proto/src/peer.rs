@@ -711,6 +711,7 @@ impl Peer {
     fn on_path_timers(&mut self, cx: &mut Context<'_>, now: Instant) {
         let mut changed = [None; MAX_RAILS];
         let mut n = 0;
+        self.paths.set_backlog(cx.backlog);
         self.paths.on_timer(now, cx.config, |t| {
             changed[n] = Some(t);
             n += 1;

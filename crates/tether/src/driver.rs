@@ -40,6 +40,9 @@ pub(crate) struct Driver {
     /// spinning receiver almost nothing (a system call per turn cost 7% of
     /// an 8-byte round trip); a datagram on it makes it busy again at once.
     heat: Vec<u16>,
+    /// Rails this turn left unread (a bit each), for the core's path
+    /// judgments (`Endpoint::set_backlog`).
+    backlog: u8,
     quiet_poll_at: Instant,
 }
 
@@ -72,6 +75,7 @@ impl Driver {
             core,
             heat: vec![HOT_TURNS; rails.len()],
             quiet_poll_at: Instant::ZERO,
+            backlog: 0,
             rails,
             api,
         }
@@ -140,6 +144,7 @@ impl Driver {
     /// Receive everything waiting, run timers, send everything the core has.
     pub fn step(&mut self, now: Instant) {
         let received = self.receive(now);
+        self.core.set_backlog(self.backlog);
         // A turn that brought nothing, with no timer due and nothing queued,
         // has nothing more to do: spinning receivers take this path millions
         // of times, so it must cost no more than the receive call.
@@ -162,6 +167,7 @@ impl Driver {
 
     fn receive(&mut self, now: Instant) -> usize {
         let mut total = 0;
+        self.backlog = 0;
         let every_rail = self.rails.len() == 1 || now >= self.quiet_poll_at;
         if every_rail {
             self.quiet_poll_at = now + QUIET_POLL;
@@ -196,7 +202,14 @@ impl Driver {
                     self.core.handle_datagram_from(now, rail as RailId, origin, datagram);
                 }
                 total += n;
-                if n < BATCH || total >= RECV_BUDGET {
+                if !self.rx.may_hold_more() {
+                    break;
+                }
+                if !self.rx.is_full() || total >= RECV_BUDGET {
+                    // Maybe left unread (a datagram taken alone, or the
+                    // budget spent): no path over this rail is judged
+                    // silent before a turn reads it to the end.
+                    self.backlog |= 1 << rail;
                     break;
                 }
             }
