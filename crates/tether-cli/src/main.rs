@@ -9,6 +9,7 @@ mod bandwidth;
 mod bench;
 mod campaign;
 mod congestion_bench;
+mod contention_bench;
 mod demo;
 mod demo_engine;
 mod detection;
@@ -132,6 +133,9 @@ enum BenchWhat {
     /// without it, in alternating pairs of runs so the machine's drift
     /// falls on both alike.
     Loss(loss_bench::LossOpts),
+    /// The small-message round trip with a busy thread on every core,
+    /// tether against the limit under the same load, alternating.
+    Contention(contention_bench::ContentionOpts),
 }
 
 fn main() {
@@ -223,7 +227,8 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
                     | BenchWhat::Shm(_)
                     | BenchWhat::Engine(_)
                     | BenchWhat::Congestion(_)
-                    | BenchWhat::Loss(_),
+                    | BenchWhat::Loss(_)
+                    | BenchWhat::Contention(_),
                 ),
                 _,
             ) => Ok(()),
@@ -509,6 +514,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Engine(e)) => return run_bench_engine(e),
         Some(BenchWhat::Congestion(c)) => return congestion_bench::run(c),
         Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
+        Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };

@@ -1,4 +1,4 @@
-//! `tether bench checksum`, `auth`, `shm` and `loss` end to end: the JSON
+//! `tether bench checksum`, `auth`, `shm`, `loss` and `contention` end to end: the JSON
 //! documents of the bandwidth table (with the model), of the detection
 //! table and of the authentication costs carry every record the issues
 //! name, with figures that could only come from a measurement.
@@ -220,4 +220,21 @@ fn loss_document_pairs_a_lossy_run_with_a_loss_free_one() {
     let lossy = p["lossy_mb_s"].as_f64().expect("lossy");
     assert!(free > 0.0 && lossy > 0.0 && (ratio - lossy / free).abs() < 1e-9, "{p}");
     assert_eq!(doc["ratio"]["median"].as_f64(), Some(ratio));
+}
+
+/// `tether bench contention`: the limit's and tether's round trips under
+/// the same busy threads, each a distribution over runs, and their ratio.
+#[test]
+fn contention_document_has_both_round_trips_under_the_load() {
+    let doc = tether_json(&["bench", "contention", "--runs", "1", "--count", "200", "--busy", "1", "--json"]);
+    assert_eq!(
+        (doc["size"].as_u64(), doc["busy_threads"].as_u64(), doc["count"].as_u64()),
+        (Some(8), Some(1), Some(200))
+    );
+    let limit = positive(&doc["limit_us"], "limit");
+    let tether = positive(&doc["tether_us"], "tether");
+    positive(&doc["limit_p99_us"], "limit p99");
+    positive(&doc["tether_p99_us"], "tether p99");
+    let ratio = doc["ratio"].as_f64().expect("ratio");
+    assert!((ratio - tether / limit).abs() < 1e-9, "{doc}");
 }

@@ -1,0 +1,141 @@
+//! `tether bench contention`: the small-message round trip while every
+//! core also runs a busy thread (issue 14: under CPU contention the 8 B
+//! round trip's median stays within 3x the limit's under the same load).
+//!
+//! The limit (`crate::limit`: two spinning non-blocking sockets) and
+//! tether are measured in alternating runs under the same busy threads, so
+//! both meet the same scheduler; each run's median round trip is the
+//! sample, and the ratio is of their medians.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::args;
+use crate::net::NetOpts;
+use crate::summary::Summary;
+use crate::{limit, pingpong};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ContentionOpts {
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = args::size(0))]
+    pub size: usize,
+    /// Runs of each (the limit's and tether's, alternating).
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+          value_parser = args::int_in::<usize>(1, 1000, "runs", ""))]
+    pub runs: usize,
+    /// Round trips per run [default: half of `tether pingpong`'s, by --size].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::int_in::<u64>(1, 1 << 30, "round trips", ""))]
+    pub count: Option<u64>,
+    /// Busy threads beside the benchmark [default: one per core].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::int_in::<usize>(0, 1024, "threads", ""))]
+    pub busy: Option<usize>,
+    /// Print one JSON document instead of a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContentionBench {
+    pub size: usize,
+    pub count: u64,
+    pub busy_threads: usize,
+    /// Each run's median round trip, microseconds.
+    pub limit_us: Summary,
+    pub tether_us: Summary,
+    /// Each run's 99th percentile round trip, microseconds.
+    pub limit_p99_us: Summary,
+    pub tether_p99_us: Summary,
+    /// tether's median over the limit's (lower is better).
+    pub ratio: f64,
+}
+
+/// Busy threads that spin until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Run the alternating measurements under the load, `net` otherwise as
+/// `tether pingpong` has it by default.
+pub fn run(o: &ContentionOpts, mut net: NetOpts) -> anyhow::Result<()> {
+    net.size = o.size;
+    let count = o.count.unwrap_or(pingpong::default_count(o.size) / 2);
+    let busy = o.busy.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let (mut lim, mut lim99, mut teth, mut p99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    {
+        let _load = Load::start(busy);
+        for _ in 0..o.runs {
+            let l = limit::round_trips(o.size, count)?;
+            lim.push(l.median);
+            lim99.push(l.p99);
+            let r = pingpong::reliable_loopback(&net, count)?;
+            anyhow::ensure!(
+                r.corrupted == 0,
+                "verification failed: {} round trips came back changed",
+                r.corrupted
+            );
+            teth.push(r.rtt_us.median);
+            p99.push(r.rtt_us.p99);
+        }
+    }
+    let of = |v: &[f64]| Summary::of(v).expect("at least one run");
+    let (limit_us, tether_us) = (of(&lim), of(&teth));
+    let (limit_p99_us, tether_p99_us) = (of(&lim99), of(&p99));
+    let doc = ContentionBench {
+        size: o.size,
+        count,
+        busy_threads: busy,
+        ratio: tether_us.median / limit_us.median,
+        limit_us,
+        tether_us,
+        limit_p99_us,
+        tether_p99_us,
+    };
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let s = |x: &Summary| format!("{:.1} ({:.1}-{:.1})", x.median, x.min, x.max);
+    println!(
+        "{} B round trip beside {} busy threads, {} runs of {} each, median (min-max) of the runs' medians:",
+        doc.size, doc.busy_threads, o.runs, doc.count
+    );
+    println!(
+        "limit {} us (p99 {}), tether {} us (p99 {}): tether / limit {:.3}",
+        s(&doc.limit_us),
+        s(&doc.limit_p99_us),
+        s(&doc.tether_us),
+        s(&doc.tether_p99_us),
+        doc.ratio
+    );
+    Ok(())
+}
