@@ -848,19 +848,27 @@ mod tests {
         assert!(paths.info().all(|p| p.state == PathState::Active && p.stats.state_changes == 0));
     }
 
-    #[test]
-    fn a_path_silent_while_the_other_answers_its_probe_turns_suspect_then() {
-        let config = Config::default();
+    /// Data over rail 0 from 1 ms unanswered; at the 2 ms patience rail 1
+    /// is probed and answers a quarter millisecond later: the paths, and
+    /// when the evidence came.
+    fn evidence_against_rail_0(config: &Config) -> (Paths, Instant) {
         let sent = Instant::ZERO + MS;
         let mut paths = streaming(sent, MS);
         let at = sent + 2 * MS;
-        paths.on_timer(at, &config, |_| panic!("judged before the other path was asked"));
-        assert_eq!(paths.take_control(at, &config, true), Some((1, Control::Probe)));
+        paths.on_timer(at, config, |_| panic!("judged before the other path was asked"));
+        assert_eq!(paths.take_control(at, config, true), Some((1, Control::Probe)));
         paths.on_sent(at, 1, 0, 0, true);
-        // Rail 1's answer is the evidence: rail 0 is due at once.
         let answer = at + MS / 4;
         assert_eq!(paths.on_receive(answer, 1, false, false, true), None);
-        assert_eq!(paths.silence_deadline(&config), Some(sent + 2 * MS));
+        (paths, answer)
+    }
+
+    #[test]
+    fn a_path_silent_while_the_other_answers_its_probe_turns_suspect_then() {
+        let config = Config::default();
+        let (mut paths, answer) = evidence_against_rail_0(&config);
+        // Rail 1's answer is the evidence: rail 0 is due at once.
+        assert_eq!(paths.silence_deadline(&config), Some(Instant::ZERO + 3 * MS));
         let mut changes = Vec::new();
         paths.on_timer(answer, &config, |t| changes.push((t.rail, t.to)));
         assert_eq!(changes, [(0, PathState::Suspect)]);
@@ -873,14 +881,7 @@ mod tests {
     #[test]
     fn a_path_whose_socket_was_left_unread_is_not_judged_that_turn() {
         let config = Config::default();
-        let sent = Instant::ZERO + MS;
-        let mut paths = streaming(sent, MS);
-        let at = sent + 2 * MS;
-        paths.on_timer(at, &config, |_| panic!("judged before the other path was asked"));
-        assert_eq!(paths.take_control(at, &config, true), Some((1, Control::Probe)));
-        paths.on_sent(at, 1, 0, 0, true);
-        let answer = at + MS / 4;
-        assert_eq!(paths.on_receive(answer, 1, false, false, true), None);
+        let (mut paths, answer) = evidence_against_rail_0(&config);
         let mut changes = Vec::new();
         paths.set_backlog(0b01);
         paths.on_timer(answer, &config, |t| changes.push((t.rail, t.to)));
