@@ -305,23 +305,12 @@ impl Transport for UdpTransport {
         };
         self.idle = if got <= 0 { self.idle.saturating_add(1) } else { 0 };
         if got < 0 {
-            return match TransportError::last_os_error() {
-                TransportError::WouldBlock => Ok(0),
-                e => Err(e),
-            };
+            return nothing_waiting();
         }
         let got = got as usize;
         for i in 0..got {
-            let len = rx.msgs[i].msg_len as usize;
-            // SAFETY: the kernel initialised `msg_namelen` bytes of names[i]
-            // (a sockaddr_storage, large enough for any address), and the
-            // storage was zeroed at construction, so reading all of it is defined.
-            let addr = unsafe { SockAddr::new(rx.names[i].assume_init(), rx.msgs[i].msg_hdr.msg_namelen) }
-                .as_socket();
-            let from = addr.and_then(|a| self.book.node(&a));
-            batch.set(i, len, from, addr);
-            self.counters.datagrams_received += 1;
-            self.counters.bytes_received += len as u64;
+            let (len, name_len) = (rx.msgs[i].msg_len as usize, rx.msgs[i].msg_hdr.msg_namelen);
+            taken(&self.book, &mut self.counters, batch, i, len, &rx.names[i], name_len);
         }
         batch.set_filled(got);
         Ok(got)
@@ -345,6 +334,35 @@ impl Transport for UdpTransport {
     fn counters(&self) -> TransportCounters {
         self.counters
     }
+}
+
+/// A receive call that failed: an empty socket is no datagram, not an error.
+fn nothing_waiting() -> Result<usize, TransportError> {
+    match TransportError::last_os_error() {
+        TransportError::WouldBlock => Ok(0),
+        e => Err(e),
+    }
+}
+
+/// Datagram `i` of `batch`, `len` bytes, came from the address the kernel
+/// wrote into `name` (`name_len` bytes): its node, if the book knows it,
+/// and the counters.
+fn taken(
+    book: &AddressBook,
+    counters: &mut TransportCounters,
+    batch: &mut RecvBatch,
+    i: usize,
+    len: usize,
+    name: &MaybeUninit<libc::sockaddr_storage>,
+    name_len: libc::socklen_t,
+) {
+    // SAFETY: the kernel initialised `name_len` bytes of `name` (a
+    // sockaddr_storage, large enough for any address), and the storage was
+    // zeroed at construction, so reading all of it is defined.
+    let addr = unsafe { SockAddr::new(name.assume_init(), name_len) }.as_socket();
+    batch.set(i, len, addr.and_then(|a| book.node(&a)), addr);
+    counters.datagrams_received += 1;
+    counters.bytes_received += len as u64;
 }
 
 impl UdpTransport {
@@ -375,19 +393,10 @@ impl UdpTransport {
             )
         };
         if got < 0 {
-            return match TransportError::last_os_error() {
-                TransportError::WouldBlock => Ok(0),
-                e => Err(e),
-            };
+            return nothing_waiting();
         }
         self.idle = 0;
-        let len = got as usize;
-        // SAFETY: as in `recv_batch`: zeroed storage, `name_len` bytes written.
-        let addr = unsafe { SockAddr::new(name.assume_init(), name_len) }.as_socket();
-        let from = addr.and_then(|a| self.book.node(&a));
-        batch.set(0, len, from, addr);
-        self.counters.datagrams_received += 1;
-        self.counters.bytes_received += len as u64;
+        taken(&self.book, &mut self.counters, batch, 0, got as usize, &self.rx.names[0], name_len);
         batch.set_filled(1);
         batch.set_partial();
         Ok(1)
