@@ -1045,8 +1045,9 @@ impl Endpoint {
         Some(Transmit { dst: r.to, len, rail: r.rail, to_addr: r.to_addr })
     }
 
-    /// The rails (a bit each) whose sockets this turn left unread, its
-    /// receive budget spent; 0 when every socket was read to the end. A
+    /// The rails (a bit each) whose sockets this turn may have left unread
+    /// (its receive budget spent, or a receive that took one datagram
+    /// alone); 0 when every socket was read to the end. A
     /// driver that bounds its receives tells the core before
     /// `handle_timeout`: a path over such a rail is not judged silent
     /// while its answer may be waiting there, unread.

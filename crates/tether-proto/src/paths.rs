@@ -589,8 +589,8 @@ impl Paths {
         }
     }
 
-    /// The rails (a bit each) whose sockets the driver left unread this
-    /// turn, its receive budget spent (`Endpoint::set_backlog`): an answer
+    /// The rails (a bit each) whose sockets the driver may have left
+    /// unread this turn (`Endpoint::set_backlog`): an answer
     /// may wait in there, so their paths' silence is not judged until a
     /// turn reads them to the end. An answer on a quiet rail otherwise
     /// overtook one the peer sent at the same moment on a busy rail, and a
