@@ -253,8 +253,10 @@ fn the_self_test_probes_rails_in_use_and_stops_when_they_are_idle() {
     }
     std::thread::sleep(Duration::from_millis(100));
     let (busy, idle) = (e1.selftest(), e2.selftest());
-    std::thread::sleep(Duration::from_millis(100));
-    let later = e1.selftest();
+    // The idle rail's next turns skip their probe (every 10 ms; waited for
+    // rather than slept on: a loaded machine's engine thread ran none in a
+    // fixed 100 ms once).
+    let later = wait_for(|| Some(e1.selftest()).filter(|t| t.idle_skips > busy.idle_skips));
     for (side, t) in [("sender", busy), ("receiver", idle)] {
         assert!(t.probes >= 5, "{side}: {t:?}");
         assert!(t.passed + 2 >= t.probes, "{side}: probes passed: {t:?}");
