@@ -1,0 +1,134 @@
+//! A call's identity and where it stands: the <AckStatus, OperationStatus>
+//! tuple of Kaur's AMVIA initiator (thesis section 3.2.1, Figure 3.2),
+//! with what each state says about whether the handler ran.
+
+use tether_wire::NodeId;
+
+use crate::envelope::Refusal;
+
+/// A handler's number, as registered on the server.
+pub type HandlerId = u32;
+
+/// A call's identity on the wire: the caller's life (its incarnation) and
+/// its count of calls toward one server. Unique for that pair of nodes
+/// across every life of both, so a server can recognise a copy of a call
+/// it ran before it died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId {
+    pub client: u64,
+    pub seq: u64,
+}
+
+/// A call as the caller names it: the server it went to, and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallRef {
+    pub server: NodeId,
+    pub id: CallId,
+}
+
+/// Did the server hear of the call, and how did it answer (the tuple's
+/// first half).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStatus {
+    /// No acknowledgement yet.
+    NotAcked,
+    /// The handler started (and, with a reply, finished).
+    Acked,
+    /// No handler under that id (AMVIA's negative acknowledgement).
+    NotFound,
+    /// The server answered with an error acknowledgement: the reason says
+    /// whether the call ran.
+    ErrorAck(Refusal),
+    /// Acknowledged, then no reply through every retransmission.
+    ReplyRtxExceeded,
+}
+
+/// What became of the operation (the tuple's second half).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationStatus {
+    /// Not handed to the network yet.
+    NotProcessed,
+    /// Sent, possibly several times.
+    RequestSent,
+    /// The handler is running.
+    Processing,
+    /// The handler ran; its reply is here (or, one-way, it started).
+    Processed,
+    /// No acknowledgement through every retransmission (k of them).
+    RequestRtxExceeded,
+    /// The call's deadline passed first.
+    DeadlineExceeded,
+}
+
+/// Whether the handler ran, as far as a state can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Executed {
+    /// It ran (its reply came), or, one-way, it started.
+    Yes,
+    /// It did not and never will.
+    No,
+    /// It may have: the state is indeterminate.
+    Unknown,
+}
+
+/// The state tuple a caller can query at any time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallState {
+    pub ack: AckStatus,
+    pub op: OperationStatus,
+}
+
+impl CallState {
+    pub const CREATED: CallState = CallState { ack: AckStatus::NotAcked, op: OperationStatus::NotProcessed };
+    pub const SENT: CallState = CallState { ack: AckStatus::NotAcked, op: OperationStatus::RequestSent };
+    pub const PROCESSING: CallState = CallState { ack: AckStatus::Acked, op: OperationStatus::Processing };
+    pub const PROCESSED: CallState = CallState { ack: AckStatus::Acked, op: OperationStatus::Processed };
+
+    /// The server's refusal, as a state.
+    pub fn refused(reason: Refusal) -> CallState {
+        let ack = match reason {
+            Refusal::NotFound => AckStatus::NotFound,
+            other => AckStatus::ErrorAck(other),
+        };
+        CallState { ack, op: OperationStatus::RequestSent }
+    }
+
+    /// What this state says of the handler.
+    pub fn executed(self) -> Executed {
+        match (self.ack, self.op) {
+            (_, OperationStatus::Processed) => Executed::Yes,
+            (AckStatus::NotFound, _) | (AckStatus::ErrorAck(Refusal::NotRun), _) => Executed::No,
+            (_, OperationStatus::NotProcessed) => Executed::No,
+            _ => Executed::Unknown,
+        }
+    }
+
+    /// No further transition comes by itself: the call was answered or
+    /// abandoned. (An abandoned call may still be resolved by a query.)
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self.op,
+            OperationStatus::NotProcessed | OperationStatus::RequestSent | OperationStatus::Processing
+        ) || !matches!(self.ack, AckStatus::NotAcked | AckStatus::Acked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_answer_or_a_fence_is_certain() {
+        assert_eq!(CallState::PROCESSED.executed(), Executed::Yes);
+        assert_eq!(CallState::refused(Refusal::NotFound).executed(), Executed::No);
+        assert_eq!(CallState::refused(Refusal::NotRun).executed(), Executed::No);
+        for r in [Refusal::Indeterminate, Refusal::Stale, Refusal::Busy] {
+            assert_eq!(CallState::refused(r).executed(), Executed::Unknown, "{r:?}");
+        }
+        let timed_out = CallState { ack: AckStatus::Acked, op: OperationStatus::DeadlineExceeded };
+        assert_eq!(timed_out.executed(), Executed::Unknown);
+        assert!(timed_out.is_final());
+        assert!(!CallState::SENT.is_final() && !CallState::PROCESSING.is_final());
+        assert!(CallState::refused(Refusal::NotFound).is_final());
+    }
+}
