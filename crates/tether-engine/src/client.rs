@@ -56,7 +56,7 @@ struct PeerLog {
     /// Where the application stands in the peer's stream.
     taken: Option<Taken>,
     /// The message being reassembled from its fragments.
-    partial: Vec<u8>,
+    partial: Reassembly,
     /// The next message's id.
     next: u64,
     /// Every message below is acknowledged or failed.
@@ -452,7 +452,9 @@ impl Attachment {
                 d.expect = Some(id + 1);
                 d.taken += 1;
                 let message = Bytes::copy_from_slice(message);
-                self.deliveries.push_back(Delivery { from: peer, message, fragment: None });
+                // The direct path between two applications carries their
+                // messages only.
+                self.deliveries.push_back(Delivery { from: peer, message, fragment: None, call: false });
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -779,7 +781,7 @@ impl Attachment {
 
     fn on_completion(&mut self, c: Completion<'_>) {
         match c {
-            Completion::Delivery { from, fragment: f, payload } => {
+            Completion::Delivery { from, fragment: f, call, payload } => {
                 let max = self.max_message_len();
                 let p = self.peers.entry(from).or_default();
                 let t = match p.taken {
@@ -787,7 +789,7 @@ impl Attachment {
                     // A new life or epoch of the peer's stream: what was
                     // partial is void.
                     _ => {
-                        p.partial.clear();
+                        p.partial = Reassembly::default();
                         Taken { incarnation: f.incarnation, epoch: f.epoch, next: f.seq }
                     }
                 };
@@ -796,18 +798,12 @@ impl Attachment {
                     return;
                 }
                 p.taken = Some(Taken { next: f.seq + 1, ..t });
-                if f.first {
-                    p.partial.clear();
-                }
-                if p.partial.len() + payload.len() > max {
-                    tracing::warn!(peer = from, "a message beyond the largest allowed: dropped");
-                    p.partial.clear();
-                    return;
-                }
-                p.partial.extend_from_slice(payload);
-                if f.last {
-                    let message = Bytes::from(std::mem::take(&mut p.partial));
-                    self.deliveries.push_back(Delivery { from, message, fragment: None });
+                match p.partial.take(f.first, f.last, call, payload, max) {
+                    Ok(Some((message, call))) => {
+                        self.deliveries.push_back(Delivery { from, message, fragment: None, call });
+                    }
+                    Ok(None) => {}
+                    Err(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
                 }
             }
             Completion::Settled { peer, below } => {
@@ -1137,5 +1133,106 @@ fn watch(inner: Weak<Mutex<Attachment>>, stop: Arc<AtomicBool>) {
         // The closed connection is noticed and the recovery run here; an
         // error is the application's to see on its next call.
         let _ = a.check_engine();
+    }
+}
+
+/// A peer's message put together from the fragments its engine hands over
+/// (the engine's core delivers fragments, docs/ENGINE.md). A message that
+/// breaks a rule is dropped whole: its remaining fragments are dropped
+/// with it, never delivered as a message of their own.
+#[derive(Debug, Default)]
+struct Reassembly {
+    buf: Vec<u8>,
+    /// Its first fragment said it is a call's envelope.
+    call: bool,
+    state: Assembly,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Assembly {
+    /// No message begun.
+    #[default]
+    Idle,
+    Assembling,
+    /// The message broke a rule: its fragments up to its last are dropped.
+    Discarding,
+}
+
+impl Reassembly {
+    /// Take the next fragment in order: the whole message (and whether it
+    /// is a call's) once its last fragment came, or why it was dropped.
+    fn take(
+        &mut self,
+        first: bool,
+        last: bool,
+        call: bool,
+        payload: &[u8],
+        max: usize,
+    ) -> Result<Option<(Bytes, bool)>, &'static str> {
+        if first {
+            self.buf.clear();
+            (self.call, self.state) = (call, Assembly::Assembling);
+        }
+        let broken = match self.state {
+            Assembly::Discarding => {
+                self.state = if last { Assembly::Idle } else { Assembly::Discarding };
+                return Ok(None);
+            }
+            Assembly::Idle => Some("a fragment without its message's first"),
+            Assembly::Assembling if call != self.call => {
+                Some("fragments disagree on whether their message is a call's")
+            }
+            Assembly::Assembling if self.buf.len() + payload.len() > max => {
+                Some("a message beyond the largest allowed")
+            }
+            Assembly::Assembling => None,
+        };
+        if let Some(why) = broken {
+            self.buf.clear();
+            self.state = if last { Assembly::Idle } else { Assembly::Discarding };
+            return Err(why);
+        }
+        self.buf.extend_from_slice(payload);
+        if !last {
+            return Ok(None);
+        }
+        self.state = Assembly::Idle;
+        Ok(Some((Bytes::from(std::mem::take(&mut self.buf)), self.call)))
+    }
+}
+
+#[cfg(test)]
+mod reassembly_tests {
+    use super::Reassembly;
+
+    #[test]
+    fn a_message_is_put_together_with_its_kind() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.take(true, false, true, b"ab", 10), Ok(None));
+        assert_eq!(r.take(false, false, true, b"cd", 10), Ok(None));
+        let (m, call) = r.take(false, true, true, b"e", 10).unwrap().unwrap();
+        assert_eq!((&m[..], call), (&b"abcde"[..], true));
+        let (m, call) = r.take(true, true, false, b"x", 10).unwrap().unwrap();
+        assert_eq!((&m[..], call), (&b"x"[..], false));
+    }
+
+    /// Before, the tail of a dropped message was delivered as a message.
+    #[test]
+    fn a_dropped_message_takes_its_other_fragments_with_it() {
+        let mut r = Reassembly::default();
+        // Too large.
+        assert_eq!(r.take(true, false, false, b"12345", 6), Ok(None));
+        assert!(r.take(false, false, false, b"6789", 6).is_err());
+        assert_eq!(r.take(false, false, false, b"tail", 6), Ok(None));
+        assert_eq!(r.take(false, true, false, b"end", 6), Ok(None));
+        // Fragments that disagree on the kind.
+        assert_eq!(r.take(true, false, true, b"ab", 10), Ok(None));
+        assert!(r.take(false, false, false, b"cd", 10).is_err());
+        assert_eq!(r.take(false, true, true, b"ef", 10), Ok(None));
+        // A middle or last fragment with no first before it.
+        assert!(r.take(false, true, false, b"orphan", 10).is_err());
+        // And the next message comes whole.
+        let (m, _) = r.take(true, true, false, b"next", 10).unwrap().unwrap();
+        assert_eq!(&m[..], b"next");
     }
 }

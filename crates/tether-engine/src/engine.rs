@@ -1245,7 +1245,7 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
             continue;
         };
         out.resize(d.message.len() + RECORD_OVERHEAD, 0);
-        let n = Completion::Delivery { from: d.from, fragment, payload: &d.message }
+        let n = Completion::Delivery { from: d.from, fragment, call: d.call, payload: &d.message }
             .encode(out)
             .expect("sized for the fragment");
         any = true;

@@ -93,8 +93,9 @@ pub struct Taken {
 /// From an engine to its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion<'a> {
-    /// A message from `from`, the `seq`-th of its stream to us.
-    Delivery { from: NodeId, fragment: Fragment, payload: &'a [u8] },
+    /// A message from `from`, the `seq`-th of its stream to us; `call`: a
+    /// fragment of a call's envelope (`Delivery::call`).
+    Delivery { from: NodeId, fragment: Fragment, call: bool, payload: &'a [u8] },
     /// Every message to `peer` with an application id below `below` is
     /// acknowledged (ids are assigned in order per peer).
     Settled { peer: NodeId, below: u64 },
@@ -348,13 +349,16 @@ impl<'a> Completion<'a> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut o = Out { buf, at: 0 };
         match self {
-            Completion::Delivery { from, fragment: f, payload } => {
+            Completion::Delivery { from, fragment: f, call, payload } => {
                 o.put(&[kind::DELIVERY])?;
                 o.put(&from.to_le_bytes())?;
                 o.put(&f.incarnation.to_le_bytes())?;
                 o.put(&f.epoch.to_le_bytes())?;
                 o.put(&f.seq.to_le_bytes())?;
-                let flags = u8::from(f.first) | u8::from(f.last) << 1 | u8::from(f.total_len.is_some()) << 2;
+                let flags = u8::from(f.first)
+                    | u8::from(f.last) << 1
+                    | u8::from(f.total_len.is_some()) << 2
+                    | u8::from(*call) << 3;
                 o.put(&[flags])?;
                 o.put(&f.total_len.unwrap_or(0).to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
@@ -406,7 +410,7 @@ impl<'a> Completion<'a> {
                 let (from, incarnation, epoch, seq, flags, total) =
                     (i.u32()?, i.u64()?, i.u32()?, i.u64()?, i.u8()?, i.u32()?);
                 // Canonical: no unknown flag, no length where none is said.
-                if flags > 7 || (flags & 4 == 0 && total != 0) {
+                if flags > 15 || (flags & 4 == 0 && total != 0) {
                     return Err(RecordError::BadField("delivery flags"));
                 }
                 let total_len = (flags & 4 != 0).then_some(total);
@@ -418,7 +422,7 @@ impl<'a> Completion<'a> {
                     last: flags & 2 != 0,
                     total_len,
                 };
-                Completion::Delivery { from, fragment, payload: i.bytes()? }
+                Completion::Delivery { from, fragment, call: flags & 8 != 0, payload: i.bytes()? }
             }
             kind::SETTLED => Completion::Settled { peer: i.u32()?, below: i.u64()? },
             kind::FAILED => {
@@ -494,7 +498,7 @@ mod tests {
         #[test]
         fn completions_round_trip(
             from in any::<u32>(), seq in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..300),
-            mut range in any::<[u64; 3]>(), code in 1u8..=4, flags in 0u8..8, total in any::<u32>(),
+            mut range in any::<[u64; 3]>(), code in 1u8..=4, flags in 0u8..16, total in any::<u32>(),
         ) {
             range.sort_unstable();
             let failed = FailedMessages { peer: from, first: range[0], in_doubt_end: range[1], end: range[2] };
@@ -509,6 +513,7 @@ mod tests {
                         last: flags & 2 != 0,
                         total_len: (flags & 4 != 0).then_some(total),
                     },
+                    call: flags & 8 != 0,
                     payload: &payload,
                 },
                 Completion::Settled { peer: from, below: seq },

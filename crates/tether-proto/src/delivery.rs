@@ -35,13 +35,16 @@ pub(crate) struct DeliveryQueue {
     queue: VecDeque<Delivery>,
     /// Memory charged: each message's bytes plus `DELIVERY_COST`.
     bytes: usize,
+    /// Calls' envelopes among them (`Delivery::call`): a search for one
+    /// kind stops at once when none of it waits.
+    calls: usize,
     limit: usize,
     max_messages: usize,
 }
 
 impl DeliveryQueue {
     pub fn new(limit: usize, max_messages: usize) -> Self {
-        DeliveryQueue { queue: VecDeque::new(), bytes: 0, limit, max_messages }
+        DeliveryQueue { queue: VecDeque::new(), bytes: 0, calls: 0, limit, max_messages }
     }
 
     pub fn has_room(&self) -> bool {
@@ -52,6 +55,7 @@ impl DeliveryQueue {
 
     pub fn push(&mut self, d: Delivery, stats: &mut Stats) {
         self.bytes += d.message.len() + DELIVERY_COST;
+        self.calls += usize::from(d.call);
         stats.messages_delivered += 1;
         self.queue.push_back(d);
     }
@@ -63,9 +67,33 @@ impl DeliveryQueue {
 
     pub fn pop(&mut self) -> Option<Delivery> {
         let d = self.queue.pop_front()?;
-        self.bytes -= d.message.len() + DELIVERY_COST;
-        give_back(&mut self.queue);
+        self.taken(&d);
         Some(d)
+    }
+
+    /// Whether the front delivery is a call's envelope.
+    pub fn front_is_call(&self) -> Option<bool> {
+        self.queue.front().map(|d| d.call)
+    }
+
+    /// The oldest delivery of one kind (a call's envelope or a message),
+    /// passing over the other: each kind stays in order, and neither waits
+    /// for the application to take the other.
+    pub fn pop_kind(&mut self, call: bool) -> Option<Delivery> {
+        let waiting = if call { self.calls } else { self.queue.len() - self.calls };
+        if waiting == 0 {
+            return None;
+        }
+        let i = self.queue.iter().position(|d| d.call == call)?;
+        let d = self.queue.remove(i)?;
+        self.taken(&d);
+        Some(d)
+    }
+
+    fn taken(&mut self, d: &Delivery) {
+        self.bytes -= d.message.len() + DELIVERY_COST;
+        self.calls -= usize::from(d.call);
+        give_back(&mut self.queue);
     }
 
     /// Memory charged to the queue now.
@@ -89,6 +117,10 @@ impl DeliveryQueue {
         assert!(
             self.bytes == self.queue.iter().map(|d| d.message.len() + DELIVERY_COST).sum::<usize>(),
             "delivery queue byte count disagrees with its contents"
+        );
+        assert!(
+            self.calls == self.queue.iter().filter(|d| d.call).count(),
+            "delivery queue call count disagrees with its contents"
         );
     }
 }

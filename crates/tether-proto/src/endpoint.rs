@@ -643,7 +643,7 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        self.queue(now, peer, data)
+        self.queue(now, peer, data, false)
     }
 
     /// Queue a message the application hands over whole: the log keeps
@@ -653,7 +653,15 @@ impl Endpoint {
     /// larger buffer it may be a slice of.
     pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
-        self.queue(now, peer, msg)
+        self.queue(now, peer, msg, false)
+    }
+
+    /// Queue a call's envelope (`tether-rpc`) for `peer`: a message like
+    /// any other on the stream, in order with them, marked so the peer's
+    /// endpoint delivers it with [`Delivery::call`] set.
+    pub fn send_call(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        self.queue(now, peer, msg, true)
     }
 
     /// Queue a message behind small ones that wait for company to share a
@@ -695,11 +703,11 @@ impl Endpoint {
         Some(MessageId { peer, seq })
     }
 
-    fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes) -> Result<MessageId, SendError> {
+    fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes, call: bool) -> Result<MessageId, SendError> {
         let seq = self
             .with_peer(peer, |p, cx, _| {
                 let max_fragment = cx.config.max_fragment_for(p.max_datagram(cx.config));
-                let seq = p.send.push_message(now, data, max_fragment);
+                let seq = p.send.push_message(now, data, max_fragment, call);
                 p.want_session(cx, now);
                 seq
             })
@@ -1169,10 +1177,39 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// The next message delivered to this endpoint, in per-peer send order.
+    /// The next delivery, of either kind (a message, or a call's envelope:
+    /// `Delivery::call`), in per-peer send order.
     pub fn recv(&mut self) -> Option<Delivery> {
+        self.take(None)
+    }
+
+    /// The next application message, in per-peer send order; calls'
+    /// envelopes waiting before it stay for `recv_call`.
+    pub fn recv_message(&mut self) -> Option<Delivery> {
+        self.take(Some(false))
+    }
+
+    /// The next call's envelope (`tether-rpc`), in per-peer send order;
+    /// messages waiting before it stay for `recv_message`.
+    pub fn recv_call(&mut self) -> Option<Delivery> {
+        self.take(Some(true))
+    }
+
+    /// The next delivery, or the next of one kind (`Some(call)`). In
+    /// fragment mode taking is the commit point and must go in order: a
+    /// kind is taken only from the front.
+    fn take(&mut self, call: Option<bool>) -> Option<Delivery> {
         let was_full = !self.deliveries.has_room();
-        let d = self.deliveries.pop()?;
+        let d = match call {
+            None => self.deliveries.pop()?,
+            Some(_) if self.config.deliver_fragments => {
+                if self.deliveries.front_is_call()? != call? {
+                    return None;
+                }
+                self.deliveries.pop()?
+            }
+            Some(call) => self.deliveries.pop_kind(call)?,
+        };
         if let Some(f) = d.fragment {
             // The commit point (fragment mode): now it may be acknowledged.
             if let Some(p) = self.peers.get_mut(&d.from) {

@@ -88,6 +88,9 @@ pub struct Delivery {
     /// With [`Config::deliver_fragments`]: which fragment, where. `None`
     /// for a whole message.
     pub fragment: Option<Fragment>,
+    /// A call's envelope (sent with `Endpoint::send_call`), for the call
+    /// layer (`tether-rpc`), not the application's `recv`.
+    pub call: bool,
 }
 
 /// A fragment delivered as it came in order ([`Config::deliver_fragments`]):

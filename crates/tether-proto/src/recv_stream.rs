@@ -113,6 +113,8 @@ pub enum PartialMessage {
         received: Bytes,
         /// The message's length.
         total: usize,
+        /// A call's envelope (`Delivery::call`).
+        call: bool,
     },
     /// A message that broke a rule: its remaining fragments are dropped.
     Discarding,
@@ -143,6 +145,8 @@ enum Partial {
         /// the landing wrote those bytes into this very buffer, untouched
         /// since.
         lent: usize,
+        /// A call's envelope: every fragment must say so too.
+        call: bool,
     },
     /// The message broke a rule (too large, inconsistent lengths): its
     /// remaining fragments are consumed and dropped, so the stream goes on.
@@ -222,9 +226,11 @@ impl RecvStream {
     /// Export the hard state.
     pub fn snapshot(&self) -> RecvSnapshot {
         let partial = self.partial.as_ref().map(|p| match p {
-            Partial::Assembling { buf, total, .. } => {
-                PartialMessage::Assembling { received: Bytes::copy_from_slice(buf), total: *total }
-            }
+            Partial::Assembling { buf, total, call, .. } => PartialMessage::Assembling {
+                received: Bytes::copy_from_slice(buf),
+                total: *total,
+                call: *call,
+            },
             Partial::Discarding => PartialMessage::Discarding,
         });
         RecvSnapshot {
@@ -247,10 +253,10 @@ impl RecvStream {
         r.marks_copy = (r.expected, r.taken);
         r.out_of_order = snapshot.out_of_order.into_iter().collect();
         r.partial = snapshot.partial.map(|p| match p {
-            PartialMessage::Assembling { received, total } => {
+            PartialMessage::Assembling { received, total, call } => {
                 let mut buf = Vec::with_capacity(total);
                 buf.extend_from_slice(&received);
-                Partial::Assembling { buf, total, lent: 0 }
+                Partial::Assembling { buf, total, lent: 0, call }
             }
             PartialMessage::Discarding => Partial::Discarding,
         });
@@ -302,7 +308,7 @@ impl RecvStream {
         }
         let len = frame.payload.len();
         match &mut self.partial {
-            Some(Partial::Assembling { buf, total, lent })
+            Some(Partial::Assembling { buf, total, lent, .. })
                 if buf.len() + len <= *total && buf.capacity() - buf.len() >= len =>
             {
                 *lent = len;
@@ -482,7 +488,8 @@ impl RecvStream {
                 total_len,
             };
             let message = landed.into_bytes(payload, cx.recv_arena, stats);
-            cx.deliveries.push(Delivery { from, message, fragment: Some(fragment) }, stats);
+            cx.deliveries
+                .push(Delivery { from, message, fragment: Some(fragment), call: flags.call() }, stats);
             return;
         }
         if flags.first() {
@@ -492,7 +499,7 @@ impl RecvStream {
             }
             if flags.last() {
                 let message = landed.into_bytes(payload, cx.recv_arena, stats);
-                cx.deliveries.push(Delivery { from, message, fragment: None }, stats);
+                cx.deliveries.push(Delivery { from, message, fragment: None, call: flags.call() }, stats);
                 return;
             }
             let total = total_len.map_or(0, |t| t as usize);
@@ -502,7 +509,7 @@ impl RecvStream {
                 return;
             }
             let buf = self.start_message(total, payload, landed, stats, cx.messages);
-            self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
+            self.partial = Some(Partial::Assembling { buf, total, lent: 0, call: flags.call() });
             return;
         }
         match self.partial.take() {
@@ -512,8 +519,14 @@ impl RecvStream {
                     self.partial = Some(Partial::Discarding);
                 }
             }
-            Some(Partial::Assembling { mut buf, total, lent }) => {
-                if buf.len() + payload.len() > total || (flags.last() && buf.len() + payload.len() != total) {
+            Some(Partial::Assembling { mut buf, total, lent, call }) => {
+                // Every fragment says whether its message is a call's, and
+                // they must agree: one that does not is not this message's.
+                let mismatch = flags.call() != call;
+                if mismatch
+                    || buf.len() + payload.len() > total
+                    || (flags.last() && buf.len() + payload.len() != total)
+                {
                     stats.protocol_violations += 1;
                     if !flags.last() {
                         self.partial = Some(Partial::Discarding);
@@ -537,9 +550,9 @@ impl RecvStream {
                 }
                 if flags.last() {
                     let message = cx.messages.seal(buf);
-                    cx.deliveries.push(Delivery { from, message, fragment: None }, stats);
+                    cx.deliveries.push(Delivery { from, message, fragment: None, call }, stats);
                 } else {
-                    self.partial = Some(Partial::Assembling { buf, total, lent: 0 });
+                    self.partial = Some(Partial::Assembling { buf, total, lent: 0, call });
                 }
             }
         }

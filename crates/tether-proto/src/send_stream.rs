@@ -162,7 +162,9 @@ pub(crate) fn cut(
     let total = data.len();
     (0..total.div_ceil(max_fragment).max(1)).map(move |i| {
         let (start, end) = (i * max_fragment, ((i + 1) * max_fragment).min(total));
-        (DataFlags::new(bounds.first() && i == 0, bounds.last() && end == total), data.slice(start..end))
+        let flags =
+            DataFlags::new(bounds.first() && i == 0, bounds.last() && end == total).with_call(bounds.call());
+        (flags, data.slice(start..end))
     })
 }
 
@@ -615,12 +617,13 @@ impl SendStream {
     pub fn push_waiting(&mut self, data: Bytes) -> u64 {
         let stamp = self.segments.back().map_or(Instant::ZERO, |s| s.tx.last_tx);
         let fragment = self.fragment;
-        self.push_message(stamp, data, fragment)
+        self.push_message(stamp, data, fragment, false)
     }
 
-    /// Queue one message, cut into fragments of at most `max_fragment` bytes.
-    /// The caller checked the size limits. Returns the message number.
-    pub fn push_message(&mut self, now: Instant, data: Bytes, max_fragment: usize) -> u64 {
+    /// Queue one message, cut into fragments of at most `max_fragment` bytes,
+    /// each marked as a call's (`call`) or not. The caller checked the size
+    /// limits. Returns the message number.
+    pub fn push_message(&mut self, now: Instant, data: Bytes, max_fragment: usize, call: bool) -> u64 {
         if self.segments.is_empty() {
             // The patience clock starts when there is something to deliver.
             self.last_heard = now;
@@ -630,7 +633,8 @@ impl SendStream {
         self.fragment = max_fragment;
         self.bytes_buffered += data.len();
         let total_len = data.len() as u32;
-        self.push_cut(msg, data, total_len, DataFlags::new(true, true), TxState::unsent(now), max_fragment);
+        let bounds = DataFlags::new(true, true).with_call(call);
+        self.push_cut(msg, data, total_len, bounds, TxState::unsent(now), max_fragment);
         msg
     }
 
@@ -705,7 +709,8 @@ impl SendStream {
                     whole.freeze()
                 }
             };
-            let bounds = DataFlags::new(head.log.flags.first(), pieces[n - 1].log.flags.last());
+            let bounds = DataFlags::new(head.log.flags.first(), pieces[n - 1].log.flags.last())
+                .with_call(head.log.flags.call());
             self.push_cut(head.log.msg, data, head.log.total_len, bounds, head.tx, max_fragment);
         }
     }

@@ -122,6 +122,72 @@ fn delivers_in_order_exactly_once() {
     assert!(p.a().is_idle() && p.b().is_idle());
 }
 
+/// Calls' envelopes (`send_call`) share the stream with messages, in
+/// order with them, whole or in fragments, under loss, and each arrives
+/// marked as what it is.
+#[test]
+fn calls_and_messages_share_a_stream_each_marked() {
+    let mut p = Pair::new(Config::default());
+    // Every fifth datagram lost: fragments of both kinds are repaired.
+    p.keep(|n, _| n % 5 != 3);
+    let sizes = [0, 8, 3000, 70_000, 1, 5000];
+    let mut want = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        for call in [false, true] {
+            let m = msg(i * 2 + call as usize, len);
+            let now = p.now();
+            if call {
+                p.a().send_call(now, B, bytes::Bytes::from(m.clone())).unwrap();
+            } else {
+                p.a().send(now, B, &m).unwrap();
+            }
+            want.push((m, call));
+        }
+    }
+    p.run(Duration::from_secs(2));
+    let got: Vec<_> = std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.call)).collect();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g == w,
+            "delivery {i}: {} bytes, call {} (want {} bytes, call {})",
+            g.0.len(),
+            g.1,
+            w.0.len(),
+            w.1
+        );
+    }
+    assert!(p.a().stats().retransmits > 0, "losses were repaired");
+}
+
+/// A message whose fragments disagree on being a call's is a protocol
+/// violation: dropped whole, never delivered as either kind, and the
+/// stream goes on. (The fragments come as A would send them: without a
+/// cluster key anyone can, and the checksum cannot tell.)
+#[test]
+fn fragments_that_disagree_on_their_kind_are_dropped() {
+    let mut p = Pair::connected(Config::default());
+    let now = p.now();
+    let fragment = |seq: u64, flags: DataFlags, total: u32, payload: &[u8]| {
+        let mut buf = vec![0u8; 2048];
+        let mut w = PacketWriter::new(&mut buf, &header(A, B, 1, 1)).unwrap();
+        w.push_data(seq, flags, total, payload).unwrap();
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    };
+    let call = |first, last| DataFlags::new(first, last).with_call(true);
+    // A call's first fragment, a middle one that says "message", its last.
+    p.b().handle_datagram(now, &fragment(0, call(true, false), 9, b"abc"));
+    p.b().handle_datagram(now, &fragment(1, DataFlags::new(false, false), 0, b"def"));
+    p.b().handle_datagram(now, &fragment(2, call(false, true), 0, b"ghi"));
+    // Then a whole message.
+    p.b().handle_datagram(now, &fragment(3, DataFlags::new(true, true), 0, b"whole"));
+    let got: Vec<_> = std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.call)).collect();
+    assert_eq!(got, [(b"whole".to_vec(), false)]);
+    assert_eq!(p.b().stats().protocol_violations, 1);
+}
+
 #[test]
 fn small_messages_share_datagrams() {
     let mut p = Pair::new(Config::default());

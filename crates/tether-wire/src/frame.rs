@@ -48,10 +48,21 @@ pub struct DataFlags(u8);
 impl DataFlags {
     pub const FIRST: u8 = 0x01;
     pub const LAST: u8 = 0x02;
-    const KNOWN: u8 = Self::FIRST | Self::LAST;
+    /// The fragment belongs to a call's envelope (`tether-rpc`), not to an
+    /// application message: set on every fragment of such a message, so a
+    /// fragment alone says where its message goes.
+    pub const CALL: u8 = 0x04;
+    const KNOWN: u8 = Self::FIRST | Self::LAST | Self::CALL;
 
     pub fn new(first: bool, last: bool) -> Self {
         DataFlags(((first as u8) * Self::FIRST) | ((last as u8) * Self::LAST))
+    }
+    /// These flags, marking (or not) a call's fragment.
+    pub fn with_call(self, call: bool) -> Self {
+        DataFlags((self.0 & !Self::CALL) | ((call as u8) * Self::CALL))
+    }
+    pub fn call(self) -> bool {
+        self.0 & Self::CALL != 0
     }
     pub fn first(self) -> bool {
         self.0 & Self::FIRST != 0

@@ -29,12 +29,13 @@ use crate::integrity::{AuthKind, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
+/// 5: DATA's `CALL` flag, a fragment of a call's envelope (`tether-rpc`).
 /// 4: probes are numbered (header byte 5) and an ACK names the probe it
 /// answers (its byte 3), so a late answer to an older probe is not taken
 /// for the answer to a newer one (3: PADDING, with which a HELLO and its
 /// WELCOME prove the datagram size; 2: the handshake, HELLO, WELCOME,
 /// CONFIRM, and the ACK's FULL flag).
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes before the body.
 pub const HEADER_LEN: usize = 36;
 /// Bytes after the body of an authenticated datagram: the packet number

@@ -692,15 +692,15 @@ impl Embedded {
         if self.progress.is_none() {
             self.shared.step(&mut d, self.shared.clock.now());
         }
-        d.core.recv()
+        d.core.recv_message()
     }
 
     fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
         // Fast path: a message already queued costs one lock, nothing more.
-        if let Some(d) = self.shared.lock().core.recv() {
+        if let Some(d) = self.shared.lock().core.recv_message() {
             return Ok(d);
         }
-        block_on(&self.shared, timeout, Awaits::Delivery, |d| d.core.recv())
+        block_on(&self.shared, timeout, Awaits::Delivery, |d| d.core.recv_message())
     }
 
     fn poll_event(&self) -> Option<Event> {
