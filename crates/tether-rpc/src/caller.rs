@@ -244,6 +244,11 @@ impl Caller {
         self.calls.get(&call).map(|c| c.finished)
     }
 
+    /// The reply of `call`, once it came.
+    pub fn reply(&self, call: CallRef) -> Option<Bytes> {
+        self.calls.get(&call)?.reply.clone()
+    }
+
     /// The reply of a finished call, and the call let go of.
     pub fn take(&mut self, call: CallRef) -> Option<(CallState, Option<Bytes>)> {
         if !self.calls.get(&call)?.finished {

@@ -167,6 +167,13 @@ impl Builder {
         self
     }
 
+    /// The calls' settings: credit, retransmissions (k), timeouts, bounds
+    /// (`tether::rpc::RpcConfig`).
+    pub fn calls(mut self, calls: tether_rpc::RpcConfig) -> Self {
+        self.options.calls = calls;
+        self
+    }
+
     /// Bind the sockets, start the progress thread, learn the peers.
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.

@@ -17,11 +17,15 @@ use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
 use tether_proto::{Endpoint as Core, Instant, Origin, RailId, Transmit};
 
+use crate::calls::Calls;
+
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
 
 pub(crate) struct Driver {
     pub core: Core,
+    /// The calls made and served over the core's streams.
+    pub calls: Calls,
     /// One transport per rail, indexed by rail id.
     rails: Vec<Box<dyn Transport + Send>>,
     rx: RecvBatch,
@@ -44,8 +48,6 @@ pub(crate) struct Driver {
     /// judgments (`Endpoint::set_backlog`).
     backlog: u8,
     quiet_poll_at: Instant,
-    /// Calls' envelopes taken and dropped (no call layer here yet).
-    pub calls_dropped: u64,
 }
 
 /// Datagrams taken in per step, at most, before the step runs timers and
@@ -64,7 +66,12 @@ const QUIET_POLL: Duration = Duration::from_micros(50);
 
 impl Driver {
     /// `rails` is non-empty: rail 0 at least.
-    pub fn new(core: Core, rails: Vec<Box<dyn Transport + Send>>, api: Option<(Injector, Instant)>) -> Self {
+    pub fn new(
+        core: Core,
+        calls: Calls,
+        rails: Vec<Box<dyn Transport + Send>>,
+        api: Option<(Injector, Instant)>,
+    ) -> Self {
         assert!(!rails.is_empty(), "a driver needs at least one rail");
         let slot = core.config().max_datagram;
         Driver {
@@ -75,10 +82,10 @@ impl Driver {
             tx_len: 0,
             slot,
             core,
+            calls,
             heat: vec![HOT_TURNS; rails.len()],
             quiet_poll_at: Instant::ZERO,
             backlog: 0,
-            calls_dropped: 0,
             rails,
             api,
         }
@@ -148,27 +155,31 @@ impl Driver {
     pub fn step(&mut self, now: Instant) {
         let received = self.receive(now);
         self.core.set_backlog(self.backlog);
-        // Calls are not served here yet: their envelopes are dropped, so
-        // none can hold the delivery queue against the messages.
-        while self.core.recv_call().is_some() {
-            self.calls_dropped += 1;
-        }
         // A turn that brought nothing, with no timer due and nothing queued,
         // has nothing more to do: spinning receivers take this path millions
         // of times, so it must cost no more than the receive call.
-        if received == 0 && self.tx_start == self.tx_len && self.core.poll_timeout().is_none_or(|t| now < t) {
+        if received == 0 && self.tx_start == self.tx_len && self.poll_timeout().is_none_or(|t| now < t) {
             return;
         }
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.core.handle_timeout(now);
         }
+        self.calls.pump(now, &mut self.core);
         self.transmit(now);
+    }
+
+    /// The earliest deadline of the core and the call layer.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.core.poll_timeout(), self.calls.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// How long the driver may sleep before there is work: the core's next
     /// deadline, or a datagram a fault injector holds back until then.
     pub fn idle_for(&mut self, now: Instant) -> Option<Duration> {
-        let timer = self.core.poll_timeout().map(|t| t.saturating_since(now));
+        let timer = self.poll_timeout().map(|t| t.saturating_since(now));
         let held = self.rails.iter().filter_map(|t| t.next_wakeup()).min();
         [timer, held].into_iter().flatten().min()
     }
@@ -338,7 +349,8 @@ mod tests {
         let net = MemNetwork::new(10_000);
         let mut flood = net.attach(2);
         let core = Core::new(Config::default(), 1, 1).unwrap();
-        let mut driver = Driver::new(core, vec![Box::new(net.attach(1))], None);
+        let calls = Calls::new(Default::default(), 1, Calls::volatile_log(), &[]);
+        let mut driver = Driver::new(core, calls, vec![Box::new(net.attach(1))], None);
         for _ in 0..1000 {
             // Garbage, dropped by the core's parser: counted, cheap.
             flood.send_to(1, &[0xAB; 40]).unwrap();

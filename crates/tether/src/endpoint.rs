@@ -26,8 +26,10 @@ use tether_proto::{
     Config, CongestionInfo, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState,
     NodeId, PathInfo, RailId, SendError, Stats, MAX_RAILS,
 };
+use tether_rpc::RpcConfig;
 
 use crate::attached::Attached;
+use crate::calls::Calls;
 use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::progress;
@@ -79,6 +81,8 @@ pub struct Options {
     /// How long dropping the endpoint waits for what was sent to be
     /// acknowledged or failed (see `Endpoint::close`).
     pub linger: Duration,
+    /// The calls' settings (credit, retransmissions, bounds).
+    pub calls: RpcConfig,
 }
 
 impl Default for Options {
@@ -91,6 +95,7 @@ impl Default for Options {
             faults: FaultPlan::default(),
             rail_faults: Vec::new(),
             linger: Duration::from_secs(1),
+            calls: RpcConfig::default(),
         }
     }
 }
@@ -127,6 +132,8 @@ pub(crate) struct Shared {
     /// delivered to its receiver, and the receiver with every ACK.
     parked: [AtomicUsize; Awaits::COUNT],
     progressed: [Condvar; Awaits::COUNT],
+    /// The handlers served here, by id (outside the lock: they run outside it).
+    pub(crate) handlers: crate::calls::Handlers,
     /// Messages settled (acknowledged or failed) and segments acknowledged
     /// when a step last looked.
     settled_seen: AtomicU64,
@@ -155,7 +162,7 @@ pub(crate) struct Locked<'a> {
 impl Locked<'_> {
     fn publish(&mut self) {
         if let Some(d) = &self.guard {
-            let t = d.core.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+            let t = d.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
             self.shared.deadline_ns.store(t, Ordering::Release);
         }
     }
@@ -203,7 +210,7 @@ impl Drop for Locked<'_> {
 /// waiting for room and its receiver for a message, woken for each other's
 /// datagrams.
 #[derive(Debug, Clone, Copy)]
-enum Awaits {
+pub(crate) enum Awaits {
     /// A message in the delivery queue.
     Delivery,
     /// An event for the application.
@@ -217,10 +224,12 @@ enum Awaits {
     AllSettled,
     /// Anything at all.
     Anything,
+    /// A call moved (an answer, a state change) or a handler waits to run.
+    Calls,
 }
 
 impl Awaits {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
 }
 
 impl Shared {
@@ -295,6 +304,10 @@ impl Shared {
         if parked(Awaits::AllSettled) && d.core.unsettled() == 0 {
             wake(Awaits::AllSettled);
         }
+        if parked(Awaits::Calls) && d.calls.moved {
+            d.calls.moved = false;
+            wake(Awaits::Calls);
+        }
         d.wakes |= wakes;
     }
 
@@ -338,12 +351,12 @@ impl Drop for Active<'_> {
 /// lost with the endpoint. Call `close` to choose the bound and learn the
 /// outcome.
 pub struct Endpoint {
-    inner: Inner,
+    pub(crate) inner: Inner,
     linger: Duration,
 }
 
 /// Where the protocol runs for an endpoint.
-enum Inner {
+pub(crate) enum Inner {
     Embedded(Embedded),
     /// In a `tether engine` process on this node (`Builder::engine`).
     Engine(Attached),
@@ -351,8 +364,8 @@ enum Inner {
 
 /// The embedded engine: the core and the sockets in this process, driven
 /// by the application's calls and the process's progress threads.
-struct Embedded {
-    shared: Arc<Shared>,
+pub(crate) struct Embedded {
+    pub(crate) shared: Arc<Shared>,
     /// The core's pool of message buffers, reached without the lock.
     messages: tether_proto::MessagePool,
     /// The progress worker serving it; `None` with `Progress::Polling`.
@@ -536,8 +549,9 @@ impl Endpoint {
         let fds = fds.into_iter().flatten().collect();
         let clock = Clock::new();
         let messages = core.message_pool();
+        let calls = Calls::new(options.calls.clone(), incarnation, Calls::volatile_log(), &[]);
         let shared = Arc::new(Shared {
-            driver: Mutex::new(Driver::new(core, wrapped, api.map(|i| (i, clock.now())))),
+            driver: Mutex::new(Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())))),
             waiter,
             clock,
             app_active: AtomicUsize::new(0),
@@ -551,6 +565,7 @@ impl Endpoint {
             served: options.progress == Progress::Thread,
             parked: Default::default(),
             progressed: Default::default(),
+            handlers: Default::default(),
             settled_seen: AtomicU64::new(0),
             deadline_ns: AtomicU64::new(u64::MAX),
         });
@@ -1149,7 +1164,7 @@ impl Outgoing<'_> {
 /// thread, or, when as many threads of this process as it has cores do
 /// already (`progress::Permit::take_drive`), parked until the endpoint's
 /// progress worker (or the thread that drives it) has stepped it.
-fn block_on<R>(
+pub(crate) fn block_on<R>(
     shared: &Shared,
     timeout: Option<Duration>,
     awaits: Awaits,

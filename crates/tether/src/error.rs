@@ -64,6 +64,21 @@ pub enum Error {
         /// The builder option that was given.
         what: &'static str,
     },
+    /// A call could not be made (no credit left, too many kept, arguments
+    /// too large).
+    #[error(transparent)]
+    Call(#[from] tether_rpc::CallError),
+    /// The server's call log could not take a record: the reply was not
+    /// sent, and the call still runs (nothing happened that the log does
+    /// not hold).
+    #[error("call log: {0}")]
+    CallLog(String),
+    /// What was asked is not available on this kind of endpoint.
+    #[error("{what} is not supported")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+    },
     /// An operating-system call failed (thread or eventfd creation).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -32,6 +32,7 @@
 
 mod attached;
 mod builder;
+mod calls;
 mod clock;
 mod driver;
 mod endpoint;
@@ -62,6 +63,19 @@ pub mod faults {
         Rule, Schedule, Side, Span, Spread,
     };
     pub use tether_io::FaultHandle;
+}
+
+/// Calls (active messages, issue 15): handlers registered on an endpoint
+/// and invoked from others through a three-way request / acknowledgement /
+/// reply exchange, each call's `<AckStatus, OperationStatus>` state
+/// queryable and true about whether the handler ran (Kaur \[AMVIA\],
+/// docs/REFERENCES.md; docs/ARCHITECTURE.md, "Calls").
+pub mod rpc {
+    pub use crate::calls::{Call, CallOptions, CallOutcome, CallStats, Handler, Request};
+    pub use tether_rpc::{
+        AckStatus, CallError, CallEvent, CallId, CallRef, CallState, CallerStats, Executed, HandlerId,
+        OperationStatus, Refusal, RpcConfig, TargetStats,
+    };
 }
 
 /// Transports an endpoint runs over: UDP, an in-memory network for tests,

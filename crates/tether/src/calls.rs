@@ -1,0 +1,344 @@
+//! Calls on an endpoint (issue 15, docs/ARCHITECTURE.md "Calls"): the
+//! call layer of `tether-rpc` (Kaur's AMVIA three-way exchange, RIFL's
+//! completion records), driven by the endpoint's driver. Each step takes
+//! the calls' envelopes the core delivered (`recv_call`), runs the call
+//! layer's timers, and hands what it sends back to the core as call
+//! messages (`send_call`). The handlers run on the application's threads,
+//! in `Endpoint::serve`, never under the endpoint's lock.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_proto::{Endpoint as Core, Instant, NodeId, SendError};
+use tether_rpc::{
+    for_server, CallError, CallEvent, CallLog, CallRef, CallState, Caller, CallerStats, Executed, HandlerId,
+    MemLog, Record, RpcConfig, Target, TargetStats,
+};
+
+use crate::driver::Driver;
+use crate::endpoint::{block_on, Awaits, Inner, Shared};
+use crate::{Endpoint, Error};
+
+/// The server's log when the endpoint is given no file: calls are
+/// at-most-once within this process's life only. Bounded like any other
+/// log; it compacts to what it still needs when full.
+pub const VOLATILE_LOG_BYTES: usize = 16 << 20;
+
+/// Envelopes waiting for room in the stream, at most: past it the newest
+/// is dropped (counted) and the call layer's retransmission brings it
+/// again.
+const MAX_PENDING: usize = 65_536;
+
+/// What a handler is given: who called, which call, and its arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The calling node, as the stream proved it.
+    pub from: NodeId,
+    /// The call's id (the caller's life and its count of calls to us).
+    pub call: tether_rpc::CallId,
+    /// The handler asked for.
+    pub handler: HandlerId,
+    /// The arguments.
+    pub args: &'a [u8],
+}
+
+/// A handler: the reply's bytes for a request (empty for a one-way call,
+/// whose result nobody reads).
+pub type Handler = Arc<dyn Fn(&Request<'_>) -> Vec<u8> + Send + Sync>;
+
+/// Handlers by id, kept outside the endpoint's lock: they run outside it.
+pub(crate) type Handlers = std::sync::RwLock<BTreeMap<HandlerId, Handler>>;
+
+/// The calls of one endpoint, both sides.
+pub(crate) struct Calls {
+    pub caller: Caller,
+    pub target: Target,
+    pub log: Box<dyn CallLog + Send>,
+    /// Envelopes the stream had no room for yet, oldest first.
+    pending: VecDeque<(NodeId, Bytes)>,
+    /// A call moved or a handler waits since the flag was last cleared:
+    /// calls parked on calls wake.
+    pub moved: bool,
+    /// Envelopes dropped: the stream refused them for good (the peer is
+    /// unknown, or they are larger than a message may be), or too many
+    /// waited for room.
+    pub envelopes_dropped: u64,
+}
+
+impl Calls {
+    /// `life`: the endpoint's incarnation, the id of its calls. `recovered`:
+    /// the records of the log `log` holds, from a predecessor.
+    pub fn new(config: RpcConfig, life: u64, log: Box<dyn CallLog + Send>, recovered: &[Record<'_>]) -> Self {
+        Calls {
+            caller: Caller::new(config.clone(), life),
+            target: Target::recover(config, recovered),
+            log,
+            pending: VecDeque::new(),
+            moved: false,
+            envelopes_dropped: 0,
+        }
+    }
+
+    /// A log in memory: at-most-once within this life.
+    pub fn volatile_log() -> Box<dyn CallLog + Send> {
+        Box::new(MemLog::new(VOLATILE_LOG_BYTES))
+    }
+
+    /// Take in what the core delivered for calls, run the call layer's
+    /// timers, and give the core what the call layer sends.
+    pub fn pump(&mut self, now: Instant, core: &mut Core) {
+        while let Some(d) = core.recv_call() {
+            // A malformed envelope is counted by the side that read it.
+            let _ = if for_server(&d.message) {
+                self.target.handle(now, d.from, &d.message, &mut *self.log)
+            } else {
+                self.caller.handle(now, d.from, &d.message)
+            };
+            self.moved = true;
+        }
+        if self.caller.poll_timeout().is_some_and(|t| t <= now) {
+            self.caller.handle_timeout(now);
+            self.moved = true;
+        }
+        if self.target.poll_timeout().is_some_and(|t| t <= now) {
+            self.target.handle_timeout(now);
+        }
+        self.flush(now, core);
+    }
+
+    /// Hand the core every envelope the call layer has for the wire.
+    pub fn flush(&mut self, now: Instant, core: &mut Core) {
+        while let Some(o) = self.caller.poll_transmit().or_else(|| self.target.poll_transmit()) {
+            if self.pending.len() >= MAX_PENDING {
+                self.envelopes_dropped += 1;
+                continue;
+            }
+            self.pending.push_back((o.to, Bytes::from(o.bytes)));
+        }
+        let _ = self.log.flush();
+        while let Some((to, bytes)) = self.pending.front() {
+            match core.send_call(now, *to, bytes.clone()) {
+                Ok(_) => {}
+                // Room comes with acknowledgements, and a step with them.
+                Err(SendError::WouldBlock) => return,
+                Err(_) => self.envelopes_dropped += 1,
+            }
+            self.pending.pop_front();
+        }
+    }
+
+    /// When the call layer's timers want a step.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.caller.poll_timeout(), self.target.poll_timeout()].into_iter().flatten().min()
+    }
+}
+
+/// How a call is made.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Abandon the call if it has not finished by then (the handler's time
+    /// included); `None`: only retransmissions bound it.
+    pub deadline: Option<Duration>,
+    /// No reply is wanted: the call is finished once the handler starts.
+    pub one_way: bool,
+    /// Report every state change as an event (`Endpoint::poll_call_event`).
+    pub watch: bool,
+    /// With every credit toward the server in use, wait this long for one
+    /// to free (`None`: fail at once with `CallError::NoCredit`).
+    pub credit_wait: Option<Duration>,
+}
+
+/// What a finished call came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutcome {
+    /// Its final state tuple.
+    pub state: CallState,
+    /// The handler's reply, when it ran and replied.
+    pub reply: Option<Bytes>,
+}
+
+impl CallOutcome {
+    /// Whether the handler ran, as far as the state says.
+    pub fn executed(&self) -> Executed {
+        self.state.executed()
+    }
+}
+
+/// A call in progress or finished: ask it where it stands, or wait for
+/// its end. Dropping it lets the endpoint forget the call (once finished).
+pub struct Call {
+    call: CallRef,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call").field("call", &self.call).finish()
+    }
+}
+
+impl Call {
+    /// The call's name: the server and the call's id.
+    pub fn id(&self) -> CallRef {
+        self.call
+    }
+
+    /// Where the call stands now (`<AckStatus, OperationStatus>`).
+    pub fn state(&self) -> CallState {
+        self.shared.lock().calls.caller.state(self.call).expect("kept while its handle lives")
+    }
+
+    /// Whether the call has its final state (answered, or abandoned and,
+    /// where it could be, resolved).
+    pub fn finished(&self) -> bool {
+        self.shared.lock().calls.caller.finished(self.call) == Some(true)
+    }
+
+    /// Wait until the call is finished, or `timeout` passes
+    /// (`Error::TimedOut`; the call goes on).
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<CallOutcome, Error> {
+        let call = self.call;
+        block_on(&self.shared, timeout, Awaits::Calls, |d| {
+            let caller = &d.calls.caller;
+            (caller.finished(call) == Some(true)).then(|| CallOutcome {
+                state: caller.state(call).expect("kept while its handle lives"),
+                reply: caller.reply(call),
+            })
+        })
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.shared.lock().calls.caller.forget(self.call);
+    }
+}
+
+fn embedded(ep: &Endpoint) -> Result<&Arc<Shared>, Error> {
+    match &ep.inner {
+        Inner::Embedded(e) => Ok(&e.shared),
+        Inner::Engine(_) => Err(Error::Unsupported { what: "calls through an engine process" }),
+    }
+}
+
+/// Calls (active messages): handlers registered on one endpoint, invoked
+/// from another, each invocation followed through Kaur's three-way
+/// exchange to a reply or an abandon state that says whether the handler
+/// ran (docs/ARCHITECTURE.md, "Calls"). Embedded endpoints only, for now.
+impl Endpoint {
+    /// Serve `handler` under `id`: requests for it run it (in `serve`), and
+    /// its result goes back as the reply. Requests for an id nobody
+    /// registered are refused (`AckStatus::NotFound`), for good.
+    pub fn register_handler(
+        &self,
+        id: HandlerId,
+        handler: impl Fn(&Request<'_>) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        let shared = embedded(self)?;
+        shared.handlers.write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(handler));
+        shared.lock().calls.target.register(id);
+        Ok(())
+    }
+
+    /// Call `handler` on `peer` with `args`, with the default options.
+    pub fn request(&self, peer: NodeId, handler: HandlerId, args: &[u8]) -> Result<Call, Error> {
+        self.request_with(peer, handler, args, &CallOptions::default())
+    }
+
+    /// Call `handler` on `peer` with `args`.
+    pub fn request_with(
+        &self,
+        peer: NodeId,
+        handler: HandlerId,
+        args: &[u8],
+        options: &CallOptions,
+    ) -> Result<Call, Error> {
+        let shared = embedded(self)?;
+        let args = Bytes::copy_from_slice(args);
+        let make = |d: &mut Driver| {
+            d.learn_peer(peer);
+            if !d.core.knows(peer) {
+                return Err(Error::Send(SendError::UnknownPeer(peer)));
+            }
+            let now = shared.clock.now();
+            let call = d.calls.caller.request(
+                now,
+                peer,
+                handler,
+                args.clone(),
+                options.one_way,
+                options.deadline,
+                options.watch,
+            )?;
+            let Driver { calls, core, .. } = d;
+            calls.flush(now, core);
+            d.transmit(now);
+            Ok(call)
+        };
+        // The lock goes before any wait for credit takes it again.
+        let first = make(&mut shared.lock());
+        let call = match first {
+            Err(Error::Call(CallError::NoCredit { .. })) if options.credit_wait.is_some() => {
+                block_on(shared, options.credit_wait, Awaits::Calls, |d| match make(d) {
+                    Err(Error::Call(CallError::NoCredit { .. })) => None,
+                    other => Some(other),
+                })??
+            }
+            other => other?,
+        };
+        Ok(Call { call, shared: shared.clone() })
+    }
+
+    /// Run one handler for a request that came in, waiting up to `timeout`
+    /// for one (`Error::TimedOut`), and send its reply. Handlers run on the
+    /// thread that calls this (as Active Messages' handlers run in the
+    /// poll), never under the endpoint's lock.
+    pub fn serve(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        let shared = embedded(self)?;
+        let job = block_on(shared, timeout, Awaits::Calls, |d| d.calls.target.poll_dispatch())?;
+        let handler = shared.handlers.read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
+        // The target dispatches only registered ids, and none is removed.
+        let Some(handler) = handler else { return Ok(()) };
+        let request = Request { from: job.from, call: job.call, handler: job.handler, args: &job.args };
+        let result = handler(&request);
+        let mut d = shared.lock();
+        let now = shared.clock.now();
+        let Driver { calls, core, .. } = &mut *d;
+        let done = calls.target.complete(job.from, job.call, &result, &mut *calls.log);
+        calls.flush(now, core);
+        d.transmit(now);
+        done.map_err(|e| Error::CallLog(e.to_string()))
+    }
+
+    /// The next state change of a watched call.
+    pub fn poll_call_event(&self) -> Option<CallEvent> {
+        let Inner::Embedded(e) = &self.inner else { return None };
+        e.shared.lock().calls.caller.poll_event()
+    }
+
+    /// What the call layer did on both sides: calls made, retransmitted,
+    /// abandoned and resolved; requests served, duplicates answered from
+    /// the table, refusals by reason; envelopes dropped.
+    pub fn call_stats(&self) -> Option<CallStats> {
+        let Inner::Embedded(e) = &self.inner else { return None };
+        let d = e.shared.lock();
+        Some(CallStats {
+            caller: d.calls.caller.stats(),
+            server: d.calls.target.stats(),
+            envelopes_dropped: d.calls.envelopes_dropped,
+        })
+    }
+}
+
+/// The call layer's counters, both sides (`Endpoint::call_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallStats {
+    /// As a caller.
+    pub caller: CallerStats,
+    /// As a server.
+    pub server: TargetStats,
+    /// Envelopes the stream refused for good or that found no room.
+    pub envelopes_dropped: u64,
+}

@@ -1,0 +1,193 @@
+//! Calls between real endpoints over UDP on loopback (issue 15): the
+//! three-way exchange end to end, its states, the credit, calls and
+//! messages on one stream, and calls under every message fault the
+//! injector has, each handler run once.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tether::faults::FaultPlan;
+use tether::rpc::{AckStatus, CallError, CallOptions, CallState, Executed, RpcConfig};
+use tether::{Config, Endpoint, Error, Options};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(20));
+const ECHO: u32 = 1;
+const COUNT: u32 = 2;
+
+fn any() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn options(rules: &[&str], seed: u64) -> Options {
+    let config = Config { rto_min: Duration::from_micros(500), ..Config::default() };
+    let calls = RpcConfig { credit: 16, ..RpcConfig::default() };
+    Options { config, calls, faults: FaultPlan::parse_rules(seed, rules).unwrap(), ..Options::default() }
+}
+
+fn pair(rules: &[&str], seed: u64) -> (Endpoint, Endpoint) {
+    let a = Endpoint::udp(1, any(), &[], options(rules, seed)).unwrap();
+    let b = Endpoint::udp(2, any(), &[], options(rules, seed)).unwrap();
+    a.add_peer(2, b.local_addr().unwrap()).unwrap();
+    b.add_peer(1, a.local_addr().unwrap()).unwrap();
+    (a, b)
+}
+
+/// The server's side: an echo handler and a counting one, served by a
+/// thread until `stop`; how many times each call's handler ran, by its
+/// argument.
+struct Server {
+    stop: Arc<AtomicBool>,
+    runs: Arc<Mutex<Vec<u32>>>,
+}
+
+fn serve(ep: &Endpoint) -> Server {
+    let runs = Arc::new(Mutex::new(vec![0u32; 100_000]));
+    ep.register_handler(ECHO, |r| r.args.to_vec()).unwrap();
+    let counts = runs.clone();
+    ep.register_handler(COUNT, move |r| {
+        let i = u32::from_le_bytes(r.args[..4].try_into().unwrap());
+        counts.lock().unwrap()[i as usize] += 1;
+        r.args.to_vec()
+    })
+    .unwrap();
+    Server { stop: Arc::new(AtomicBool::new(false)), runs }
+}
+
+fn serving(ep: &Endpoint, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match ep.serve(Some(Duration::from_millis(20))) {
+            Ok(()) | Err(Error::TimedOut) => {}
+            Err(e) => panic!("serve: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_call_goes_request_ack_reply_and_says_it_ran() {
+    let (a, b) = pair(&[], 1);
+    let server = serve(&b);
+    std::thread::scope(|s| {
+        s.spawn(|| serving(&b, &server.stop));
+        let watched = CallOptions { watch: true, ..CallOptions::default() };
+        let call = a.request_with(2, ECHO, b"hello", &watched).unwrap();
+        let out = call.wait(WAIT).unwrap();
+        assert_eq!(out.reply.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(out.state, CallState::PROCESSED);
+        assert_eq!(out.executed(), Executed::Yes);
+        let states: Vec<_> = std::iter::from_fn(|| a.poll_call_event()).map(|e| e.state).collect();
+        assert_eq!(states.first(), Some(&CallState::SENT));
+        assert_eq!(states.last(), Some(&CallState::PROCESSED));
+        // No such handler: a negative acknowledgement, and it never ran.
+        let missing = a.request(2, 99, b"").unwrap().wait(WAIT).unwrap();
+        assert_eq!(missing.state.ack, AckStatus::NotFound);
+        assert_eq!(missing.executed(), Executed::No);
+        server.stop.store(true, Ordering::Relaxed);
+    });
+    let stats = a.call_stats().unwrap();
+    assert_eq!((stats.caller.calls, stats.caller.replies, stats.caller.retransmissions), (2, 1, 0));
+}
+
+#[test]
+fn calls_and_messages_share_the_stream_without_waiting_for_each_other() {
+    let (a, b) = pair(&[], 2);
+    let server = serve(&b);
+    // Messages the application on b never reads sit in b's delivery queue;
+    // calls pass them.
+    for i in 0..50u32 {
+        a.send_blocking(2, &i.to_le_bytes(), WAIT).unwrap();
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| serving(&b, &server.stop));
+        for i in 0..20u32 {
+            let out = a.request(2, COUNT, &i.to_le_bytes()).unwrap().wait(WAIT).unwrap();
+            assert_eq!(out.reply.as_deref(), Some(&i.to_le_bytes()[..]));
+        }
+        server.stop.store(true, Ordering::Relaxed);
+    });
+    for i in 0..50u32 {
+        assert_eq!(b.recv(WAIT).unwrap().message.to_vec(), i.to_le_bytes(), "message {i}, not an envelope");
+    }
+    assert!(b.try_recv().is_none());
+}
+
+#[test]
+fn the_credit_bounds_calls_in_flight_and_can_be_waited_for() {
+    let (a, b) = pair(&[], 3);
+    let server = serve(&b);
+    // Nobody serves yet: 16 calls take every credit.
+    let open: Vec<_> = (0..16u32).map(|i| a.request(2, COUNT, &i.to_le_bytes()).unwrap()).collect();
+    match a.request(2, COUNT, &99u32.to_le_bytes()) {
+        Err(Error::Call(CallError::NoCredit { server: 2, open: 16 })) => {}
+        other => panic!("expected no credit, got {other:?}"),
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| serving(&b, &server.stop));
+        // Waiting for credit: it comes as the first calls finish.
+        let wait = CallOptions { credit_wait: WAIT, ..CallOptions::default() };
+        let late = a.request_with(2, COUNT, &16u32.to_le_bytes(), &wait).unwrap();
+        assert_eq!(late.wait(WAIT).unwrap().executed(), Executed::Yes);
+        for c in &open {
+            assert_eq!(c.wait(WAIT).unwrap().executed(), Executed::Yes);
+        }
+        server.stop.store(true, Ordering::Relaxed);
+    });
+    let runs = server.runs.lock().unwrap();
+    assert!(runs[..17].iter().all(|&n| n == 1), "{:?}", &runs[..17]);
+    assert_eq!(runs[99], 0);
+}
+
+/// Every message fault on every datagram, both ways: each call answered,
+/// each handler run exactly once.
+#[test]
+fn calls_survive_every_message_fault_and_run_once() {
+    for (seed, rule) in
+        ["drop:p=0.1", "duplicate:p=0.1", "modify:p=0.05", "reorder:p=0.1", "delay:p=0.1,fixed=2ms"]
+            .into_iter()
+            .enumerate()
+    {
+        let (a, b) = pair(&[rule], seed as u64);
+        let server = serve(&b);
+        let n = 400u32;
+        std::thread::scope(|s| {
+            s.spawn(|| serving(&b, &server.stop));
+            let wait = CallOptions { credit_wait: WAIT, ..CallOptions::default() };
+            let calls: Vec<_> =
+                (0..n).map(|i| a.request_with(2, COUNT, &i.to_le_bytes(), &wait).unwrap()).collect();
+            for (i, c) in calls.iter().enumerate() {
+                let out = c.wait(WAIT).unwrap_or_else(|e| panic!("{rule}: call {i}: {e}"));
+                assert_eq!(out.reply.as_deref(), Some(&(i as u32).to_le_bytes()[..]), "{rule}: call {i}");
+            }
+            server.stop.store(true, Ordering::Relaxed);
+        });
+        let runs = server.runs.lock().unwrap();
+        assert!(runs[..n as usize].iter().all(|&r| r == 1), "{rule}: a handler ran other than once");
+        let injected = a.fault_counters().total() + b.fault_counters().total();
+        assert!(injected > 0, "{rule}: nothing was injected");
+    }
+}
+
+/// A node the server was not given is refused by the stream below (its
+/// datagrams come from an address no peer has): its call never runs,
+/// and the server's own peers are served as before.
+#[test]
+fn a_stranger_s_calls_never_run() {
+    let (a, b) = pair(&[], 4);
+    let server = serve(&b);
+    let quick =
+        RpcConfig { retries: 2, max_retry_interval: Duration::from_millis(400), ..RpcConfig::default() };
+    let c = Endpoint::udp(3, any(), &[], Options { calls: quick, ..options(&[], 4) }).unwrap();
+    c.add_peer(2, b.local_addr().unwrap()).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| serving(&b, &server.stop));
+        let deadline = CallOptions { deadline: Some(Duration::from_millis(300)), ..CallOptions::default() };
+        let out = c.request_with(2, ECHO, b"let me in", &deadline).unwrap().wait(WAIT).unwrap();
+        assert_eq!(out.executed(), Executed::Unknown, "nobody answered it: {:?}", out.state);
+        let mine = a.request(2, ECHO, b"mine").unwrap().wait(WAIT).unwrap();
+        assert_eq!(mine.reply.as_deref(), Some(&b"mine"[..]));
+        server.stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(b.call_stats().unwrap().server.requests, 1, "only a's");
+    assert!(b.stats().unknown_source > 0);
+}
