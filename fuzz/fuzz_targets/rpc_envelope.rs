@@ -33,7 +33,7 @@ fuzz_target!(|input: &[u8]| {
         data = tail;
         let _ = server.handle(now, 9, env, &mut log);
         let _ = caller.handle(now, 9, env);
-        while let Some(d) = server.poll_dispatch() {
+        while let Some(d) = server.poll_dispatch(&mut log) {
             let _ = server.complete(d.from, d.call, &d.args, &mut log);
         }
         now = now + Duration::from_millis(1);

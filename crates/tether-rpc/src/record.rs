@@ -100,6 +100,14 @@ impl Record<'_> {
     /// Append the record to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
         let start = out.len();
+        out.resize(start + self.len(), 0);
+        self.write_to(&mut out[start..]);
+    }
+
+    /// Write the record into `out`, exactly `len()` bytes (a log file's
+    /// mapping: no buffer between). The checksum goes in last, so a
+    /// write cut short leaves a record that does not check.
+    pub fn write_to(&self, out: &mut [u8]) {
         let (kind, aux, node, client, seq, handler, payload): (u8, u8, NodeId, u64, u64, HandlerId, &[u8]) =
             match *self {
                 Record::Started { node, call, handler, one_way } => {
@@ -116,17 +124,17 @@ impl Record<'_> {
                 }
                 Record::ForgetClients { node, below } => (FORGET_CLIENTS, 0, node, below, 0, 0, &[]),
             };
-        out.extend_from_slice(&(self.len() as u32).to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(&[kind, aux, 0, 0]);
-        out.extend_from_slice(&node.to_le_bytes());
-        out.extend_from_slice(&client.to_le_bytes());
-        out.extend_from_slice(&seq.to_le_bytes());
-        out.extend_from_slice(&handler.to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(payload);
-        let crc = crc32c::crc32c(&out[start + 8..]);
-        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        let out = &mut out[..self.len()];
+        out[0..4].copy_from_slice(&(self.len() as u32).to_le_bytes());
+        out[8..12].copy_from_slice(&[kind, aux, 0, 0]);
+        out[12..16].copy_from_slice(&node.to_le_bytes());
+        out[16..24].copy_from_slice(&client.to_le_bytes());
+        out[24..32].copy_from_slice(&seq.to_le_bytes());
+        out[32..36].copy_from_slice(&handler.to_le_bytes());
+        out[36..40].fill(0);
+        out[RECORD_HEAD_LEN..].copy_from_slice(payload);
+        let crc = crc32c::crc32c(&out[8..]);
+        out[4..8].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Read the record at the start of `b`: it and its length, `None` at

@@ -100,6 +100,10 @@ pub enum CompleteError {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
+    /// Waiting for the application to take it (`poll_dispatch`): not
+    /// started, not logged. A server that dies now never ran it, and a
+    /// copy after its restart runs it.
+    Queued,
     Running {
         one_way: bool,
     },
@@ -123,7 +127,7 @@ struct Life {
 impl Life {
     /// Holds something only the caller's acknowledgement frees.
     fn holds_answers(&self) -> bool {
-        self.entries.values().any(|e| !matches!(e, Entry::Running { .. }))
+        self.entries.values().any(|e| !matches!(e, Entry::Queued | Entry::Running { .. }))
     }
 }
 
@@ -242,9 +246,37 @@ impl Target {
         self.stats
     }
 
-    /// The next handler to run.
-    pub fn poll_dispatch(&mut self) -> Option<Dispatch> {
-        self.runnable.pop_front()
+    /// The next handler to run, started: its start is logged and its
+    /// acknowledgement queued (AMVIA's ACK says the handler started). A
+    /// call whose start the log cannot take is refused (`Busy`: it did
+    /// not run) and the next one tried.
+    pub fn poll_dispatch(&mut self, log: &mut dyn CallLog) -> Option<Dispatch> {
+        while let Some(d) = self.runnable.pop_front() {
+            let entry = self
+                .nodes
+                .get(&d.from)
+                .and_then(|n| n.lives.get(&d.call.client))
+                .and_then(|l| l.entries.get(&d.call.seq));
+            if entry != Some(&Entry::Queued) {
+                // Its life was forgotten meanwhile.
+                continue;
+            }
+            let record =
+                Record::Started { node: d.from, call: d.call, handler: d.handler, one_way: d.one_way };
+            let started = append(log, &record, &self.nodes, &mut self.stats).is_ok();
+            let life =
+                self.nodes.get_mut(&d.from).and_then(|n| n.lives.get_mut(&d.call.client)).expect("looked up");
+            if !started {
+                life.entries.remove(&d.call.seq);
+                self.refuse(d.from, d.call, Refusal::Busy);
+                continue;
+            }
+            life.entries.insert(d.call.seq, Entry::Running { one_way: d.one_way });
+            self.stats.handlers_started += 1;
+            self.send(d.from, Envelope::Ack { call: d.call }, Some(d.call));
+            return Some(d);
+        }
+        None
     }
 
     /// The next envelope to send.
@@ -317,6 +349,10 @@ impl Target {
         if let Some(entry) = entry {
             self.stats.duplicates += 1;
             let answer = match entry {
+                // A query for a call not started yet: it never will be.
+                Entry::Queued if run.is_none() => return self.cancel(from, call, log),
+                // It will be acknowledged when it starts.
+                Entry::Queued => return,
                 Entry::Running { .. } | Entry::OneWayDone => Envelope::Ack { call },
                 Entry::Interrupted => Envelope::Refused { call, reason: Refusal::Indeterminate },
                 Entry::Replied(r) => {
@@ -333,12 +369,16 @@ impl Target {
         if call.seq >= first_incomplete.saturating_add(self.config.credit as u64) {
             return self.refuse(from, call, Refusal::Busy);
         }
+        if let Some((handler, one_way, args)) = run.filter(|(h, ..)| self.handlers.contains(h)) {
+            // Started (logged, acknowledged) when the application takes it.
+            let life =
+                self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("made above");
+            life.entries.insert(call.seq, Entry::Queued);
+            let args = Bytes::copy_from_slice(args);
+            self.runnable.push_back(Dispatch { from, call, handler, one_way, args });
+            return;
+        }
         let (record, entry, answer) = match run {
-            Some((handler, one_way, _)) if self.handlers.contains(&handler) => (
-                Record::Started { node: from, call, handler, one_way },
-                Entry::Running { one_way },
-                Envelope::Ack { call },
-            ),
             Some(_) => (
                 Record::Refused { node: from, call, reason: Refusal::NotFound },
                 Entry::Refused(Refusal::NotFound),
@@ -356,21 +396,24 @@ impl Target {
         }
         let life = self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("made above");
         life.entries.insert(call.seq, entry);
-        match (run, &answer) {
-            (Some((handler, one_way, args)), Envelope::Ack { .. }) => {
-                self.stats.handlers_started += 1;
-                self.runnable.push_back(Dispatch {
-                    from,
-                    call,
-                    handler,
-                    one_way,
-                    args: Bytes::copy_from_slice(args),
-                });
-                self.send(from, answer, Some(call));
-            }
-            (_, Envelope::Refused { reason, .. }) => self.refuse(from, call, *reason),
-            _ => unreachable!("an entry is running or refused"),
+        if let Envelope::Refused { reason, .. } = answer {
+            self.refuse(from, call, reason);
         }
+    }
+
+    /// A query came for `call` while it waits to start: it never will
+    /// (logged as fenced, taken out of the queue).
+    fn cancel(&mut self, from: NodeId, call: CallId, log: &mut dyn CallLog) {
+        let record = Record::Refused { node: from, call, reason: Refusal::NotRun };
+        if append(log, &record, &self.nodes, &mut self.stats).is_err() {
+            // Still queued; the caller asks again.
+            return;
+        }
+        self.runnable.retain(|d| !(d.from == from && d.call == call));
+        if let Some(life) = self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)) {
+            life.entries.insert(call.seq, Entry::Refused(Refusal::NotRun));
+        }
+        self.refuse(from, call, Refusal::NotRun);
     }
 
     /// The life `client` of `from`, made if new: an older life than every
@@ -510,6 +553,8 @@ fn live_records(nodes: &BTreeMap<NodeId, NodeCalls>) -> Vec<Record<'_>> {
                 let call = CallId { client, seq };
                 // The handler id matters to nobody once the call started.
                 match e {
+                    // Not started: nothing to answer from after a restart.
+                    Entry::Queued => {}
                     Entry::Running { one_way } => {
                         out.push(Record::Started { node, call, handler: 0, one_way: *one_way })
                     }

@@ -155,7 +155,7 @@ impl World {
                 return self.crash();
             }
         }
-        while let Some(d) = self.server.poll_dispatch() {
+        while let Some(d) = self.server.poll_dispatch(&mut self.log) {
             let finish = now + Duration::from_micros(self.rng.gen_range(0..3_000));
             self.running.push((finish, d));
         }

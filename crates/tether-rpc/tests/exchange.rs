@@ -62,7 +62,7 @@ impl Pair {
 
     fn run_handlers(&mut self) -> usize {
         let mut n = 0;
-        while let Some(d) = self.server.poll_dispatch() {
+        while let Some(d) = self.server.poll_dispatch(&mut self.log) {
             let mut reply = b"echo:".to_vec();
             reply.extend_from_slice(&d.args);
             self.server.complete(d.from, d.call, &reply, &mut self.log).unwrap();
@@ -94,11 +94,15 @@ fn request_ack_reply_walks_the_tuple() {
     let call = p.caller.request(p.now, S, ECHO, Bytes::from_static(b"hi"), false, None, true).unwrap();
     assert_eq!(p.caller.state(call), Some(CallState::SENT));
     p.up();
-    // The handler started: the ACK goes before it runs.
+    // Queued for the application: nothing said until it starts.
+    assert!(p.down().is_empty());
+    assert_eq!(p.caller.state(call), Some(CallState::SENT));
+    // The handler starts: the ACK goes before it runs.
+    let d = p.server.poll_dispatch(&mut p.log).unwrap();
     let acks = p.down();
     assert_eq!(acks.iter().map(|b| kind(b)).collect::<Vec<_>>(), ["ack"]);
     assert_eq!(p.caller.state(call), Some(CallState::PROCESSING));
-    assert_eq!(p.run_handlers(), 1);
+    p.server.complete(d.from, d.call, b"echo:hi", &mut p.log).unwrap();
     p.down();
     assert_eq!(p.caller.state(call), Some(CallState::PROCESSED));
     assert_eq!(p.caller.state(call).unwrap().executed(), Executed::Yes);
@@ -137,12 +141,12 @@ fn a_missing_handler_is_a_negative_ack_that_holds() {
     let copy =
         Envelope::Request { call: call.id, handler: 99, one_way: false, first_incomplete: 0, args: b"" };
     p.server.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
-    assert!(p.server.poll_dispatch().is_none());
+    assert!(p.server.poll_dispatch(&mut p.log).is_none());
     let restarted = Target::recover(config(), &replay(p.log.bytes()).0);
     let mut restarted = restarted;
     restarted.register(99);
     restarted.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
-    assert!(restarted.poll_dispatch().is_none(), "refused after a restart too");
+    assert!(restarted.poll_dispatch(&mut p.log).is_none(), "refused after a restart too");
 }
 
 #[test]
@@ -199,7 +203,7 @@ fn replies_are_freed_by_the_next_request_or_an_ack_request() {
     let copy =
         Envelope::Request { call: first.id, handler: ECHO, one_way: false, first_incomplete: 0, args: b"" };
     p.server.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
-    assert!(p.server.poll_dispatch().is_none());
+    assert!(p.server.poll_dispatch(&mut p.log).is_none());
     assert_eq!(p.server.stats().refused_stale, 1);
 }
 
@@ -226,7 +230,7 @@ fn a_deadline_abandons_and_a_query_fences_a_call_that_never_arrived() {
     let copy =
         Envelope::Request { call: call.id, handler: ECHO, one_way: false, first_incomplete: 0, args: b"" };
     p.server.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
-    assert!(p.server.poll_dispatch().is_none());
+    assert!(p.server.poll_dispatch(&mut p.log).is_none());
 }
 
 #[test]
@@ -235,8 +239,9 @@ fn a_restarted_server_answers_from_its_log() {
     let done = p.caller.request(p.now, S, ECHO, Bytes::from_static(b"a"), false, None, false).unwrap();
     let running = p.caller.request(p.now, S, ECHO, Bytes::from_static(b"b"), false, None, false).unwrap();
     p.up();
-    let d = p.server.poll_dispatch().unwrap();
+    let d = p.server.poll_dispatch(&mut p.log).unwrap();
     p.server.complete(d.from, d.call, b"echo:a", &mut p.log).unwrap();
+    assert!(p.server.poll_dispatch(&mut p.log).is_some(), "b starts");
     // Dies with "b" running and both answers unsent.
     let mut server = Target::recover(config(), &replay(p.log.bytes()).0);
     server.register(ECHO);
@@ -244,7 +249,7 @@ fn a_restarted_server_answers_from_its_log() {
     while p.server.poll_transmit().is_some() {}
     p.tick(config().ack_timeout + Duration::from_millis(1));
     assert_eq!(p.up(), 2, "both requests sent again");
-    assert!(p.server.poll_dispatch().is_none(), "neither runs again");
+    assert!(p.server.poll_dispatch(&mut p.log).is_none(), "neither runs again");
     p.down();
     assert_eq!(p.caller.take(done).unwrap().1.as_deref(), Some(&b"echo:a"[..]));
     let state = p.caller.state(running).unwrap();
@@ -320,4 +325,32 @@ fn a_log_naming_the_last_call_recovers() {
     server.handle(Instant::from_nanos(1), 1, &query.to_vec(), &mut log).unwrap();
     let answer = server.poll_transmit().unwrap().bytes;
     assert_eq!(Envelope::parse(&answer).unwrap(), Envelope::Refused { call, reason: Refusal::Indeterminate });
+}
+
+/// A call still waiting for the application when the server dies never
+/// ran: a copy after the restart runs it. One a query reaches first is
+/// cancelled: it never runs.
+#[test]
+fn a_call_not_yet_started_runs_after_a_restart_or_is_cancelled_by_a_query() {
+    let mut p = Pair::new();
+    let waiting = p.caller.request(p.now, S, ECHO, Bytes::from_static(b"w"), false, None, false).unwrap();
+    p.up();
+    let mut server = Target::recover(config(), &replay(p.log.bytes()).0);
+    server.register(ECHO);
+    p.server = server;
+    p.tick(config().ack_timeout + Duration::from_millis(1));
+    p.up();
+    assert_eq!(p.run_handlers(), 1, "it never ran, so it runs now");
+    p.down();
+    assert_eq!(p.caller.take(waiting).unwrap().1.as_deref(), Some(&b"echo:w"[..]));
+    // Abandoned at its deadline while queued: the query cancels it.
+    let call =
+        p.caller.request(p.now, S, ECHO, Bytes::new(), false, Some(Duration::from_millis(1)), false).unwrap();
+    p.up();
+    p.tick(Duration::from_millis(2));
+    assert_eq!(p.up(), 1, "the query");
+    assert_eq!(p.run_handlers(), 0, "cancelled, not run");
+    p.down();
+    let state = p.caller.state(call).unwrap();
+    assert_eq!((state.ack, state.executed()), (AckStatus::ErrorAck(Refusal::NotRun), Executed::No));
 }

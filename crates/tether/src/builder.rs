@@ -174,6 +174,14 @@ impl Builder {
         self
     }
 
+    /// Keep the server's call log in a file (`tether::rpc::CallLogOptions`):
+    /// calls it served are answered from it after a restart, never run
+    /// again.
+    pub fn call_log(mut self, log: crate::rpc::CallLogOptions) -> Self {
+        self.options.call_log = Some(log);
+        self
+    }
+
     /// Bind the sockets, start the progress thread, learn the peers.
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.

@@ -14,9 +14,10 @@ use bytes::Bytes;
 use tether_proto::{Endpoint as Core, Instant, NodeId, SendError};
 use tether_rpc::{
     for_server, CallError, CallEvent, CallLog, CallRef, CallState, Caller, CallerStats, Executed, HandlerId,
-    MemLog, Record, RpcConfig, Target, TargetStats,
+    MemLog, RpcConfig, Target, TargetStats,
 };
 
+use crate::call_log::{CallLogOptions, FileLog};
 use crate::driver::Driver;
 use crate::endpoint::{block_on, Awaits, Inner, Shared};
 use crate::{Endpoint, Error};
@@ -68,22 +69,30 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    /// `life`: the endpoint's incarnation, the id of its calls. `recovered`:
-    /// the records of the log `log` holds, from a predecessor.
-    pub fn new(config: RpcConfig, life: u64, log: Box<dyn CallLog + Send>, recovered: &[Record<'_>]) -> Self {
-        Calls {
-            caller: Caller::new(config.clone(), life),
-            target: Target::recover(config, recovered),
+    /// `life`: the endpoint's incarnation, the id of its calls. `log`: the
+    /// server's log file (its records recovered: what a predecessor
+    /// answered is answered again), or `None` for one in memory, which
+    /// makes calls at-most-once within this process's life only.
+    pub fn open(config: RpcConfig, life: u64, log: Option<&CallLogOptions>) -> Result<Self, Error> {
+        let (log, target): (Box<dyn CallLog + Send>, Target) = match log {
+            None => (Box::new(MemLog::new(VOLATILE_LOG_BYTES)), Target::new(config.clone())),
+            Some(o) => {
+                let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
+                if let Some(torn) = file.torn {
+                    tracing::warn!(path = %o.path.display(), "call log: {torn}; the torn record is dropped");
+                }
+                let target = Target::recover(config.clone(), &file.records());
+                (Box::new(file), target)
+            }
+        };
+        Ok(Calls {
+            caller: Caller::new(config, life),
+            target,
             log,
             pending: VecDeque::new(),
             moved: false,
             envelopes_dropped: 0,
-        }
-    }
-
-    /// A log in memory: at-most-once within this life.
-    pub fn volatile_log() -> Box<dyn CallLog + Send> {
-        Box::new(MemLog::new(VOLATILE_LOG_BYTES))
+        })
     }
 
     /// Take in what the core delivered for calls, run the call layer's
@@ -297,7 +306,10 @@ impl Endpoint {
     /// poll), never under the endpoint's lock.
     pub fn serve(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let shared = embedded(self)?;
-        let job = block_on(shared, timeout, Awaits::Calls, |d| d.calls.target.poll_dispatch())?;
+        let job = block_on(shared, timeout, Awaits::Calls, |d| {
+            let Calls { target, log, .. } = &mut d.calls;
+            target.poll_dispatch(&mut **log)
+        })?;
         let handler = shared.handlers.read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
         // The target dispatches only registered ids, and none is removed.
         let Some(handler) = handler else { return Ok(()) };

@@ -29,6 +29,7 @@ use tether_proto::{
 use tether_rpc::RpcConfig;
 
 use crate::attached::Attached;
+use crate::call_log::CallLogOptions;
 use crate::calls::Calls;
 use crate::clock::Clock;
 use crate::driver::Driver;
@@ -83,6 +84,9 @@ pub struct Options {
     pub linger: Duration,
     /// The calls' settings (credit, retransmissions, bounds).
     pub calls: RpcConfig,
+    /// The server's call log file; `None`: in memory, so calls served
+    /// here are at-most-once within this process's life only.
+    pub call_log: Option<CallLogOptions>,
 }
 
 impl Default for Options {
@@ -96,6 +100,7 @@ impl Default for Options {
             rail_faults: Vec::new(),
             linger: Duration::from_secs(1),
             calls: RpcConfig::default(),
+            call_log: None,
         }
     }
 }
@@ -549,7 +554,7 @@ impl Endpoint {
         let fds = fds.into_iter().flatten().collect();
         let clock = Clock::new();
         let messages = core.message_pool();
-        let calls = Calls::new(options.calls.clone(), incarnation, Calls::volatile_log(), &[]);
+        let calls = Calls::open(options.calls.clone(), incarnation, options.call_log.as_ref())?;
         let shared = Arc::new(Shared {
             driver: Mutex::new(Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())))),
             waiter,

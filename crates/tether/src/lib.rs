@@ -32,6 +32,7 @@
 
 mod attached;
 mod builder;
+mod call_log;
 mod calls;
 mod clock;
 mod driver;
@@ -71,6 +72,7 @@ pub mod faults {
 /// queryable and true about whether the handler ran (Kaur \[AMVIA\],
 /// docs/REFERENCES.md; docs/ARCHITECTURE.md, "Calls").
 pub mod rpc {
+    pub use crate::call_log::{CallLogOptions, SyncPolicy};
     pub use crate::calls::{Call, CallOptions, CallOutcome, CallStats, Handler, Request};
     pub use tether_rpc::{
         AckStatus, CallError, CallEvent, CallId, CallRef, CallState, CallerStats, Executed, HandlerId,

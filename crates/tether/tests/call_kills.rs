@@ -1,0 +1,150 @@
+//! A server process killed with SIGKILL at random moments and restarted on
+//! its call log, while a client makes calls to it over UDP (issue 15,
+//! "at-most-once, durably"): no handler's effect happens twice, every call
+//! ends, and what each call's final state says about its handler is true.
+//!
+//! The server is this test binary run again as a child (`server_child`,
+//! which does nothing unless `TETHER_CALL_SERVER` is set). Each handler
+//! appends its call's number to an effects file with one `write` (which a
+//! SIGKILL cannot undo) and then sleeps a millisecond, so kills land
+//! between a handler's effect and its completion record too.
+
+// The test reads the wall clock to pace its kills.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::Write;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tether::rpc::{CallLogOptions, CallOptions, Executed, RpcConfig, SyncPolicy};
+use tether::{Config, Endpoint, Error, Options};
+
+const HANDLER: u32 = 3;
+const CALLS: u32 = 2_000;
+const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+
+fn rpc() -> RpcConfig {
+    RpcConfig {
+        credit: 8,
+        ack_timeout: Duration::from_millis(30),
+        reply_timeout: Duration::from_millis(60),
+        max_retry_interval: Duration::from_millis(200),
+        retries: 30,
+        ..RpcConfig::default()
+    }
+}
+
+fn options() -> Options {
+    let config = Config { rto_min: Duration::from_micros(500), ..Config::default() };
+    Options { config, calls: rpc(), linger: Duration::ZERO, ..Options::default() }
+}
+
+/// The server's life: serve until killed.
+#[test]
+fn server_child() {
+    let Ok(dir) = std::env::var("TETHER_CALL_SERVER") else { return };
+    let dir = PathBuf::from(dir);
+    let addr: SocketAddr = std::env::var("TETHER_CALL_SERVER_ADDR").unwrap().parse().unwrap();
+    let client: SocketAddr = std::env::var("TETHER_CALL_CLIENT_ADDR").unwrap().parse().unwrap();
+    let log = CallLogOptions { path: dir.join("calls.log"), capacity: 1 << 20, sync: SyncPolicy::None };
+    let options = Options { call_log: Some(log), ..options() };
+    let ep = Endpoint::udp(2, addr, &[], options).unwrap();
+    ep.add_peer(1, client).unwrap();
+    let effects = std::fs::OpenOptions::new().append(true).create(true).open(dir.join("effects")).unwrap();
+    ep.register_handler(HANDLER, move |r| {
+        (&effects).write_all(&r.args[..4]).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+        r.args.to_vec()
+    })
+    .unwrap();
+    loop {
+        match ep.serve(Some(Duration::from_millis(100))) {
+            Ok(()) | Err(Error::TimedOut) => {}
+            Err(e) => panic!("serve: {e}"),
+        }
+    }
+}
+
+fn spawn(dir: &Path, addr: SocketAddr, client: SocketAddr) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "server_child", "--nocapture", "--test-threads", "1"])
+        .env("TETHER_CALL_SERVER", dir)
+        .env("TETHER_CALL_SERVER_ADDR", addr.to_string())
+        .env("TETHER_CALL_CLIENT_ADDR", client.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_server_killed_and_restarted_on_its_log_runs_no_call_twice() {
+    if std::env::var("TETHER_CALL_SERVER").is_ok() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tether-call-kills-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A port for the server's every life.
+    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let client = Endpoint::udp(1, "127.0.0.1:0".parse().unwrap(), &[], options()).unwrap();
+    client.add_peer(2, addr).unwrap();
+    let mut child = spawn(&dir, addr, client.local_addr().unwrap());
+    let done = AtomicBool::new(false);
+    let mut kills = 0;
+    let outcomes = std::thread::scope(|s| {
+        let calls = s.spawn(|| {
+            let wait = CallOptions { credit_wait: WAIT, ..CallOptions::default() };
+            let calls: Vec<_> = (0..CALLS)
+                .map(|i| client.request_with(2, HANDLER, &i.to_le_bytes(), &wait).unwrap())
+                .collect();
+            let outcomes: Vec<_> = calls.iter().map(|c| c.wait(WAIT).unwrap()).collect();
+            done.store(true, Ordering::SeqCst);
+            outcomes
+        });
+        // Kill and restart at pseudo-random moments (20-120 ms apart).
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let start = Instant::now();
+        while !done.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(50) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(Duration::from_millis(20 + x % 100));
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            kills += 1;
+            child = spawn(&dir, addr, client.local_addr().unwrap());
+        }
+        calls.join().unwrap()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let effects = std::fs::read(dir.join("effects")).unwrap();
+    let mut ran = vec![0u32; CALLS as usize];
+    for i in effects.chunks(4) {
+        ran[u32::from_le_bytes(i.try_into().unwrap()) as usize] += 1;
+    }
+    let mut claims = [0; 3];
+    for (i, out) in outcomes.iter().enumerate() {
+        assert!(ran[i] <= 1, "call {i} ran {} times", ran[i]);
+        claims[out.executed() as usize] += 1;
+        match out.executed() {
+            Executed::Yes => {
+                assert_eq!(ran[i], 1, "call {i} says it ran: {:?}", out.state);
+                assert_eq!(out.reply.as_deref(), Some(&(i as u32).to_le_bytes()[..]));
+            }
+            Executed::No => assert_eq!(ran[i], 0, "call {i} says it did not run: {:?}", out.state),
+            Executed::Unknown => {}
+        }
+    }
+    eprintln!(
+        "{kills} kills, {CALLS} calls: ran {}, did not run {}, unknown {}",
+        claims[0], claims[1], claims[2]
+    );
+    assert!(kills >= 20, "only {kills} kills: the calls ended too soon to test anything");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
