@@ -7,6 +7,7 @@ mod args;
 mod auth_bench;
 mod bandwidth;
 mod bench;
+mod calls_bench;
 mod campaign;
 mod congestion_bench;
 mod contention_bench;
@@ -136,6 +137,11 @@ enum BenchWhat {
     /// The small-message round trip with a busy thread on every core,
     /// tether against the limit under the same load, alternating.
     Contention(contention_bench::ContentionOpts),
+    /// What a call costs (active messages, issue 15): the round trip of a
+    /// call to an empty handler against the limit's and a message's, the
+    /// server's log in memory, in a file, synced per record; calls a
+    /// second with many open, the log synced never and per batch.
+    Calls(calls_bench::CallsOpts),
 }
 
 fn main() {
@@ -228,7 +234,8 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
                     | BenchWhat::Engine(_)
                     | BenchWhat::Congestion(_)
                     | BenchWhat::Loss(_)
-                    | BenchWhat::Contention(_),
+                    | BenchWhat::Contention(_)
+                    | BenchWhat::Calls(_),
                 ),
                 _,
             ) => Ok(()),
@@ -515,6 +522,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Congestion(c)) => return congestion_bench::run(c),
         Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
         Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
+        Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };

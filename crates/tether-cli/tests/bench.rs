@@ -1,4 +1,4 @@
-//! `tether bench checksum`, `auth`, `shm`, `loss` and `contention` end to end: the JSON
+//! `tether bench checksum`, `auth`, `shm`, `loss`, `contention` and `calls` end to end: the JSON
 //! documents of the bandwidth table (with the model), of the detection
 //! table and of the authentication costs carry every record the issues
 //! name, with figures that could only come from a measurement.
@@ -237,4 +237,28 @@ fn contention_document_has_both_round_trips_under_the_load() {
     positive(&doc["tether_p99_us"], "tether p99");
     let ratio = doc["ratio"].as_f64().expect("ratio");
     assert!((ratio - tether / limit).abs() < 1e-9, "{doc}");
+}
+
+/// `tether bench calls`: the limit's, a message's and a call's round
+/// trips, the call's with each log, calls a second with many open, and
+/// the ratios computed from those figures.
+#[test]
+fn calls_document_has_every_round_trip_and_ratio() {
+    let doc = tether_json(&["bench", "calls", "--runs", "1", "--count", "100", "--in-flight", "8", "--json"]);
+    assert_eq!(
+        (doc["size"].as_u64(), doc["count"].as_u64(), doc["in_flight"].as_u64()),
+        (Some(8), Some(100), Some(8))
+    );
+    let limit = positive(&doc["limit_us"], "limit");
+    let message = positive(&doc["message_us"], "message");
+    let call = positive(&doc["call_us"], "call");
+    let file = positive(&doc["call_file_log_us"], "call, file log");
+    let synced = positive(&doc["call_synced_us"], "call, synced log");
+    positive(&doc["calls_per_s"], "calls a second");
+    positive(&doc["calls_per_s_batch_sync"], "calls a second, batch sync");
+    let near = |k: &str, x: f64| assert!((doc[k].as_f64().expect(k) - x).abs() < 1e-9, "{k}: {doc}");
+    near("call_over_limit", call / limit);
+    near("call_over_message", call / message);
+    near("file_log_added_us", file - call);
+    near("per_record_sync_added_us", synced - file);
 }

@@ -17,36 +17,15 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tether_proto::Instant;
-use tether_rpc::{
-    replay, CallLog, CallRef, Caller, Dispatch, Executed, LogError, MemLog, Record, RpcConfig, Target,
-};
+use tether_rpc::{replay, CallLog, CallRef, Caller, Dispatch, MemLog, RpcConfig, Target};
+
+mod common;
+use common::DyingLog;
 
 const CALLER: u32 = 1;
 const SERVER: u32 = 2;
 const HANDLER: u32 = 7;
 const MISSING_HANDLER: u32 = 8;
-
-/// A log that can be told to die in the middle of its next append: half
-/// the record is written, and the write fails.
-struct CrashingLog {
-    inner: MemLog,
-    tear_next: bool,
-}
-
-impl CallLog for CrashingLog {
-    fn append(&mut self, record: &Record<'_>) -> Result<(), LogError> {
-        if self.tear_next {
-            let before = self.inner.bytes().len();
-            self.inner.append(record)?;
-            self.inner.tear(before + record.len() / 2);
-            return Err(LogError::Io("the process died in the write".into()));
-        }
-        self.inner.append(record)
-    }
-    fn compact(&mut self, live: &[Record<'_>]) -> Result<(), LogError> {
-        self.inner.compact(live)
-    }
-}
 
 fn config() -> RpcConfig {
     RpcConfig {
@@ -65,7 +44,7 @@ struct World {
     now: Instant,
     caller: Caller,
     server: Target,
-    log: CrashingLog,
+    log: DyingLog,
     /// Envelopes on their way, each with when it arrives (in order).
     to_server: VecDeque<(Instant, Vec<u8>)>,
     to_caller: VecDeque<(Instant, Vec<u8>)>,
@@ -86,7 +65,7 @@ impl World {
             now: Instant::from_nanos(1_000_000),
             caller: Caller::new(config(), 1000),
             server,
-            log: CrashingLog { inner: MemLog::new(16 << 10), tear_next: false },
+            log: DyingLog::new(16 << 10),
             to_server: VecDeque::new(),
             to_caller: VecDeque::new(),
             running: Vec::new(),
@@ -109,13 +88,13 @@ impl World {
         self.to_server.clear();
         self.to_caller.clear();
         self.running.clear();
-        let (records, _torn) = replay(self.log.inner.bytes());
+        let (records, _torn) = replay(self.log.log.bytes());
         let mut server = Target::recover(config(), &records);
         server.register(HANDLER);
         // The torn tail is cut off before anything is written after it.
         let mut clean = MemLog::new(16 << 10);
         clean.compact(&records).unwrap();
-        self.log.inner = clean;
+        self.log.log = clean;
         self.server = server;
     }
 
@@ -210,19 +189,7 @@ fn run(seed: u64) -> (u32, usize, [usize; 3]) {
     for _ in 0..200 {
         w.step(0.0);
     }
-    let mut claims = [0; 3];
-    for &call in &w.calls {
-        let state = w.caller.state(call).expect("kept");
-        assert_eq!(w.caller.finished(call), Some(true), "seed {seed}: {call:?} never ended: {state:?}");
-        let ran = w.effects.get(&(call.id.client, call.id.seq)).copied().unwrap_or(0);
-        assert!(ran <= 1, "seed {seed}: {call:?} ran {ran} times");
-        claims[state.executed() as usize] += 1;
-        match state.executed() {
-            Executed::Yes => assert_eq!(ran, 1, "seed {seed}: {call:?} says it ran: {state:?}"),
-            Executed::No => assert_eq!(ran, 0, "seed {seed}: {call:?} says it did not run: {state:?}"),
-            Executed::Unknown => {}
-        }
-    }
+    let claims = common::check_ends(seed, &w.calls, &w.caller, &w.effects);
     (w.crashes, w.calls.len(), claims)
 }
 
