@@ -93,6 +93,53 @@ impl CallState {
         CallState { ack, op: OperationStatus::RequestSent }
     }
 
+    /// The state as 32 bits, for a caller's log: the ACK status, its
+    /// refusal, the operation status, a byte each.
+    pub fn to_bits(self) -> u32 {
+        let (ack, refusal) = match self.ack {
+            AckStatus::NotAcked => (0, 0),
+            AckStatus::Acked => (1, 0),
+            AckStatus::NotFound => (2, 0),
+            AckStatus::ErrorAck(r) => (3, r as u32),
+            AckStatus::ReplyRtxExceeded => (4, 0),
+        };
+        let op = match self.op {
+            OperationStatus::NotProcessed => 0,
+            OperationStatus::RequestSent => 1,
+            OperationStatus::Processing => 2,
+            OperationStatus::Processed => 3,
+            OperationStatus::RequestRtxExceeded => 4,
+            OperationStatus::DeadlineExceeded => 5,
+        };
+        ack | refusal << 8 | op << 16
+    }
+
+    /// The state `to_bits` made, or `None` for bits no state makes.
+    pub fn from_bits(bits: u32) -> Option<Self> {
+        let (ack, refusal, op, rest) = (bits & 0xff, bits >> 8 & 0xff, bits >> 16 & 0xff, bits >> 24);
+        if rest != 0 || (ack != 3 && refusal != 0) {
+            return None;
+        }
+        let ack = match ack {
+            0 => AckStatus::NotAcked,
+            1 => AckStatus::Acked,
+            2 => AckStatus::NotFound,
+            3 => AckStatus::ErrorAck(Refusal::from_u8(refusal as u8)?),
+            4 => AckStatus::ReplyRtxExceeded,
+            _ => return None,
+        };
+        let op = match op {
+            0 => OperationStatus::NotProcessed,
+            1 => OperationStatus::RequestSent,
+            2 => OperationStatus::Processing,
+            3 => OperationStatus::Processed,
+            4 => OperationStatus::RequestRtxExceeded,
+            5 => OperationStatus::DeadlineExceeded,
+            _ => return None,
+        };
+        Some(CallState { ack, op })
+    }
+
     /// What this state says of the handler.
     pub fn executed(self) -> Executed {
         match (self.ack, self.op) {
@@ -130,5 +177,19 @@ mod tests {
         assert!(timed_out.is_final());
         assert!(!CallState::SENT.is_final() && !CallState::PROCESSING.is_final());
         assert!(CallState::refused(Refusal::NotFound).is_final());
+    }
+
+    #[test]
+    fn every_state_reads_back_from_its_bits_and_no_other_bits_read() {
+        let mut states = 0;
+        for bits in 0..(1u32 << 20) {
+            if let Some(s) = CallState::from_bits(bits) {
+                assert_eq!(s.to_bits(), bits);
+                states += 1;
+            }
+        }
+        // 4 ACK statuses and 5 refusals, times 6 operation statuses.
+        assert_eq!(states, (4 + 5) * 6);
+        assert_eq!(CallState::from_bits(1 << 24), None);
     }
 }

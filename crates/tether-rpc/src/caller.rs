@@ -84,8 +84,11 @@ struct Call {
     resolving: bool,
     /// Answered for good: no longer holds back the first incomplete.
     finished: bool,
-    /// The application let go of it: dropped once finished.
+    /// The application let go of it: dropped once finished (and, with a
+    /// caller's log, once its end is logged).
     forgotten: bool,
+    /// Its end went to the caller's log (`poll_ended`).
+    end_logged: bool,
 }
 
 /// One endpoint's calls.
@@ -100,6 +103,10 @@ pub struct Caller {
     open: BTreeSet<CallRef>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CallEvent>,
+    /// Calls that ended since the runtime last looked, for a caller's log
+    /// (`set_logging`).
+    ended: VecDeque<CallRef>,
+    logging: bool,
     stats: CallerStats,
 }
 
@@ -113,6 +120,8 @@ impl Caller {
             open: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            ended: VecDeque::new(),
+            logging: false,
             stats: CallerStats::default(),
         }
     }
@@ -198,6 +207,7 @@ impl Caller {
                 resolving: false,
                 finished: false,
                 forgotten: false,
+                end_logged: false,
             },
         );
         self.open.insert(call);
@@ -229,9 +239,98 @@ impl Caller {
                 resolving: true,
                 finished: false,
                 forgotten: false,
+                end_logged: false,
             },
         );
         self.open.insert(call);
+    }
+
+    /// Keep the calls that end for `poll_ended` (a caller's log writes
+    /// each one's end).
+    pub fn set_logging(&mut self, on: bool) {
+        self.logging = on;
+    }
+
+    /// A call that ended since last asked, its state and reply.
+    pub fn poll_ended(&mut self) -> Option<(CallRef, CallState, Option<Bytes>)> {
+        while let Some(call) = self.ended.pop_front() {
+            let Some(c) = self.calls.get_mut(&call) else { continue };
+            c.end_logged = true;
+            let ended = (call, c.state, c.reply.clone());
+            if c.forgotten {
+                self.calls.remove(&call);
+            }
+            return Some(ended);
+        }
+        None
+    }
+
+    /// A call an earlier life saw end (its caller's log said so), kept
+    /// for the application to ask about.
+    pub fn restore(&mut self, call: CallRef, state: CallState, reply: Option<Bytes>) {
+        if call.id.client == self.life || self.calls.contains_key(&call) {
+            return;
+        }
+        self.calls.insert(
+            call,
+            Call {
+                handler: 0,
+                args: Bytes::new(),
+                one_way: false,
+                state,
+                sends: 0,
+                next_send: Instant::ZERO,
+                interval: Duration::ZERO,
+                deadline: None,
+                watch: false,
+                reply,
+                resolving: false,
+                finished: true,
+                forgotten: false,
+                end_logged: true,
+            },
+        );
+    }
+
+    /// Calls of earlier lives this caller took up (`adopt`, `restore`).
+    pub fn earlier(&self) -> Vec<CallRef> {
+        self.calls.keys().filter(|c| c.id.client != self.life).copied().collect()
+    }
+
+    /// Undo a call just made whose request has not left (its log could
+    /// not record it): it never happened.
+    pub fn withdraw(&mut self, call: CallRef) {
+        if self.calls.remove(&call).is_some() {
+            self.open.remove(&call);
+            // Its request is the newest envelope queued.
+            self.out.pop_back();
+            if self.next_seq.get(&call.server) == Some(&(call.id.seq + 1)) {
+                self.next_seq.insert(call.server, call.id.seq);
+            }
+        }
+    }
+
+    /// What a caller's log must keep: each call not ended (issued) and each
+    /// ended one the application has not let go of; what a compaction
+    /// writes.
+    pub fn live_records(&self) -> Vec<crate::Record<'_>> {
+        self.calls
+            .iter()
+            .map(|(c, call)| match call.finished {
+                false => crate::Record::Issued {
+                    node: c.server,
+                    call: c.id,
+                    handler: call.handler,
+                    one_way: call.one_way,
+                },
+                true => crate::Record::Ended {
+                    node: c.server,
+                    call: c.id,
+                    state: call.state,
+                    result: call.reply.as_deref().unwrap_or(&[]),
+                },
+            })
+            .collect()
     }
 
     /// Where `call` stands.
@@ -251,8 +350,14 @@ impl Caller {
 
     /// The reply of a finished call, and the call let go of.
     pub fn take(&mut self, call: CallRef) -> Option<(CallState, Option<Bytes>)> {
-        if !self.calls.get(&call)?.finished {
+        let c = self.calls.get_mut(&call)?;
+        if !c.finished {
             return None;
+        }
+        if self.logging && !c.end_logged {
+            // Dropped once its end is logged.
+            c.forgotten = true;
+            return Some((c.state, c.reply.clone()));
         }
         let c = self.calls.remove(&call).expect("looked up");
         Some((c.state, c.reply))
@@ -261,7 +366,7 @@ impl Caller {
     /// Let go of `call`: dropped now if finished, else once it is.
     pub fn forget(&mut self, call: CallRef) {
         match self.calls.get_mut(&call) {
-            Some(c) if c.finished => {
+            Some(c) if c.finished && (c.end_logged || !self.logging) => {
                 self.calls.remove(&call);
             }
             Some(c) => {
@@ -369,7 +474,10 @@ impl Caller {
         let forgotten = c.forgotten;
         self.open.remove(&call);
         self.event(call);
-        if forgotten {
+        if self.logging {
+            self.ended.push_back(call);
+        }
+        if forgotten && !self.logging {
             self.calls.remove(&call);
         }
     }

@@ -63,7 +63,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn from_u8(b: u8) -> Option<Self> {
+    pub(crate) fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             1 => Refusal::NotFound,
             2 => Refusal::Busy,

@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use tether_wire::NodeId;
 
-use crate::call::{CallId, HandlerId};
+use crate::call::{CallId, CallState, HandlerId};
 use crate::envelope::Refusal;
 
 /// Bytes of every record before its payload.
@@ -29,6 +29,8 @@ const COMPLETED: u8 = 2;
 const REFUSED: u8 = 3;
 const FORGET: u8 = 4;
 const FORGET_CLIENTS: u8 = 5;
+const ISSUED: u8 = 6;
+const ENDED: u8 = 7;
 
 /// One thing the server decided, in the order it decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,11 @@ pub enum Record<'a> {
     Forget { node: NodeId, client: u64, first_incomplete: u64 },
     /// Every life of `node`'s callers below `below` is forgotten.
     ForgetClients { node: NodeId, below: u64 },
+    /// A caller's log: the call went to server `node` (written before the
+    /// request leaves), so a restarted caller asks how it ended.
+    Issued { node: NodeId, call: CallId, handler: HandlerId, one_way: bool },
+    /// A caller's log: how the call to server `node` ended, and its reply.
+    Ended { node: NodeId, call: CallId, state: CallState, result: &'a [u8] },
 }
 
 /// Why a log could not take a record.
@@ -89,7 +96,11 @@ pub trait CallLog {
 impl Record<'_> {
     /// Bytes the record takes in a log.
     pub fn len(&self) -> usize {
-        RECORD_HEAD_LEN + if let Record::Completed { result, .. } = self { result.len() } else { 0 }
+        RECORD_HEAD_LEN
+            + match self {
+                Record::Completed { result, .. } | Record::Ended { result, .. } => result.len(),
+                _ => 0,
+            }
     }
 
     /// Never: every record has a head. (For clippy's `len` convention.)
@@ -123,6 +134,12 @@ impl Record<'_> {
                     (FORGET, 0, node, client, first_incomplete, 0, &[])
                 }
                 Record::ForgetClients { node, below } => (FORGET_CLIENTS, 0, node, below, 0, 0, &[]),
+                Record::Issued { node, call, handler, one_way } => {
+                    (ISSUED, one_way as u8, node, call.client, call.seq, handler, &[])
+                }
+                Record::Ended { node, call, state, result } => {
+                    (ENDED, 0, node, call.client, call.seq, state.to_bits(), result)
+                }
             };
         let out = &mut out[..self.len()];
         out[0..4].copy_from_slice(&(self.len() as u32).to_le_bytes());
@@ -170,10 +187,10 @@ impl Record<'_> {
         let handler = u32::from_le_bytes(r[32..36].try_into().expect("4 bytes"));
         let call = CallId { client, seq };
         let payload = &r[RECORD_HEAD_LEN..];
-        if kind != COMPLETED && !payload.is_empty() {
+        if !matches!(kind, COMPLETED | ENDED) && !payload.is_empty() {
             return bad("payload on a record that has none");
         }
-        if kind != STARTED && handler != 0 {
+        if !matches!(kind, STARTED | ISSUED | ENDED) && handler != 0 {
             return bad("handler on a record that has none");
         }
         let record = match (kind, aux) {
@@ -186,6 +203,11 @@ impl Record<'_> {
             },
             (FORGET, 0) => Record::Forget { node, client, first_incomplete: seq },
             (FORGET_CLIENTS, 0) if seq == 0 => Record::ForgetClients { node, below: client },
+            (ISSUED, 0 | 1) => Record::Issued { node, call, handler, one_way: aux == 1 },
+            (ENDED, 0) => match CallState::from_bits(handler) {
+                Some(state) => Record::Ended { node, call, state, result: payload },
+                None => return bad("a call state no call has"),
+            },
             _ => return bad("unknown kind or flags"),
         };
         Ok(Some((record, len)))
@@ -277,6 +299,9 @@ mod tests {
             Record::Refused { node: 3, call, reason: Refusal::NotRun },
             Record::Forget { node: 3, client: 9, first_incomplete: 5 },
             Record::ForgetClients { node: 3, below: 9 },
+            Record::Issued { node: 3, call, handler: 12, one_way: true },
+            Record::Ended { node: 3, call, state: CallState::PROCESSED, result: b"the reply" },
+            Record::Ended { node: 3, call, state: CallState::refused(Refusal::NotRun), result: b"" },
         ]
     }
 

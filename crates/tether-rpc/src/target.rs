@@ -201,6 +201,8 @@ impl Target {
                     n.below = n.below.max(below);
                     n.lives.retain(|&client, _| client >= below);
                 }
+                // A caller's records: not the server's business.
+                Record::Issued { .. } | Record::Ended { .. } => {}
             }
         }
         let credit = t.config.credit as u64;

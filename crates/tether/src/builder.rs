@@ -182,6 +182,15 @@ impl Builder {
         self
     }
 
+    /// Keep the caller's log in a file: each call made and how it ended,
+    /// so after a restart `Endpoint::earlier_calls` says how the earlier
+    /// life's calls ended (asking the servers about those it did not see
+    /// end).
+    pub fn caller_log(mut self, log: crate::rpc::CallLogOptions) -> Self {
+        self.options.caller_log = Some(log);
+        self
+    }
+
     /// Bind the sockets, start the progress thread, learn the peers.
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tether_proto::{Endpoint as Core, Instant, NodeId, SendError};
 use tether_rpc::{
     for_server, CallError, CallEvent, CallLog, CallRef, CallState, Caller, CallerStats, Executed, HandlerId,
-    MemLog, RpcConfig, Target, TargetStats,
+    LogError, MemLog, Record, RpcConfig, Target, TargetStats,
 };
 
 use crate::call_log::{CallLogOptions, FileLog};
@@ -52,11 +52,54 @@ pub type Handler = Arc<dyn Fn(&Request<'_>) -> Vec<u8> + Send + Sync>;
 /// Handlers by id, kept outside the endpoint's lock: they run outside it.
 pub(crate) type Handlers = std::sync::RwLock<BTreeMap<HandlerId, Handler>>;
 
+/// Take up an earlier life's calls from its caller's log: those it saw end
+/// are kept for the application, the others asked about.
+fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>]) {
+    let mut issued = BTreeMap::new();
+    for r in records {
+        match *r {
+            Record::Issued { node, call, .. } => {
+                issued.insert(CallRef { server: node, id: call }, None);
+            }
+            Record::Ended { node, call, state, result } => {
+                issued.insert(
+                    CallRef { server: node, id: call },
+                    Some((state, Bytes::copy_from_slice(result))),
+                );
+            }
+            _ => {}
+        }
+    }
+    for (call, end) in issued {
+        match end {
+            Some((state, reply)) => caller.restore(call, state, (!reply.is_empty()).then_some(reply)),
+            None => caller.adopt(now, call, false),
+        }
+    }
+}
+
+/// Append to a caller's log, compacting it to what the caller still
+/// needs once if it is full.
+fn append_compacting(log: &mut dyn CallLog, record: &Record<'_>, caller: &Caller) -> Result<(), LogError> {
+    match log.append(record) {
+        Err(LogError::Full { .. }) => {
+            log.compact(&caller.live_records())?;
+            log.append(record)
+        }
+        other => other,
+    }
+}
+
 /// The calls of one endpoint, both sides.
 pub(crate) struct Calls {
     pub caller: Caller,
     pub target: Target,
     pub log: Box<dyn CallLog + Send>,
+    /// The caller's log: each call issued, and how it ended, so a
+    /// restarted caller learns how its earlier life's calls ended.
+    caller_log: Option<Box<dyn CallLog + Send>>,
+    /// Caller's log records that could not be written.
+    pub caller_log_failures: u64,
     /// Envelopes the stream had no room for yet, oldest first.
     pending: VecDeque<(NodeId, Bytes)>,
     /// A call moved or a handler waits since the flag was last cleared:
@@ -73,7 +116,16 @@ impl Calls {
     /// server's log file (its records recovered: what a predecessor
     /// answered is answered again), or `None` for one in memory, which
     /// makes calls at-most-once within this process's life only.
-    pub fn open(config: RpcConfig, life: u64, log: Option<&CallLogOptions>) -> Result<Self, Error> {
+    /// `caller_log`: the caller's own log file, whose calls not seen
+    /// ending are asked about (from `now`) and whose ended ones are kept
+    /// for the application (`Endpoint::earlier_calls`).
+    pub fn open(
+        config: RpcConfig,
+        life: u64,
+        log: Option<&CallLogOptions>,
+        caller_log: Option<&CallLogOptions>,
+        now: Instant,
+    ) -> Result<Self, Error> {
         let (log, target): (Box<dyn CallLog + Send>, Target) = match log {
             None => (Box::new(MemLog::new(VOLATILE_LOG_BYTES)), Target::new(config.clone())),
             Some(o) => {
@@ -85,10 +137,25 @@ impl Calls {
                 (Box::new(file), target)
             }
         };
+        let mut caller = Caller::new(config, life);
+        let caller_log = match caller_log {
+            None => None,
+            Some(o) => {
+                let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
+                if let Some(torn) = file.torn {
+                    tracing::warn!(path = %o.path.display(), "caller's log: {torn}; the torn record is dropped");
+                }
+                take_up(&mut caller, now, &file.records());
+                caller.set_logging(true);
+                Some(Box::new(file) as Box<dyn CallLog + Send>)
+            }
+        };
         Ok(Calls {
-            caller: Caller::new(config, life),
+            caller,
             target,
             log,
+            caller_log,
+            caller_log_failures: 0,
             pending: VecDeque::new(),
             moved: false,
             envelopes_dropped: 0,
@@ -114,7 +181,34 @@ impl Calls {
         if self.target.poll_timeout().is_some_and(|t| t <= now) {
             self.target.handle_timeout(now);
         }
+        self.log_ends();
         self.flush(now, core);
+    }
+
+    /// Record that `call` was made, before its request leaves: false if
+    /// the caller's log could not (the call is then withdrawn).
+    pub fn log_issued(&mut self, call: CallRef, handler: HandlerId, one_way: bool) -> bool {
+        let Some(log) = &mut self.caller_log else { return true };
+        let record = Record::Issued { node: call.server, call: call.id, handler, one_way };
+        if append_compacting(&mut **log, &record, &self.caller).is_err() {
+            self.caller.withdraw(call);
+            return false;
+        }
+        true
+    }
+
+    /// Write the end of each call that ended to the caller's log.
+    fn log_ends(&mut self) {
+        let Some(log) = &mut self.caller_log else { return };
+        while let Some((call, state, reply)) = self.caller.poll_ended() {
+            let result = reply.as_deref().unwrap_or(&[]);
+            let record = Record::Ended { node: call.server, call: call.id, state, result };
+            if append_compacting(&mut **log, &record, &self.caller).is_err() {
+                // A restart asks the server again: it answers from its log.
+                self.caller_log_failures += 1;
+            }
+        }
+        let _ = log.flush();
     }
 
     /// Hand the core every envelope the call layer has for the wire.
@@ -194,9 +288,10 @@ impl Call {
         self.call
     }
 
-    /// Where the call stands now (`<AckStatus, OperationStatus>`).
-    pub fn state(&self) -> CallState {
-        self.shared.lock().calls.caller.state(self.call).expect("kept while its handle lives")
+    /// Where the call stands now (`<AckStatus, OperationStatus>`); `None`
+    /// if the endpoint let go of it (another handle to it was dropped).
+    pub fn state(&self) -> Option<CallState> {
+        self.shared.lock().calls.caller.state(self.call)
     }
 
     /// Whether the call has its final state (answered, or abandoned and,
@@ -211,11 +306,14 @@ impl Call {
         let call = self.call;
         block_on(&self.shared, timeout, Awaits::Calls, |d| {
             let caller = &d.calls.caller;
-            (caller.finished(call) == Some(true)).then(|| CallOutcome {
-                state: caller.state(call).expect("kept while its handle lives"),
-                reply: caller.reply(call),
-            })
-        })
+            match (caller.finished(call), caller.state(call)) {
+                (None, _) | (_, None) => {
+                    Some(Err(Error::Unsupported { what: "a call another handle let go of" }))
+                }
+                (Some(true), Some(state)) => Some(Ok(CallOutcome { state, reply: caller.reply(call) })),
+                (Some(false), _) => None,
+            }
+        })?
     }
 }
 
@@ -281,6 +379,9 @@ impl Endpoint {
                 options.deadline,
                 options.watch,
             )?;
+            if !d.calls.log_issued(call, handler, options.one_way) {
+                return Err(Error::CallLog("the caller's log could not record the call".into()));
+            }
             let Driver { calls, core, .. } = d;
             calls.flush(now, core);
             d.transmit(now);
@@ -322,6 +423,17 @@ impl Endpoint {
         calls.flush(now, core);
         d.transmit(now);
         done.map_err(|e| Error::CallLog(e.to_string()))
+    }
+
+    /// Calls an earlier life of this endpoint made, from its caller's log
+    /// (`Builder::caller_log`): those it saw end, with their outcome, and
+    /// those it did not, being asked about (`Call::wait` for the answer:
+    /// the server's log says whether each ran; none is run again from
+    /// here).
+    pub fn earlier_calls(&self) -> Vec<Call> {
+        let Inner::Embedded(e) = &self.inner else { return Vec::new() };
+        let calls = e.shared.lock().calls.caller.earlier();
+        calls.into_iter().map(|call| Call { call, shared: e.shared.clone() }).collect()
     }
 
     /// The next state change of a watched call.

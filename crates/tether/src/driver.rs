@@ -349,7 +349,7 @@ mod tests {
         let net = MemNetwork::new(10_000);
         let mut flood = net.attach(2);
         let core = Core::new(Config::default(), 1, 1).unwrap();
-        let calls = Calls::open(Default::default(), 1, None).unwrap();
+        let calls = Calls::open(Default::default(), 1, None, None, Instant::ZERO).unwrap();
         let mut driver = Driver::new(core, calls, vec![Box::new(net.attach(1))], None);
         for _ in 0..1000 {
             // Garbage, dropped by the core's parser: counted, cheap.

@@ -87,6 +87,10 @@ pub struct Options {
     /// The server's call log file; `None`: in memory, so calls served
     /// here are at-most-once within this process's life only.
     pub call_log: Option<CallLogOptions>,
+    /// The caller's log file: each call made and how it ended, so a
+    /// restarted endpoint learns how its earlier life's calls ended
+    /// (`Endpoint::earlier_calls`). `None`: not kept.
+    pub caller_log: Option<CallLogOptions>,
 }
 
 impl Default for Options {
@@ -101,6 +105,7 @@ impl Default for Options {
             linger: Duration::from_secs(1),
             calls: RpcConfig::default(),
             call_log: None,
+            caller_log: None,
         }
     }
 }
@@ -554,7 +559,13 @@ impl Endpoint {
         let fds = fds.into_iter().flatten().collect();
         let clock = Clock::new();
         let messages = core.message_pool();
-        let calls = Calls::open(options.calls.clone(), incarnation, options.call_log.as_ref())?;
+        let calls = Calls::open(
+            options.calls.clone(),
+            incarnation,
+            options.call_log.as_ref(),
+            options.caller_log.as_ref(),
+            clock.now(),
+        )?;
         let shared = Arc::new(Shared {
             driver: Mutex::new(Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())))),
             waiter,

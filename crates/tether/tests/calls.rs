@@ -191,3 +191,57 @@ fn a_stranger_s_calls_never_run() {
     assert_eq!(b.call_stats().unwrap().server.requests, 1, "only a's");
     assert!(b.stats().unknown_source > 0);
 }
+
+/// A caller with a log, restarted: the calls its earlier life saw end are
+/// there with their outcomes, and those it did not see end are asked about
+/// (never run again from here): here, queued at the server and never
+/// started, so cancelled.
+#[test]
+fn a_restarted_caller_learns_how_its_calls_ended() {
+    let dir = std::env::temp_dir().join(format!("tether-caller-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = tether::rpc::CallLogOptions::new(dir.join("caller.log"));
+    let b = Endpoint::udp(2, any(), &[], options(&[], 5)).unwrap();
+    let server = serve(&b);
+    let life = |incarnation, bind| {
+        let o = Options { caller_log: Some(log.clone()), incarnation: Some(incarnation), ..options(&[], 5) };
+        let a = Endpoint::udp(1, bind, &[], o).unwrap();
+        a.add_peer(2, b.local_addr().unwrap()).unwrap();
+        a
+    };
+    let a = life(100, any());
+    let addr = a.local_addr().unwrap();
+    b.add_peer(1, addr).unwrap();
+    assert!(a.earlier_calls().is_empty());
+    let calls: Vec<_> = (0..6u32).map(|i| a.request(2, COUNT, &i.to_le_bytes()).unwrap()).collect();
+    // The server runs three of them; the other three wait in its queue.
+    for _ in 0..3 {
+        b.serve(WAIT).unwrap();
+    }
+    for c in &calls[..3] {
+        assert_eq!(c.wait(WAIT).unwrap().executed(), Executed::Yes);
+    }
+    assert!(calls[3].state().unwrap().op != tether::rpc::OperationStatus::Processed);
+    let ids: Vec<_> = calls.iter().map(|c| c.id()).collect();
+    drop(calls);
+    drop(a);
+    // The next life, at the same address.
+    let a = life(101, addr);
+    let earlier = a.earlier_calls();
+    assert_eq!(earlier.iter().map(|c| c.id()).collect::<Vec<_>>(), ids);
+    for (i, c) in earlier.iter().enumerate() {
+        let out = c.wait(WAIT).unwrap();
+        if i < 3 {
+            assert_eq!(out.executed(), Executed::Yes, "call {i}: {:?}", out.state);
+            assert_eq!(out.reply.as_deref(), Some(&(i as u32).to_le_bytes()[..]));
+        } else {
+            assert_eq!(out.executed(), Executed::No, "call {i}: {:?}", out.state);
+        }
+    }
+    // The three it saw end came from its log, not from the server.
+    assert_eq!(a.call_stats().unwrap().caller.resolved, 3);
+    // Nothing is left for the server to run: the three were cancelled.
+    assert!(matches!(b.serve(Some(Duration::from_millis(100))), Err(Error::TimedOut)));
+    assert_eq!(&server.runs.lock().unwrap()[..6], &[1, 1, 1, 0, 0, 0]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
