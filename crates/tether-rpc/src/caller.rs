@@ -220,29 +220,38 @@ impl Caller {
     /// see end (from its log, after a crash): its fate is asked of the
     /// server, never run again from here.
     pub fn adopt(&mut self, now: Instant, call: CallRef, watch: bool) {
-        if call.id.client == self.life || self.calls.contains_key(&call) {
-            return;
+        let unknown = CallState { ack: AckStatus::NotAcked, op: OperationStatus::RequestRtxExceeded };
+        if self.take_up(call, unknown, None, false) {
+            let c = self.calls.get_mut(&call).expect("taken up");
+            (c.next_send, c.interval, c.watch, c.resolving) = (now, self.config.ack_timeout, watch, true);
+            self.open.insert(call);
         }
-        self.calls.insert(
-            call,
-            Call {
-                handler: 0,
-                args: Bytes::new(),
-                one_way: false,
-                state: CallState { ack: AckStatus::NotAcked, op: OperationStatus::RequestRtxExceeded },
-                sends: 0,
-                next_send: now,
-                interval: self.config.ack_timeout,
-                deadline: None,
-                watch,
-                reply: None,
-                resolving: true,
-                finished: false,
-                forgotten: false,
-                end_logged: false,
-            },
-        );
-        self.open.insert(call);
+    }
+
+    /// An earlier life's `call`, as its log left it (`finished`: with its
+    /// end); false if it is this life's or already here.
+    fn take_up(&mut self, call: CallRef, state: CallState, reply: Option<Bytes>, finished: bool) -> bool {
+        if call.id.client == self.life || self.calls.contains_key(&call) {
+            return false;
+        }
+        let c = Call {
+            handler: 0,
+            args: Bytes::new(),
+            one_way: false,
+            state,
+            sends: 0,
+            next_send: Instant::ZERO,
+            interval: Duration::ZERO,
+            deadline: None,
+            watch: false,
+            reply,
+            resolving: false,
+            finished,
+            forgotten: false,
+            end_logged: finished,
+        };
+        self.calls.insert(call, c);
+        true
     }
 
     /// Keep the calls that end for `poll_ended` (a caller's log writes
@@ -268,28 +277,7 @@ impl Caller {
     /// A call an earlier life saw end (its caller's log said so), kept
     /// for the application to ask about.
     pub fn restore(&mut self, call: CallRef, state: CallState, reply: Option<Bytes>) {
-        if call.id.client == self.life || self.calls.contains_key(&call) {
-            return;
-        }
-        self.calls.insert(
-            call,
-            Call {
-                handler: 0,
-                args: Bytes::new(),
-                one_way: false,
-                state,
-                sends: 0,
-                next_send: Instant::ZERO,
-                interval: Duration::ZERO,
-                deadline: None,
-                watch: false,
-                reply,
-                resolving: false,
-                finished: true,
-                forgotten: false,
-                end_logged: true,
-            },
-        );
+        self.take_up(call, state, reply, true);
     }
 
     /// Calls of earlier lives this caller took up (`adopt`, `restore`).
