@@ -80,6 +80,27 @@ pub struct DemoOpts {
     #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
           value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
     pub hang_after_us: u64,
+    /// The bank instead (active messages, issue 15): accounts on
+    /// `--servers` processes, `--transfers` calls between them through the
+    /// demo's faulty links, the servers killed with SIGKILL `--kills` times
+    /// at random and restarted on their call logs; then no transfer may
+    /// have run twice, no money been made or lost, and every call's final
+    /// state must be true.
+    #[arg(long)]
+    pub rpc: bool,
+    /// With --rpc: server processes.
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = args::int_in::<u32>(1, 64, "", ""))]
+    pub servers: u32,
+    /// With --rpc: accounts on each server.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = args::int_in::<usize>(2, 1024, "", ""))]
+    pub accounts: usize,
+    /// With --rpc: transfers at least (more while kills remain).
+    #[arg(long, default_value_t = 3000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(1, 10_000_000, "", ""))]
+    pub transfers: u64,
+    /// With --rpc: server kills at least.
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = args::int_in::<u32>(0, 100_000, "", ""))]
+    pub kills: u32,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +117,10 @@ const MAX_NODES: u64 = 256;
 
 /// What the options cannot do together, refused before anything runs.
 pub fn check(o: &DemoOpts) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !o.rpc || (!o.engine && o.rails == 1 && o.cut_rail_at.is_none()),
+        "--rpc runs the bank over one rail, embedded: not with --engine, --rails or --cut-rail-at"
+    );
     anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
     anyhow::ensure!(
         !(o.engine && o.cut_rail_at.is_some()),
@@ -230,7 +255,7 @@ fn link_rules(o: &DemoOpts) -> [String; 5] {
 }
 
 /// The demo's receive-side faults, plus any given with `--fault`.
-fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
+pub fn plan(o: &DemoOpts) -> anyhow::Result<FaultPlan> {
     let mut plan = FaultPlan::parse_rules(o.seed, &link_rules(o))?;
     for r in &o.faults {
         let rule =

@@ -13,6 +13,7 @@ mod congestion_bench;
 mod contention_bench;
 mod demo;
 mod demo_engine;
+mod demo_rpc;
 mod detection;
 mod engine_bench;
 mod engine_campaign;
@@ -71,6 +72,9 @@ enum Command {
     /// The engine process of a node: owns the sockets of every rail and
     /// runs the protocol for the applications that attach to it.
     Engine(engine_cmd::EngineOpts),
+    /// A bank server of `tether demo --rpc` (started by the demo).
+    #[command(hide = true)]
+    BankServer(demo_rpc::BankServerOpts),
 }
 
 #[derive(clap::Args)]
@@ -174,6 +178,7 @@ fn main() {
         Command::Sim(o) => run_sim(&o),
         Command::Campaign(o) => run_campaign(&o),
         Command::Engine(o) => engine_cmd::run(&o),
+        Command::BankServer(o) => demo_rpc::serve(&o),
     };
     if let Err(e) = result {
         eprintln!("tether: {}", message(&e));
@@ -252,7 +257,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
-        Command::Engine(_) => Ok(()),
+        Command::Engine(_) | Command::BankServer(_) => Ok(()),
     }
 }
 
@@ -359,6 +364,21 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 fn run_demo(o: &demo::DemoOpts) -> anyhow::Result<()> {
+    if o.rpc {
+        demo::check(o)?;
+        let plan = demo::plan(o)?;
+        let report = demo_rpc::run(o.servers, o.accounts, o.transfers, o.kills, o.seed, plan)?;
+        if o.json {
+            print_json(&report)?;
+        } else {
+            demo_rpc::print(&report);
+        }
+        anyhow::ensure!(
+            report.ok,
+            "the bank ran a transfer twice, lost or made money, or a call's state was false"
+        );
+        return Ok(());
+    }
     let report = demo::run(o)?;
     if o.json {
         print_json(&report)?;
