@@ -22,6 +22,7 @@ mod engine_proc;
 mod fault_hook;
 mod flows;
 mod limit;
+mod logp_bench;
 mod loss_bench;
 mod model;
 mod net;
@@ -146,6 +147,10 @@ enum BenchWhat {
     /// server's log in memory, in a file, synced per record; calls a
     /// second with many open, the log synced never and per batch.
     Calls(calls_bench::CallsOpts),
+    /// LogGP parameters (L, o_s, o_r, g, G) for messages and for calls,
+    /// over a size sweep, by Kielmann et al.'s parametrised round trips
+    /// (PRTT), with the sizes where a message takes one more datagram.
+    Logp(logp_bench::LogpOpts),
 }
 
 fn main() {
@@ -240,7 +245,8 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
                     | BenchWhat::Congestion(_)
                     | BenchWhat::Loss(_)
                     | BenchWhat::Contention(_)
-                    | BenchWhat::Calls(_),
+                    | BenchWhat::Calls(_)
+                    | BenchWhat::Logp(_),
                 ),
                 _,
             ) => Ok(()),
@@ -543,6 +549,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
         Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
         Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
+        Some(BenchWhat::Logp(l)) => return logp_bench::run(l, default_net()?),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };

@@ -262,3 +262,35 @@ fn calls_document_has_every_round_trip_and_ratio() {
     near("file_log_added_us", file - call);
     near("per_record_sync_added_us", synced - file);
 }
+
+/// `tether bench logp`: LogGP for messages and calls at each size, L and
+/// G derived from them as the PRTT method says, and the datagram counts.
+#[test]
+fn logp_document_has_loggp_for_messages_and_calls() {
+    let doc =
+        tether_json(&["bench", "logp", "--sizes", "8,1024,70000", "--burst", "4", "--reps", "20", "--json"]);
+    assert_eq!((doc["burst"].as_u64(), doc["reps"].as_u64()), (Some(4), Some(20)));
+    let max_datagram = doc["max_datagram"].as_u64().expect("max_datagram");
+    for what in ["messages", "calls"] {
+        let l = &doc[what];
+        let sizes = l["sizes"].as_array().expect("sizes");
+        assert_eq!(sizes.len(), 3, "{what}");
+        for s in sizes {
+            for k in ["rtt_us", "o_s_us", "o_r_us"] {
+                let x = s[k].as_f64().unwrap_or_else(|| panic!("{what} {k}"));
+                assert!(x.is_finite() && x > 0.0, "{what} {k}: {s}");
+            }
+        }
+        let first = &sizes[0];
+        let l_us = first["rtt_us"].as_f64().unwrap() / 2.0
+            - first["o_s_us"].as_f64().unwrap()
+            - first["o_r_us"].as_f64().unwrap();
+        assert!((l["l_us"].as_f64().unwrap() - l_us).abs() < 1e-9, "{what}: L");
+        // 70,000 bytes (and a call's 32-byte envelope) take more than one
+        // datagram of at most 65,507.
+        let extra: u64 = if what == "calls" { 32 } else { 0 };
+        let datagrams: Vec<u64> = sizes.iter().map(|s| s["datagrams"].as_u64().unwrap()).collect();
+        assert_eq!(datagrams, [1, 1, (70_000 + extra).div_ceil(max_datagram - 64)], "{what}");
+        assert!(datagrams[2] >= 2, "{what}");
+    }
+}
