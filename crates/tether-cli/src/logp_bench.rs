@@ -56,6 +56,10 @@ pub struct LogpOpts {
     #[arg(long, default_value_t = 100, allow_negative_numbers = true,
           value_parser = args::int_in::<u32>(1, 100_000, "repetitions", ""))]
     pub reps: u32,
+    /// Also draw RTT, g, o_s and o_r against the size, for messages and
+    /// calls, as a PNG at this path.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<std::path::PathBuf>,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -288,6 +292,9 @@ pub fn run(o: &LogpOpts, net: NetOpts) -> anyhow::Result<()> {
         }
         Ok(LogpReport { burst: o.burst, reps: o.reps, max_datagram, messages, calls })
     })?;
+    if let Some(path) = &o.plot {
+        plot(&report, path)?;
+    }
     if o.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -314,4 +321,27 @@ pub fn run(o: &LogpOpts, net: NetOpts) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// RTT, g, o_s and o_r of messages and calls against the size.
+fn plot(r: &LogpReport, path: &std::path::Path) -> anyhow::Result<()> {
+    let mut series = Vec::new();
+    for l in [&r.messages, &r.calls] {
+        type Figure = fn(&AtSize) -> f64;
+        let pick: [(&str, Figure); 4] =
+            [("RTT", |s| s.rtt_us), ("g", |s| s.g_us), ("o_s", |s| s.o_s_us), ("o_r", |s| s.o_r_us)];
+        for (name, f) in pick {
+            let points = l.sizes.iter().map(|s| (s.size as f64, f(s).max(0.0))).collect();
+            series.push(crate::plot::Series { label: format!("{} {name}", l.what), points });
+        }
+    }
+    let title = format!("LogGP on loopback (bursts of {}, medians of {})", r.burst, r.reps);
+    let chart = crate::plot::Chart {
+        title: &title,
+        x_label: "message size, bytes",
+        y_label: "microseconds",
+        log_x: true,
+        series: &series,
+    };
+    crate::plot::line_png(path, &chart, 1000, 600)
 }

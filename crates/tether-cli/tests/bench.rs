@@ -267,8 +267,13 @@ fn calls_document_has_every_round_trip_and_ratio() {
 /// G derived from them as the PRTT method says, and the datagram counts.
 #[test]
 fn logp_document_has_loggp_for_messages_and_calls() {
-    let doc =
-        tether_json(&["bench", "logp", "--sizes", "8,1024,70000", "--burst", "4", "--reps", "20", "--json"]);
+    let png = std::env::temp_dir().join(format!("tether-logp-{}.png", std::process::id()));
+    let plot = png.to_str().expect("a UTF-8 temporary path");
+    let args = ["bench", "logp", "--sizes", "8,1024,70000", "--burst", "4", "--reps", "20", "--plot", plot];
+    let doc = tether_json(&[&args[..], &["--json"]].concat());
+    let drawn = std::fs::read(&png).expect("the plot was written");
+    assert_eq!(&drawn[1..4], b"PNG");
+    std::fs::remove_file(&png).unwrap();
     assert_eq!((doc["burst"].as_u64(), doc["reps"].as_u64()), (Some(4), Some(20)));
     let max_datagram = doc["max_datagram"].as_u64().expect("max_datagram");
     for what in ["messages", "calls"] {
