@@ -161,7 +161,11 @@ impl Names for FileNames {
         check_name(name)?;
         let store = |e: std::io::Error| NameError::Store(format!("{}: {e}", self.dir.display()));
         // A leading dot: never a name (check_name), so never read as one.
-        let tmp = self.dir.join(format!(".{name}.{}", std::process::id()));
+        // One temporary file per writer: process, thread and a count.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp =
+            self.dir.join(format!(".{name}.{}.{:?}.{n}", std::process::id(), std::thread::current().id()));
         let mut f = std::fs::File::create(&tmp).map_err(store)?;
         f.write_all(r.to_text().as_bytes()).map_err(store)?;
         f.sync_all().map_err(store)?;

@@ -147,6 +147,15 @@ pub struct Target {
     out: VecDeque<Outgoing>,
     runnable: VecDeque<Dispatch>,
     stats: TargetStats,
+    /// The log outlives the server (a file): what it does not hold never
+    /// happened. Without one, a restarted server cannot know what its
+    /// predecessor ran, so it never claims a call did not run
+    /// (`set_volatile`).
+    volatile: bool,
+    /// The application has started serving (`poll_dispatch`): until then a
+    /// request for a handler not registered yet is refused as busy, not as
+    /// missing for good.
+    open: bool,
 }
 
 impl Target {
@@ -158,7 +167,18 @@ impl Target {
             out: VecDeque::new(),
             runnable: VecDeque::new(),
             stats: TargetStats::default(),
+            volatile: false,
+            open: false,
         }
+    }
+
+    /// The log does not outlive the server (memory): an unknown call may
+    /// have run in an earlier life of it, so a query for one and a request
+    /// for a handler not registered are answered "indeterminate", never
+    /// "did not run" (the call layer's final states stay true without a
+    /// log file, only less sure).
+    pub fn set_volatile(&mut self, volatile: bool) {
+        self.volatile = volatile;
     }
 
     /// A server restarted on the log its predecessor wrote (`records`, as
@@ -221,7 +241,8 @@ impl Target {
                 }
             }
             // Ask soon: the callers may have finished with these already.
-            life.ask_interval = Duration::ZERO;
+            life.ask_interval = t.config.ack_request_after;
+            life.ask_at = Some(Instant::ZERO);
         }
         t
     }
@@ -253,6 +274,7 @@ impl Target {
     /// call whose start the log cannot take is refused (`Busy`: it did
     /// not run) and the next one tried.
     pub fn poll_dispatch(&mut self, log: &mut dyn CallLog) -> Option<Dispatch> {
+        self.open = true;
         while let Some(d) = self.runnable.pop_front() {
             let entry = self
                 .nodes
@@ -311,8 +333,11 @@ impl Target {
                 if let Some(n) = self.nodes.get_mut(&from) {
                     if let Some(life) = n.lives.get_mut(&client) {
                         life.last_heard = now;
-                        forget_below(life, call.seq);
+                        let freed = forget_below(life, call.seq);
                         life.ask_at = None;
+                        if freed {
+                            self.prune_runnable();
+                        }
                     }
                 }
             }
@@ -337,14 +362,20 @@ impl Target {
         log: &mut dyn CallLog,
         run: Option<(HandlerId, bool, &[u8])>,
     ) {
-        let (first_incomplete, entry) = match self.life(now, from, call.client) {
+        let below = self.nodes.get(&from).map_or(0, |n| n.below);
+        let (first_incomplete, entry, freed) = match self.life(now, from, call.client) {
             Ok(life) => {
                 life.last_heard = now;
-                forget_below(life, first_incomplete);
-                (life.first_incomplete, life.entries.get(&call.seq).cloned())
+                let freed = forget_below(life, first_incomplete);
+                (life.first_incomplete, life.entries.get(&call.seq).cloned(), freed)
             }
             Err(reason) => return self.refuse(from, call, reason),
         };
+        if freed || self.nodes.get(&from).map_or(0, |n| n.below) != below {
+            // Entries freed (or a life forgotten to make room): their
+            // requests waiting to run go with them.
+            self.prune_runnable();
+        }
         if call.seq < first_incomplete {
             return self.refuse(from, call, Refusal::Stale);
         }
@@ -370,6 +401,14 @@ impl Target {
         }
         if call.seq >= first_incomplete.saturating_add(self.config.credit as u64) {
             return self.refuse(from, call, Refusal::Busy);
+        }
+        if let Some((handler, _, args)) = run {
+            // Larger than any caller may send, or for a handler not
+            // registered while the application has not begun serving (it
+            // registers them first): not now, and nothing kept.
+            if args.len() > self.config.max_args || (!self.open && !self.handlers.contains(&handler)) {
+                return self.refuse(from, call, Refusal::Busy);
+            }
         }
         if let Some((handler, one_way, args)) = run.filter(|(h, ..)| self.handlers.contains(h)) {
             // Started (logged, acknowledged) when the application takes it.
@@ -401,6 +440,20 @@ impl Target {
         if let Envelope::Refused { reason, .. } = answer {
             self.refuse(from, call, reason);
         }
+    }
+
+    /// Requests waiting to run whose entry is gone (freed by the caller's
+    /// first incomplete, or its life forgotten): dropped, so the queue is
+    /// never longer than the entries.
+    fn prune_runnable(&mut self) {
+        let nodes = &self.nodes;
+        self.runnable.retain(|d| {
+            let entry = nodes
+                .get(&d.from)
+                .and_then(|n| n.lives.get(&d.call.client))
+                .and_then(|l| l.entries.get(&d.call.seq));
+            entry == Some(&Entry::Queued)
+        });
     }
 
     /// A query came for `call` while it waits to start: it never will
@@ -439,6 +492,12 @@ impl Target {
     }
 
     fn refuse(&mut self, to: NodeId, call: CallId, reason: Refusal) {
+        let reason = match reason {
+            // Without a log that outlives it, a server cannot know what an
+            // earlier life of it ran: it claims nothing did not run.
+            Refusal::NotFound | Refusal::NotRun if self.volatile => Refusal::Indeterminate,
+            other => other,
+        };
         match reason {
             Refusal::NotFound => self.stats.refused_not_found += 1,
             Refusal::Busy => self.stats.refused_busy += 1,
@@ -513,7 +572,9 @@ impl Target {
                         continue;
                     }
                     asks.push((node, client));
-                    life.ask_interval = (life.ask_interval * 2).clamp(self.config.ack_request_after, cap);
+                    // Not `clamp`: a configuration whose floor is above the
+                    // cap must not panic; the floor wins.
+                    life.ask_interval = (life.ask_interval * 2).min(cap).max(self.config.ack_request_after);
                     life.ask_at = Some(now + life.ask_interval);
                 }
             }
@@ -600,8 +661,13 @@ fn append(
 /// restarted server that remembers a freed call answers a copy of it as
 /// before, and one it does not remember is below a logged first
 /// incomplete. Two records a call (started, completed), not three.
-fn forget_below(life: &mut Life, first_incomplete: u64) {
-    life.first_incomplete = life.first_incomplete.max(first_incomplete);
+fn forget_below(life: &mut Life, first_incomplete: u64) -> bool {
+    if first_incomplete <= life.first_incomplete {
+        return false;
+    }
+    life.first_incomplete = first_incomplete;
     let keep = life.entries.split_off(&life.first_incomplete);
+    let freed = !life.entries.is_empty();
     life.entries = keep;
+    freed
 }

@@ -30,12 +30,11 @@ impl Pair {
     fn new() -> Self {
         let mut server = Target::new(config());
         server.register(ECHO);
-        Pair {
-            now: Instant::from_nanos(1_000),
-            caller: Caller::new(config(), 77),
-            server,
-            log: MemLog::new(1 << 20),
-        }
+        let mut log = MemLog::new(1 << 20);
+        // The application serves: requests for unknown handlers are
+        // refused for good from now on.
+        assert!(server.poll_dispatch(&mut log).is_none());
+        Pair { now: Instant::from_nanos(1_000), caller: Caller::new(config(), 77), server, log }
     }
 
     /// Caller to server: every envelope the caller has queued.
@@ -145,6 +144,7 @@ fn a_missing_handler_is_a_negative_ack_that_holds() {
     let restarted = Target::recover(config(), &replay(p.log.bytes()).0);
     let mut restarted = restarted;
     restarted.register(99);
+    assert!(restarted.poll_dispatch(&mut p.log).is_none());
     restarted.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
     assert!(restarted.poll_dispatch(&mut p.log).is_none(), "refused after a restart too");
 }
@@ -353,4 +353,52 @@ fn a_call_not_yet_started_runs_after_a_restart_or_is_cancelled_by_a_query() {
     p.down();
     let state = p.caller.state(call).unwrap();
     assert_eq!((state.ack, state.executed()), (AckStatus::ErrorAck(Refusal::NotRun), Executed::No));
+}
+
+/// Without a log that outlives it, a server cannot know what an earlier
+/// life of it ran: it never answers "did not run", only "indeterminate".
+/// And before the application serves, a handler not yet registered is
+/// "busy", not missing for good.
+#[test]
+fn a_server_without_a_durable_log_claims_nothing_did_not_run() {
+    let mut log = MemLog::new(1 << 10);
+    let mut server = Target::new(config());
+    let call = CallId { client: 5, seq: 0 };
+    let request = Envelope::Request { call, handler: ECHO, one_way: false, first_incomplete: 0, args: b"" };
+    server.handle(Instant::from_nanos(1), C, &request.to_vec(), &mut log).unwrap();
+    let answer = server.poll_transmit().unwrap().bytes;
+    assert_eq!(Envelope::parse(&answer).unwrap(), Envelope::Refused { call, reason: Refusal::Busy });
+    server.set_volatile(true);
+    assert!(server.poll_dispatch(&mut log).is_none());
+    server.handle(Instant::from_nanos(1), C, &request.to_vec(), &mut log).unwrap();
+    let query = Envelope::Query { call: CallId { client: 5, seq: 1 }, first_incomplete: 0 };
+    server.handle(Instant::from_nanos(1), C, &query.to_vec(), &mut log).unwrap();
+    for seq in [0, 1] {
+        let answer = server.poll_transmit().unwrap().bytes;
+        let call = CallId { client: 5, seq };
+        assert_eq!(
+            Envelope::parse(&answer).unwrap(),
+            Envelope::Refused { call, reason: Refusal::Indeterminate }
+        );
+    }
+}
+
+/// Requests waiting to run go when the caller's first incomplete frees
+/// their entries: the queue is never longer than the entries.
+#[test]
+fn freed_calls_leave_the_run_queue() {
+    let mut p = Pair::new();
+    let request = |seq, first_incomplete| {
+        let call = CallId { client: 9, seq };
+        Envelope::Request { call, handler: ECHO, one_way: false, first_incomplete, args: b"x" }.to_vec()
+    };
+    for seq in 0..4 {
+        p.server.handle(p.now, C, &request(seq, 0), &mut p.log).unwrap();
+    }
+    // The caller says it finished all four (it gave up on them).
+    p.server.handle(p.now, C, &request(4, 4), &mut p.log).unwrap();
+    assert_eq!(p.server.entries(), 1);
+    let d = p.server.poll_dispatch(&mut p.log).unwrap();
+    assert_eq!(d.call.seq, 4, "the four freed ones do not run");
+    assert!(p.server.poll_dispatch(&mut p.log).is_none());
 }

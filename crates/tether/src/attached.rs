@@ -114,11 +114,25 @@ impl Attached {
     /// An engine gone for good is reported by the blocking calls; here it
     /// is simply nothing to receive.
     pub fn try_recv(&self) -> Option<Delivery> {
-        self.client.try_recv().ok().flatten()
+        loop {
+            let d = self.client.try_recv().ok().flatten()?;
+            if !d.call {
+                return Some(d);
+            }
+            dropped_call(&d);
+        }
     }
 
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
-        Ok(self.client.recv(timeout)?)
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let d = self.client.recv(left.or(timeout))?;
+            if !d.call {
+                return Ok(d);
+            }
+            dropped_call(&d);
+        }
     }
 
     pub fn poll_event(&self) -> Option<Event> {
@@ -169,4 +183,15 @@ impl Attached {
     pub fn close(&mut self, linger: Duration) -> Result<(), Error> {
         Ok(self.client.shut(linger)?)
     }
+}
+
+/// A call's envelope reached an application attached to an engine, which
+/// does not serve calls yet (`Error::Unsupported` on its side): it is not
+/// a message, so it is dropped, and its caller's state says the call's
+/// fate is unknown.
+fn dropped_call(d: &Delivery) {
+    tracing::debug!(
+        from = d.from,
+        "a call's envelope through an engine: calls are not served there yet; dropped"
+    );
 }

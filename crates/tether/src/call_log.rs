@@ -84,8 +84,20 @@ fn io(e: std::io::Error) -> LogError {
 fn map_file(path: &Path, capacity: usize, truncate: bool) -> Result<(File, MmapMut), LogError> {
     let file =
         OpenOptions::new().read(true).write(true).create(true).truncate(truncate).open(path).map_err(io)?;
-    if file.metadata().map_err(io)?.len() != capacity as u64 {
-        file.set_len(capacity as u64).map_err(io)?;
+    // Never smaller than it is: a smaller capacity asked for must not cut
+    // off records a server still answers from.
+    let len = file.metadata().map_err(io)?.len().max(capacity as u64);
+    file.set_len(len).map_err(io)?;
+    // The blocks themselves, now: a write into a mapping of a file the
+    // disk has no room for is a SIGBUS, not an error.
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor and a range within the file's length.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(LogError::Io(format!(
+            "reserving {len} bytes: {}",
+            std::io::Error::from_raw_os_error(rc)
+        )));
     }
     // SAFETY: the file is this log's alone (one server endpoint opens it);
     // its bytes are read only through `replay`, which trusts none of them.
@@ -103,7 +115,9 @@ impl FileLog {
         let end: usize = records.iter().map(|r| r.len()).sum();
         // Nothing after the last whole record: a torn one would otherwise
         // sit behind the next records written, unread but not unreadable.
-        map[end..].fill(0);
+        // (Zeroed up to the last byte written, not the whole tail.)
+        let written = map[end..].iter().rposition(|&b| b != 0).map_or(end, |i| end + i + 1);
+        map[end..written].fill(0);
         Ok(FileLog {
             map,
             _file: file,
@@ -156,19 +170,22 @@ impl CallLog for FileLog {
         if bytes.len() > capacity {
             return Err(LogError::Full { capacity });
         }
-        let fresh = self.path.with_extension("compacting");
+        let mut fresh = self.path.clone().into_os_string();
+        fresh.push(".compacting");
+        let fresh = PathBuf::from(fresh);
         let (file, mut map) = map_file(&fresh, capacity, true)?;
         map[..bytes.len()].copy_from_slice(&bytes);
         map.flush().map_err(io)?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&fresh, &self.path).map_err(io)?;
+        // The new file is the log from here on, whatever comes next.
+        (self.map, self._file, self.end) = (map, file, bytes.len());
+        self.unsynced_from = None;
+        self.compactions += 1;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The rename itself, durable.
             File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
         }
-        (self.map, self._file, self.end) = (map, file, bytes.len());
-        self.unsynced_from = None;
-        self.compactions += 1;
         Ok(())
     }
 
@@ -241,6 +258,9 @@ mod tests {
         log.flush().unwrap();
         drop(log);
         assert!(!d.join("log.compacting").exists());
+        // Reopened asking for less room: nothing is cut off.
+        let small = CallLogOptions { capacity: 1024, ..o.clone() };
+        assert_eq!(FileLog::open(&small).unwrap().records(), vec![started(7), started(8)]);
         let log = FileLog::open(&o).unwrap();
         assert_eq!(log.records(), vec![started(7), started(8)]);
         std::fs::remove_dir_all(&d).unwrap();

@@ -27,10 +27,11 @@ use crate::{Endpoint, Error};
 /// log; it compacts to what it still needs when full.
 pub const VOLATILE_LOG_BYTES: usize = 16 << 20;
 
-/// Envelopes waiting for room in the stream, at most: past it the newest
-/// is dropped (counted) and the call layer's retransmission brings it
-/// again.
+/// Envelopes waiting for room in the stream, at most, and their bytes:
+/// past either the newest is dropped (counted) and the call layer's
+/// retransmission brings it again.
 const MAX_PENDING: usize = 65_536;
+const MAX_PENDING_BYTES: usize = 64 << 20;
 
 /// What a handler is given: who called, which call, and its arguments.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +73,10 @@ fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>]) {
     }
     for (call, end) in issued {
         match end {
-            Some((state, reply)) => caller.restore(call, state, (!reply.is_empty()).then_some(reply)),
+            // A reply, empty or not, if the handler ran and replied.
+            Some((state, reply)) => {
+                caller.restore(call, state, (state == CallState::PROCESSED).then_some(reply))
+            }
             None => caller.adopt(now, call, false),
         }
     }
@@ -100,8 +104,10 @@ pub(crate) struct Calls {
     caller_log: Option<Box<dyn CallLog + Send>>,
     /// Caller's log records that could not be written.
     pub caller_log_failures: u64,
-    /// Envelopes the stream had no room for yet, oldest first.
+    /// Envelopes the stream had no room for yet, oldest first, and their
+    /// bytes.
     pending: VecDeque<(NodeId, Bytes)>,
+    pending_bytes: usize,
     /// A call moved or a handler waits since the flag was last cleared:
     /// calls parked on calls wake.
     pub moved: bool,
@@ -127,7 +133,11 @@ impl Calls {
         now: Instant,
     ) -> Result<Self, Error> {
         let (log, target): (Box<dyn CallLog + Send>, Target) = match log {
-            None => (Box::new(MemLog::new(VOLATILE_LOG_BYTES)), Target::new(config.clone())),
+            None => {
+                let mut target = Target::new(config.clone());
+                target.set_volatile(true);
+                (Box::new(MemLog::new(VOLATILE_LOG_BYTES)), target)
+            }
             Some(o) => {
                 let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
                 if let Some(torn) = file.torn {
@@ -157,6 +167,7 @@ impl Calls {
             caller_log,
             caller_log_failures: 0,
             pending: VecDeque::new(),
+            pending_bytes: 0,
             moved: false,
             envelopes_dropped: 0,
         })
@@ -190,7 +201,8 @@ impl Calls {
     pub fn log_issued(&mut self, call: CallRef, handler: HandlerId, one_way: bool) -> bool {
         let Some(log) = &mut self.caller_log else { return true };
         let record = Record::Issued { node: call.server, call: call.id, handler, one_way };
-        if append_compacting(&mut **log, &record, &self.caller).is_err() {
+        // Synced (as the policy says) before the request can leave.
+        if append_compacting(&mut **log, &record, &self.caller).and_then(|()| log.flush()).is_err() {
             self.caller.withdraw(call);
             return false;
         }
@@ -214,22 +226,38 @@ impl Calls {
     /// Hand the core every envelope the call layer has for the wire.
     pub fn flush(&mut self, now: Instant, core: &mut Core) {
         while let Some(o) = self.caller.poll_transmit().or_else(|| self.target.poll_transmit()) {
-            if self.pending.len() >= MAX_PENDING {
+            if self.pending.len() >= MAX_PENDING || self.pending_bytes + o.bytes.len() > MAX_PENDING_BYTES {
                 self.envelopes_dropped += 1;
                 continue;
             }
+            self.pending_bytes += o.bytes.len();
             self.pending.push_back((o.to, Bytes::from(o.bytes)));
         }
+        // What the envelopes say is in the log before they leave.
         let _ = self.log.flush();
-        while let Some((to, bytes)) = self.pending.front() {
-            match core.send_call(now, *to, bytes.clone()) {
-                Ok(_) => {}
-                // Room comes with acknowledgements, and a step with them.
-                Err(SendError::WouldBlock) => return,
-                Err(_) => self.envelopes_dropped += 1,
+        // In order per peer; a peer without room holds back only its own
+        // (a slow or dead caller must not stall everyone's answers).
+        let mut full: Vec<NodeId> = Vec::new();
+        let mut kept = VecDeque::new();
+        while let Some((to, bytes)) = self.pending.pop_front() {
+            if full.contains(&to) {
+                kept.push_back((to, bytes));
+                continue;
             }
-            self.pending.pop_front();
+            match core.send_call(now, to, bytes.clone()) {
+                Ok(_) => self.pending_bytes -= bytes.len(),
+                // Room comes with acknowledgements, and a step with them.
+                Err(SendError::WouldBlock) => {
+                    full.push(to);
+                    kept.push_back((to, bytes));
+                }
+                Err(_) => {
+                    self.pending_bytes -= bytes.len();
+                    self.envelopes_dropped += 1;
+                }
+            }
         }
+        self.pending = kept;
     }
 
     /// When the call layer's timers want a step.
@@ -409,7 +437,10 @@ impl Endpoint {
         let shared = embedded(self)?;
         let job = block_on(shared, timeout, Awaits::Calls, |d| {
             let Calls { target, log, .. } = &mut d.calls;
-            target.poll_dispatch(&mut **log)
+            let job = target.poll_dispatch(&mut **log)?;
+            // Its start synced (as the policy says) before the handler runs.
+            let _ = log.flush();
+            Some(job)
         })?;
         let handler = shared.handlers.read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
         // The target dispatches only registered ids, and none is removed.

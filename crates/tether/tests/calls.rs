@@ -26,12 +26,47 @@ fn options(rules: &[&str], seed: u64) -> Options {
     Options { config, calls, faults: FaultPlan::parse_rules(seed, rules).unwrap(), ..Options::default() }
 }
 
-fn pair(rules: &[&str], seed: u64) -> (Endpoint, Endpoint) {
+/// A server's call log in a file of its own, removed when dropped: with a
+/// log that outlives the server its answers say exactly whether a call
+/// ran (without one, "did not run" becomes "indeterminate").
+struct Log(std::path::PathBuf);
+
+impl Log {
+    fn new() -> Self {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Log(std::env::temp_dir().join(format!("tether-calls-test-{}-{n}.log", std::process::id())))
+    }
+
+    fn options(&self) -> tether::rpc::CallLogOptions {
+        tether::rpc::CallLogOptions { capacity: 1 << 20, ..tether::rpc::CallLogOptions::new(&self.0) }
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Stops a serving thread when dropped, so a failed assertion ends the
+/// test instead of leaving the server serving for ever.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn pair(rules: &[&str], seed: u64) -> (Endpoint, Endpoint, Log) {
+    let log = Log::new();
     let a = Endpoint::udp(1, any(), &[], options(rules, seed)).unwrap();
-    let b = Endpoint::udp(2, any(), &[], options(rules, seed)).unwrap();
+    let server = Options { call_log: Some(log.options()), ..options(rules, seed) };
+    let b = Endpoint::udp(2, any(), &[], server).unwrap();
     a.add_peer(2, b.local_addr().unwrap()).unwrap();
     b.add_peer(1, a.local_addr().unwrap()).unwrap();
-    (a, b)
+    (a, b, log)
 }
 
 /// The server's side: an echo handler and a counting one, served by a
@@ -66,10 +101,11 @@ fn serving(ep: &Endpoint, stop: &AtomicBool) {
 
 #[test]
 fn a_call_goes_request_ack_reply_and_says_it_ran() {
-    let (a, b) = pair(&[], 1);
+    let (a, b, _log) = pair(&[], 1);
     let server = serve(&b);
     std::thread::scope(|s| {
         s.spawn(|| serving(&b, &server.stop));
+        let _stop = StopOnDrop(&server.stop);
         let watched = CallOptions { watch: true, ..CallOptions::default() };
         let call = a.request_with(2, ECHO, b"hello", &watched).unwrap();
         let out = call.wait(WAIT).unwrap();
@@ -91,7 +127,7 @@ fn a_call_goes_request_ack_reply_and_says_it_ran() {
 
 #[test]
 fn calls_and_messages_share_the_stream_without_waiting_for_each_other() {
-    let (a, b) = pair(&[], 2);
+    let (a, b, _log) = pair(&[], 2);
     let server = serve(&b);
     // Messages the application on b never reads sit in b's delivery queue;
     // calls pass them.
@@ -100,6 +136,7 @@ fn calls_and_messages_share_the_stream_without_waiting_for_each_other() {
     }
     std::thread::scope(|s| {
         s.spawn(|| serving(&b, &server.stop));
+        let _stop = StopOnDrop(&server.stop);
         for i in 0..20u32 {
             let out = a.request(2, COUNT, &i.to_le_bytes()).unwrap().wait(WAIT).unwrap();
             assert_eq!(out.reply.as_deref(), Some(&i.to_le_bytes()[..]));
@@ -114,7 +151,7 @@ fn calls_and_messages_share_the_stream_without_waiting_for_each_other() {
 
 #[test]
 fn the_credit_bounds_calls_in_flight_and_can_be_waited_for() {
-    let (a, b) = pair(&[], 3);
+    let (a, b, _log) = pair(&[], 3);
     let server = serve(&b);
     // Nobody serves yet: 16 calls take every credit.
     let open: Vec<_> = (0..16u32).map(|i| a.request(2, COUNT, &i.to_le_bytes()).unwrap()).collect();
@@ -124,6 +161,7 @@ fn the_credit_bounds_calls_in_flight_and_can_be_waited_for() {
     }
     std::thread::scope(|s| {
         s.spawn(|| serving(&b, &server.stop));
+        let _stop = StopOnDrop(&server.stop);
         // Waiting for credit: it comes as the first calls finish.
         let wait = CallOptions { credit_wait: WAIT, ..CallOptions::default() };
         let late = a.request_with(2, COUNT, &16u32.to_le_bytes(), &wait).unwrap();
@@ -147,11 +185,12 @@ fn calls_survive_every_message_fault_and_run_once() {
             .into_iter()
             .enumerate()
     {
-        let (a, b) = pair(&[rule], seed as u64);
+        let (a, b, _log) = pair(&[rule], seed as u64);
         let server = serve(&b);
         let n = 400u32;
         std::thread::scope(|s| {
             s.spawn(|| serving(&b, &server.stop));
+            let _stop = StopOnDrop(&server.stop);
             let wait = CallOptions { credit_wait: WAIT, ..CallOptions::default() };
             let calls: Vec<_> =
                 (0..n).map(|i| a.request_with(2, COUNT, &i.to_le_bytes(), &wait).unwrap()).collect();
@@ -173,7 +212,7 @@ fn calls_survive_every_message_fault_and_run_once() {
 /// and the server's own peers are served as before.
 #[test]
 fn a_stranger_s_calls_never_run() {
-    let (a, b) = pair(&[], 4);
+    let (a, b, _log) = pair(&[], 4);
     let server = serve(&b);
     let quick =
         RpcConfig { retries: 2, max_retry_interval: Duration::from_millis(400), ..RpcConfig::default() };
@@ -181,6 +220,7 @@ fn a_stranger_s_calls_never_run() {
     c.add_peer(2, b.local_addr().unwrap()).unwrap();
     std::thread::scope(|s| {
         s.spawn(|| serving(&b, &server.stop));
+        let _stop = StopOnDrop(&server.stop);
         let deadline = CallOptions { deadline: Some(Duration::from_millis(300)), ..CallOptions::default() };
         let out = c.request_with(2, ECHO, b"let me in", &deadline).unwrap().wait(WAIT).unwrap();
         assert_eq!(out.executed(), Executed::Unknown, "nobody answered it: {:?}", out.state);
@@ -201,7 +241,9 @@ fn a_restarted_caller_learns_how_its_calls_ended() {
     let dir = std::env::temp_dir().join(format!("tether-caller-log-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = tether::rpc::CallLogOptions::new(dir.join("caller.log"));
-    let b = Endpoint::udp(2, any(), &[], options(&[], 5)).unwrap();
+    let server_log = Log::new();
+    let b = Endpoint::udp(2, any(), &[], Options { call_log: Some(server_log.options()), ..options(&[], 5) })
+        .unwrap();
     let server = serve(&b);
     let life = |incarnation, bind| {
         let o = Options { caller_log: Some(log.clone()), incarnation: Some(incarnation), ..options(&[], 5) };
