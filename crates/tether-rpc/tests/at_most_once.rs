@@ -195,17 +195,7 @@ fn run(seed: u64) -> (u32, usize, [usize; 3]) {
 
 #[test]
 fn no_call_runs_twice_and_every_state_is_true_across_server_crashes() {
-    let (mut crashes, mut calls, mut claims) = (0, 0, [0; 3]);
-    for seed in 0..200 {
-        let (c, n, k) = run(seed);
-        crashes += c;
-        calls += n;
-        (0..3).for_each(|i| claims[i] += k[i]);
-    }
-    eprintln!(
-        "{crashes} crashes, {calls} calls: ran {}, did not run {}, unknown {}",
-        claims[0], claims[1], claims[2]
-    );
+    let common::Sweep { crashes, calls, claims } = common::sweep(0..200, run);
     assert!(crashes > 1_000, "the servers died {crashes} times");
     assert!(calls > 100_000, "{calls} calls");
     // Every kind of ending happened, so each check above was made.

@@ -260,17 +260,7 @@ fn run(seed: u64) -> (u32, usize, [usize; 3]) {
 
 #[test]
 fn calls_through_the_core_survive_faults_and_server_crashes_at_many_seeds() {
-    let (mut crashes, mut calls, mut claims) = (0, 0, [0; 3]);
-    for seed in 0..120 {
-        let (c, n, k) = run(seed);
-        crashes += c;
-        calls += n;
-        (0..3).for_each(|i| claims[i] += k[i]);
-    }
-    eprintln!(
-        "{crashes} crashes, {calls} calls: ran {}, did not run {}, unknown {}",
-        claims[0], claims[1], claims[2]
-    );
+    let common::Sweep { crashes, calls, claims } = common::sweep(0..120, run);
     assert!(crashes >= 120 * 4, "{crashes} crashes");
     assert!(claims[0] > calls / 2, "most calls ran: {claims:?}");
 }

@@ -57,3 +57,28 @@ pub fn check_ends(
     }
     claims
 }
+
+/// What runs over many seeds came to, summed: crashes, calls, and the
+/// calls that ended in each `Executed`.
+pub struct Sweep {
+    pub crashes: u32,
+    pub calls: usize,
+    pub claims: [usize; 3],
+}
+
+/// `run` at every seed of `seeds` (each giving its crashes, calls and
+/// claims), summed and printed.
+pub fn sweep(seeds: std::ops::Range<u64>, run: impl Fn(u64) -> (u32, usize, [usize; 3])) -> Sweep {
+    let mut t = Sweep { crashes: 0, calls: 0, claims: [0; 3] };
+    for seed in seeds {
+        let (c, n, k) = run(seed);
+        t.crashes += c;
+        t.calls += n;
+        (0..3).for_each(|i| t.claims[i] += k[i]);
+    }
+    eprintln!(
+        "{} crashes, {} calls: ran {}, did not run {}, unknown {}",
+        t.crashes, t.calls, t.claims[0], t.claims[1], t.claims[2]
+    );
+    t
+}
