@@ -111,6 +111,11 @@ pub(crate) struct Calls {
     /// A call moved or a handler waits since the flag was last cleared:
     /// calls parked on calls wake.
     pub moved: bool,
+    /// The call layer's earliest deadline, as the last flush left it: the
+    /// driver asks on every turn, even an idle spinning one, and the
+    /// tables it comes from are scanned only after they change (a stale
+    /// one is only ever early: an extra turn).
+    deadline: Option<Instant>,
     /// Envelopes dropped: the stream refused them for good (the peer is
     /// unknown, or they are larger than a message may be), or too many
     /// waited for room.
@@ -160,7 +165,7 @@ impl Calls {
                 Some(Box::new(file) as Box<dyn CallLog + Send>)
             }
         };
-        Ok(Calls {
+        let mut calls = Calls {
             caller,
             target,
             log,
@@ -169,8 +174,11 @@ impl Calls {
             pending: VecDeque::new(),
             pending_bytes: 0,
             moved: false,
+            deadline: None,
             envelopes_dropped: 0,
-        })
+        };
+        calls.deadline = calls.earliest();
+        Ok(calls)
     }
 
     /// Take in what the core delivered for calls, run the call layer's
@@ -185,12 +193,14 @@ impl Calls {
             };
             self.moved = true;
         }
-        if self.caller.poll_timeout().is_some_and(|t| t <= now) {
-            self.caller.handle_timeout(now);
-            self.moved = true;
-        }
-        if self.target.poll_timeout().is_some_and(|t| t <= now) {
-            self.target.handle_timeout(now);
+        if self.deadline.is_some_and(|t| t <= now) {
+            if self.caller.poll_timeout().is_some_and(|t| t <= now) {
+                self.caller.handle_timeout(now);
+                self.moved = true;
+            }
+            if self.target.poll_timeout().is_some_and(|t| t <= now) {
+                self.target.handle_timeout(now);
+            }
         }
         self.log_ends();
         self.flush(now, core);
@@ -258,10 +268,15 @@ impl Calls {
             }
         }
         self.pending = kept;
+        self.deadline = self.earliest();
     }
 
-    /// When the call layer's timers want a step.
+    /// When the call layer's timers want a step (as of the last flush).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn earliest(&self) -> Option<Instant> {
         [self.caller.poll_timeout(), self.target.poll_timeout()].into_iter().flatten().min()
     }
 }
