@@ -24,7 +24,7 @@ use tether_fault::FaultCounters;
 
 use crate::counters::EngineCounters;
 use tether_proto::{
-    Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, MAX_RAILS,
+    Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, Unsettled, MAX_RAILS,
 };
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
@@ -39,6 +39,10 @@ use crate::EngineError;
 /// some runs measured 50.8 us one way instead of 0.27).
 const DIRECT_SPIN: Duration = Duration::from_micros(1);
 
+/// The top bit of a direct path's record id: the record is a call's
+/// envelope. Ids count messages from zero and never reach it.
+const DIRECT_CALL: u64 = 1 << 63;
+
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
 const FAILURE_HISTORY: usize = 64;
@@ -50,7 +54,7 @@ struct PeerLog {
     rails: Vec<SocketAddr>,
     /// Every unsettled message, from message `settled` on: the host-side
     /// backup a new engine resends them from (docs/ENGINE.md, "Restore").
-    retained: VecDeque<Bytes>,
+    retained: VecDeque<Unsettled>,
     /// One past the last message a failure report covered.
     failed_upto: u64,
     /// Where the application stands in the peer's stream.
@@ -74,7 +78,8 @@ struct PeerLog {
 
 /// A direct path to a peer on the same engine (docs/ENGINE.md, "The
 /// direct path"): a ring each way in a pair region, each record a message
-/// id (u64, little-endian) and the message.
+/// id (u64, little-endian; its top bit `DIRECT_CALL` set for a call's
+/// envelope) and the message.
 struct Direct {
     end: PairEnd,
     generation: u64,
@@ -173,7 +178,15 @@ struct Attachment {
     /// The peer whose `AddPeer` awaits the engine's answer, and whether it came.
     awaiting: Option<NodeId>,
     answered: bool,
+    /// Messages and calls' envelopes delivered and not yet taken, in the
+    /// order they came; the calls among them.
     deliveries: VecDeque<Delivery>,
+    calls_queued: usize,
+    /// Calls' envelopes are taken (`recv_call`): a call layer serves this
+    /// endpoint. Until one does, they are dropped as they come (counted),
+    /// never left to pile up unread.
+    takes_calls: bool,
+    calls_dropped: u64,
     events: VecDeque<Event>,
     buf: Vec<u8>,
     engine_gone: bool,
@@ -265,6 +278,9 @@ impl Attachment {
             awaiting: None,
             answered: false,
             deliveries: VecDeque::new(),
+            calls_queued: 0,
+            takes_calls: false,
+            calls_dropped: 0,
             events: VecDeque::new(),
             buf: Vec::new(),
             engine_gone: false,
@@ -350,6 +366,7 @@ impl Attachment {
         peer: NodeId,
         msg: &[u8],
         timeout: Option<Duration>,
+        call: bool,
     ) -> Result<MessageId, EngineError> {
         let Some(seq) = self.peers.get(&peer).map(|p| p.next) else {
             return Err(EngineError::UnknownPeer(peer));
@@ -365,13 +382,13 @@ impl Attachment {
             .into());
         }
         if self.peers[&peer].is_local {
-            return self.send_direct(peer, seq, msg, timeout);
+            return self.send_direct(peer, seq, msg, timeout, call);
         }
-        self.submit(&Submission::Send { id: seq, peer, payload: msg }, timeout)?;
+        self.submit(&Submission::Send { id: seq, peer, payload: msg, call }, timeout)?;
         let p = self.peers.entry(peer).or_default();
         p.next = seq + 1;
         if self.retain {
-            p.retained.push_back(Bytes::copy_from_slice(msg));
+            p.retained.push_back(Unsettled { data: Bytes::copy_from_slice(msg), call });
         }
         Ok(MessageId { peer, seq })
     }
@@ -386,8 +403,10 @@ impl Attachment {
         seq: u64,
         msg: &[u8],
         timeout: Option<Duration>,
+        call: bool,
     ) -> Result<MessageId, EngineError> {
         let deadline = timeout.map(|t| StdInstant::now() + t);
+        let id = if call { seq | DIRECT_CALL } else { seq };
         loop {
             let p = self.peers.get_mut(&peer).expect("a known peer");
             let Some(d) = p.direct.as_mut() else {
@@ -401,7 +420,7 @@ impl Attachment {
                 let max = d.end.tx.max_record() - 8;
                 return Err(tether_proto::SendError::MessageTooLarge { len: msg.len(), max }.into());
             }
-            match d.end.tx.push_parts(&seq.to_le_bytes(), msg) {
+            match d.end.tx.push_parts(&id.to_le_bytes(), msg) {
                 Ok(()) => {
                     p.next = seq + 1;
                     if d.end.peer_needs_waking() {
@@ -445,16 +464,21 @@ impl Attachment {
                     break;
                 };
                 let id = u64::from_le_bytes(*id);
+                let (id, call) = (id & !DIRECT_CALL, id & DIRECT_CALL != 0);
                 if d.expect.is_some_and(|e| e != id) {
                     broken = Some(format!("message {id} where {:?} was next", d.expect));
                     break;
                 }
                 d.expect = Some(id + 1);
                 d.taken += 1;
+                // As `deliver` (the peers' table is borrowed here).
+                if call && !self.takes_calls {
+                    self.calls_dropped += 1;
+                    continue;
+                }
+                self.calls_queued += usize::from(call);
                 let message = Bytes::copy_from_slice(message);
-                // The direct path between two applications carries their
-                // messages only.
-                self.deliveries.push_back(Delivery { from: peer, message, fragment: None, call: false });
+                self.deliveries.push_back(Delivery { from: peer, message, fragment: None, call });
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -557,12 +581,40 @@ impl Attachment {
         result
     }
 
-    /// A delivery if one is waiting.
-    pub fn try_recv(&mut self) -> Result<Option<Delivery>, EngineError> {
-        if self.deliveries.is_empty() {
-            self.take_completions()?;
+    /// A delivery of the kind asked for (a message, or a call's envelope)
+    /// if one is waiting.
+    pub fn try_recv(&mut self, call: bool) -> Result<Option<Delivery>, EngineError> {
+        if let Some(d) = self.pop(call) {
+            return Ok(Some(d));
         }
-        Ok(self.deliveries.pop_front())
+        self.take_completions()?;
+        Ok(self.pop(call))
+    }
+
+    /// The oldest delivery of a kind, passing over the other kind's.
+    fn pop(&mut self, call: bool) -> Option<Delivery> {
+        let waiting = if call { self.calls_queued } else { self.deliveries.len() - self.calls_queued };
+        if waiting == 0 {
+            return None;
+        }
+        let at = self.deliveries.iter().position(|d| d.call == call)?;
+        let d = self.deliveries.remove(at)?;
+        self.calls_queued -= usize::from(call);
+        Some(d)
+    }
+
+    /// Queue a delivery for the application, or drop a call's envelope
+    /// nobody takes.
+    fn deliver(&mut self, d: Delivery) {
+        if d.call {
+            if !self.takes_calls {
+                self.calls_dropped += 1;
+                tracing::debug!(from = d.from, "a call's envelope, and no call layer here: dropped");
+                return;
+            }
+            self.calls_queued += 1;
+        }
+        self.deliveries.push_back(d);
     }
 
     /// The next failure report, if one is waiting.
@@ -636,15 +688,16 @@ impl Attachment {
     fn look<R>(
         &mut self,
         start: StdInstant,
-        timeout: Option<Duration>,
+        deadline: Option<StdInstant>,
         ready: &mut impl FnMut(&mut Self) -> Option<R>,
     ) -> Result<Look<R>, EngineError> {
         self.take_completions()?;
         if let Some(r) = ready(self) {
             return Ok(Look::Ready(r));
         }
-        let waited = start.elapsed();
-        if timeout.is_some_and(|t| waited >= t) {
+        let now = StdInstant::now();
+        let waited = now.saturating_duration_since(start);
+        if deadline.is_some_and(|d| now >= d) {
             return Err(EngineError::Timeout);
         }
         if waited < self.spin {
@@ -666,7 +719,7 @@ impl Attachment {
                 return Ok(Look::Yield);
             }
         }
-        let left = timeout.map_or(Duration::from_millis(100), |t| t.saturating_sub(waited));
+        let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(now));
         Ok(Look::Sleep(left.min(Duration::from_millis(100))))
     }
 
@@ -739,7 +792,7 @@ impl Attachment {
             for (i, m) in retained.iter().enumerate() {
                 let id = first + i as u64;
                 if id >= failed_upto {
-                    self.submit(&Submission::Send { id, peer, payload: m }, None)?;
+                    self.submit(&Submission::Send { id, peer, payload: &m.data, call: m.call }, None)?;
                 }
             }
         }
@@ -800,7 +853,7 @@ impl Attachment {
                 p.taken = Some(Taken { next: f.seq + 1, ..t });
                 match p.partial.take(f.first, f.last, call, payload, max) {
                     Ok(Some((message, call))) => {
-                        self.deliveries.push_back(Delivery { from, message, fragment: None, call });
+                        self.deliver(Delivery { from, message, fragment: None, call })
                     }
                     Ok(None) => {}
                     Err(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
@@ -929,17 +982,63 @@ impl Client {
         msg: &[u8],
         timeout: Option<Duration>,
     ) -> Result<MessageId, EngineError> {
-        self.lock().send(peer, msg, timeout)
+        self.lock().send(peer, msg, timeout, false)
     }
 
-    /// A delivery if one is waiting.
+    /// `send` for a call's envelope (`tether-rpc`): marked as one on the
+    /// wire, delivered to the peer's call layer, not its application.
+    pub fn send_call(
+        &self,
+        peer: NodeId,
+        envelope: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<MessageId, EngineError> {
+        self.lock().send(peer, envelope, timeout, true)
+    }
+
+    /// Whether `peer` was added.
+    pub fn knows(&self, peer: NodeId) -> bool {
+        self.lock().peers.contains_key(&peer)
+    }
+
+    /// Take calls' envelopes from now on (`try_recv_call`,
+    /// `recv_call_until`): a call layer serves this endpoint. Before,
+    /// they are dropped as they come.
+    pub fn take_calls(&self) {
+        self.lock().takes_calls = true;
+    }
+
+    /// Calls' envelopes dropped because no call layer took them.
+    pub fn calls_dropped(&self) -> u64 {
+        self.lock().calls_dropped
+    }
+
+    /// A call's envelope, if one is waiting.
+    pub fn try_recv_call(&self) -> Result<Option<Delivery>, EngineError> {
+        self.lock().try_recv(true)
+    }
+
+    /// The next call's envelope, waiting for one until `until()` (asked
+    /// again at every look, so a call layer's timer set meanwhile is
+    /// kept) has passed: `Ok(None)` then.
+    pub fn recv_call_until(
+        &self,
+        until: impl Fn() -> Option<StdInstant>,
+    ) -> Result<Option<Delivery>, EngineError> {
+        match wait_until(&self.inner, until, |c| c.pop(true)) {
+            Err(EngineError::Timeout) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// A message, if one is waiting (calls' envelopes are passed over).
     pub fn try_recv(&self) -> Result<Option<Delivery>, EngineError> {
-        self.lock().try_recv()
+        self.lock().try_recv(false)
     }
 
-    /// The next delivery, waiting up to `timeout` (`None`: for ever).
+    /// The next message, waiting up to `timeout` (`None`: for ever).
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
-        self.wait(timeout, |c| c.deliveries.pop_front())
+        self.wait(timeout, |c| c.pop(false))
     }
 
     /// The next failure report or recovery, if one is waiting.
@@ -1075,6 +1174,18 @@ impl Tracker {
 fn wait_unlocked<R>(
     inner: &Mutex<Attachment>,
     timeout: Option<Duration>,
+    ready: impl FnMut(&mut Attachment) -> Option<R>,
+) -> Result<R, EngineError> {
+    // A timeout past the end of time is no deadline.
+    let deadline = timeout.and_then(|t| StdInstant::now().checked_add(t));
+    wait_until(inner, || deadline, ready)
+}
+
+/// Wait until `ready` gives something or the deadline `until()` gives
+/// (asked at every look) passes.
+fn wait_until<R>(
+    inner: &Mutex<Attachment>,
+    until: impl Fn() -> Option<StdInstant>,
     mut ready: impl FnMut(&mut Attachment) -> Option<R>,
 ) -> Result<R, EngineError> {
     let lock = || inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -1082,7 +1193,7 @@ fn wait_unlocked<R>(
     loop {
         let sleep = {
             let mut a = lock();
-            match a.look(start, timeout, &mut ready)? {
+            match a.look(start, until(), &mut ready)? {
                 Look::Ready(r) => return Ok(r),
                 Look::Spin => {
                     std::hint::spin_loop();

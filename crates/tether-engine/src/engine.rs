@@ -30,8 +30,8 @@ use tether_io::{
     AddressBook, FaultHandle, FaultyTransport, RecvBatch, Transport, TransportError, UdpTransport,
 };
 use tether_proto::{
-    Config, Endpoint as Core, Event, FailReason, Instant, NodeId, PayloadCursor, RailId, ResumedStream,
-    SendError, StreamMarks, MAX_RAILS,
+    Config, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, PayloadCursor, RailId,
+    ResumedStream, SendError, StreamMarks, Unsettled, MAX_RAILS,
 };
 use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
 use tracing::{debug, info, warn};
@@ -1035,7 +1035,7 @@ struct Resumed {
     failed_upto: u64,
     taken: Option<Taken>,
     first_id: Option<u64>,
-    messages: Vec<Bytes>,
+    messages: Vec<Unsettled>,
 }
 
 /// The configuration of an application's core: the engine's, in fragment
@@ -1113,6 +1113,21 @@ fn take_submissions(
     taken > 0 || c.gone
 }
 
+/// Queue an application's message, or a call's envelope, on the core.
+fn send(
+    core: &mut Core,
+    now: Instant,
+    peer: NodeId,
+    payload: &[u8],
+    call: bool,
+) -> Result<MessageId, SendError> {
+    if call {
+        core.send_call_slice(now, peer, payload)
+    } else {
+        core.send(now, peer, payload)
+    }
+}
+
 /// One submission: `Ok(false)` if the core has no room for it yet (it
 /// stays, `stalled`), an error if the application broke the protocol.
 fn take(
@@ -1125,8 +1140,8 @@ fn take(
 ) -> Result<bool, String> {
     let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
     match s {
-        Submission::Send { id, peer, payload } if c.resuming.is_some() => {
-            if !c.resumed_message(peer, id, payload) {
+        Submission::Send { id, peer, payload, call } if c.resuming.is_some() => {
+            if !c.resumed_message(peer, id, payload, call) {
                 return Err(format!("resuming: message {id} to {peer} out of order"));
             }
         }
@@ -1135,7 +1150,7 @@ fn take(
             (r.failed_upto, r.taken) = (failed_upto, taken);
         }
         Submission::ResumeEnd => c.resume(now, beat)?,
-        Submission::Send { id, peer, payload } => match c.core.send(now, peer, payload) {
+        Submission::Send { id, peer, payload, call } => match send(&mut c.core, now, peer, payload, call) {
             Ok(m) if m.seq == id => c.stalled = false,
             Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
             Err(SendError::WouldBlock) => {
@@ -1364,14 +1379,14 @@ impl Attached {
     }
 
     /// A message given again while resuming: the next of its peer's.
-    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8]) -> bool {
+    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8], call: bool) -> bool {
         let Some(r) = self.resuming.as_mut().and_then(|r| r.get_mut(&peer)) else { return false };
         let next = r.first_id.unwrap_or(id) + r.messages.len() as u64;
         if id != next {
             return false;
         }
         r.first_id.get_or_insert(id);
-        r.messages.push(Bytes::copy_from_slice(payload));
+        r.messages.push(Unsettled { data: Bytes::copy_from_slice(payload), call });
         true
     }
 
@@ -1411,7 +1426,7 @@ impl Attached {
                 ));
             }
             let skip = (marks.settled_msg - first) as usize;
-            let messages: Vec<Bytes> = r.messages.into_iter().skip(skip).collect();
+            let messages: Vec<Unsettled> = r.messages.into_iter().skip(skip).collect();
             let taken =
                 r.taken.filter(|t| t.incarnation == marks.peer_incarnation).map(|t| (t.epoch, t.next));
             let rails = (0..self.rails.get(&peer).copied().unwrap_or(1) as RailId).collect();

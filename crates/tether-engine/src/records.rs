@@ -37,8 +37,9 @@ pub enum RecordError {
 #[allow(clippy::large_enum_variant)]
 pub enum Submission<'a> {
     /// Send `payload` to `peer`; `id` is the application's name for the
-    /// message, used in the completions that settle it.
-    Send { id: u64, peer: NodeId, payload: &'a [u8] },
+    /// message, used in the completions that settle it. `call`: it is a
+    /// call's envelope (`tether-rpc`), marked so on the wire.
+    Send { id: u64, peer: NodeId, payload: &'a [u8], call: bool },
     /// Learn a peer's address on each rail (rail `i` is `rails[i]`).
     AddPeer { node: NodeId, rails: Rails },
     /// The application is leaving: settle what it sent within `linger_ns`.
@@ -139,6 +140,7 @@ mod kind {
     pub const RESUME: u8 = 4;
     pub const RESUME_END: u8 = 5;
     pub const WAKE: u8 = 6;
+    pub const SEND_CALL: u8 = 7;
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
@@ -266,8 +268,8 @@ impl<'a> Submission<'a> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut o = Out { buf, at: 0 };
         match self {
-            Submission::Send { id, peer, payload } => {
-                o.put(&[kind::SEND])?;
+            Submission::Send { id, peer, payload, call } => {
+                o.put(&[if *call { kind::SEND_CALL } else { kind::SEND }])?;
                 o.put(&id.to_le_bytes())?;
                 o.put(&peer.to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
@@ -312,7 +314,12 @@ impl<'a> Submission<'a> {
         let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
         let mut i = In { rest };
         let s = match k {
-            kind::SEND => Submission::Send { id: i.u64()?, peer: i.u32()?, payload: i.bytes()? },
+            kind::SEND | kind::SEND_CALL => Submission::Send {
+                id: i.u64()?,
+                peer: i.u32()?,
+                payload: i.bytes()?,
+                call: k == kind::SEND_CALL,
+            },
             kind::ADD_PEER => {
                 let node = i.u32()?;
                 let n = i.u8()? as usize;
@@ -470,7 +477,8 @@ mod tests {
             addrs in proptest::collection::vec(addr(), 1..=MAX_RAILS), linger in any::<u64>(),
         ) {
             let all = [
-                Submission::Send { id, peer, payload: &payload },
+                Submission::Send { id, peer, payload: &payload, call: false },
+                Submission::Send { id, peer, payload: &payload, call: true },
                 Submission::AddPeer { node: peer, rails: Rails::new(&addrs).unwrap() },
                 Submission::Close { linger_ns: linger },
                 Submission::Resume { peer, failed_upto: id, taken: None },

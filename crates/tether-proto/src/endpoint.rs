@@ -388,13 +388,14 @@ impl Endpoint {
         let max_fragment = self.config.max_fragment_for(datagram.min(self.config.max_datagram));
         let mut segments = Vec::new();
         let mut seq = m.settled_seq;
-        for (i, data) in s.messages.iter().enumerate() {
+        for (i, u) in s.messages.iter().enumerate() {
             if i % 256 == 255 {
                 progress();
             }
             let msg = m.settled_msg + i as u64;
-            let total_len = data.len() as u32;
-            for (flags, data) in crate::send_stream::cut(data, DataFlags::new(true, true), max_fragment) {
+            let total_len = u.data.len() as u32;
+            let bounds = DataFlags::new(true, true).with_call(u.call);
+            for (flags, data) in crate::send_stream::cut(&u.data, bounds, max_fragment) {
                 segments.push(LoggedSegment { seq, msg, flags, total_len, data });
                 seq += 1;
             }
@@ -662,6 +663,19 @@ impl Endpoint {
     pub fn send_call(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         self.queue(now, peer, msg, true)
+    }
+
+    /// `send_call` for an envelope the caller holds as a slice: copied
+    /// once, into the send log's arena, as `send` copies a message.
+    pub fn send_call_slice(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        msg: &[u8],
+    ) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        let data = copy_to_bytes(&mut self.send_arena, msg);
+        self.queue(now, peer, data, true)
     }
 
     /// Queue a message behind small ones that wait for company to share a

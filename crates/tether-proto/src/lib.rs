@@ -71,7 +71,7 @@ pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MA
 pub use recv_stream::{PartialMessage, RecvSnapshot, StashedSegment};
 pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
-pub use snapshot::{EndpointSnapshot, PeerSnapshot, ResumedStream, StreamMarks};
+pub use snapshot::{EndpointSnapshot, PeerSnapshot, ResumedStream, StreamMarks, Unsettled};
 pub use stats::Stats;
 pub use tether_wire::{AuthKind, DataFlags, NodeId};
 pub use time::Instant;

@@ -88,6 +88,23 @@ pub struct StreamMarks {
     pub tx_pn: u64,
 }
 
+/// An unsettled message an application kept for a new engine: its bytes,
+/// and whether it is a call's envelope (which goes again marked as one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsettled {
+    /// The message's bytes.
+    pub data: bytes::Bytes,
+    /// It is a call's envelope (`Endpoint::send_call`).
+    pub call: bool,
+}
+
+impl Unsettled {
+    /// An application message.
+    pub fn message(data: bytes::Bytes) -> Self {
+        Unsettled { data, call: false }
+    }
+}
+
 /// A stream rebuilt by a new engine (docs/ENGINE.md, "Restore"): from the
 /// engine's backup block, and from what the application kept (every
 /// unsettled message, the failures it was told of, and how far it took
@@ -101,7 +118,7 @@ pub struct ResumedStream {
     /// The send side as the block recorded it.
     pub marks: StreamMarks,
     /// The unsettled messages, in order: message `marks.settled_msg` first.
-    pub messages: Vec<bytes::Bytes>,
+    pub messages: Vec<Unsettled>,
     /// Failure reports the application holds, for `message_state`.
     pub failures: Vec<(crate::FailedMessages, crate::FailReason)>,
     /// The receive side where the application stands: the epoch and next

@@ -797,7 +797,10 @@ fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: 
     // what it sent written ahead of the datagrams (record before send).
     let mut marks = p.a().stream_marks(B).unwrap();
     marks.sent_upto += 1024;
-    let messages = want[marks.settled_msg as usize..].iter().map(|m| bytes::Bytes::from(m.clone())).collect();
+    let messages = want[marks.settled_msg as usize..]
+        .iter()
+        .map(|m| tether_proto::Unsettled::message(bytes::Bytes::from(m.clone())))
+        .collect();
     let stream = tether_proto::ResumedStream {
         peer: B,
         rails: vec![0],

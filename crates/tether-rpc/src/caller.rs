@@ -149,6 +149,12 @@ impl Caller {
         (next - self.first_incomplete(server, self.life)) as u32
     }
 
+    /// Whether a call toward `server` may be made now (its credit is not
+    /// all in use).
+    pub fn has_credit(&self, server: NodeId) -> bool {
+        self.open_toward(server) < self.config.credit
+    }
+
     /// The lowest seq of `client`'s calls toward `server` not finished.
     fn first_incomplete(&self, server: NodeId, client: u64) -> u64 {
         let from = CallRef { server, id: CallId { client, seq: 0 } };

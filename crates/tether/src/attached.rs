@@ -13,23 +13,40 @@
 //! engine keeps to itself is not reported here yet: paths, round trips and
 //! buffers (`paths` is empty, `rtt` `None`, `buffered` zero). Fault injection belongs
 //! to the engine's side (`tether engine`), not to the application's calls.
+//!
+//! Calls (`Endpoint::request`, `serve`) run their layer here, in the
+//! application's process, over the engine's client (`attached_calls`).
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tether_engine::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
 use tether_proto::{Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats};
 
+use crate::attached_calls::AttachedCalls;
+use crate::call_log::CallLogOptions;
+use crate::calls::Calls;
 use crate::clock::Clock;
 use crate::endpoint::{Owner, SendHandle};
 use crate::faults::FaultCounters;
 use crate::Error;
 
 pub(crate) struct Attached {
-    client: Client,
+    /// Shared with the calls' pump, while it runs.
+    pub(crate) client: Arc<Client>,
     clock: Clock,
+    pub(crate) calls: Arc<AttachedCalls>,
+}
+
+/// How an attached endpoint's calls are set up (`Builder::calls`,
+/// `call_log`, `caller_log`).
+pub(crate) struct CallSetup<'a> {
+    pub config: tether_rpc::RpcConfig,
+    pub log: Option<&'a CallLogOptions>,
+    pub caller_log: Option<&'a CallLogOptions>,
 }
 
 impl std::fmt::Debug for Attached {
@@ -55,8 +72,31 @@ impl From<EngineError> for Error {
 }
 
 impl Attached {
-    pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, Error> {
-        Ok(Attached { client: Client::attach(dir, node, options)?, clock: Clock::new() })
+    /// Attach, and open the calls' logs. A server's or a caller's log
+    /// means calls from an earlier life may be asked about or finished at
+    /// once: the calls' pump starts now; otherwise with the first use of
+    /// calls (until then their envelopes are dropped as they come).
+    pub fn attach(
+        dir: &Path,
+        node: NodeId,
+        options: ClientOptions,
+        calls: CallSetup<'_>,
+    ) -> Result<Self, Error> {
+        let client = Arc::new(Client::attach(dir, node, options)?);
+        let clock = Clock::new();
+        let logged = calls.log.is_some() || calls.caller_log.is_some();
+        let life = client.incarnation();
+        let calls = Calls::open(calls.config, life, calls.log, calls.caller_log, clock.now())?;
+        let attached = Attached { client, clock, calls: AttachedCalls::new(calls, clock) };
+        if logged {
+            attached.start_calls()?;
+        }
+        Ok(attached)
+    }
+
+    /// Start the calls' pump, if it is not running.
+    pub fn start_calls(&self) -> Result<(), Error> {
+        self.calls.start(&self.client)
     }
 
     fn handle(&self, id: MessageId) -> SendHandle {
@@ -112,27 +152,14 @@ impl Attached {
     }
 
     /// An engine gone for good is reported by the blocking calls; here it
-    /// is simply nothing to receive.
+    /// is simply nothing to receive. (Calls' envelopes are the calls'
+    /// pump's to take.)
     pub fn try_recv(&self) -> Option<Delivery> {
-        loop {
-            let d = self.client.try_recv().ok().flatten()?;
-            if !d.call {
-                return Some(d);
-            }
-            dropped_call(&d);
-        }
+        self.client.try_recv().ok().flatten()
     }
 
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
-        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            let d = self.client.recv(left.or(timeout))?;
-            if !d.call {
-                return Ok(d);
-            }
-            dropped_call(&d);
-        }
+        Ok(self.client.recv(timeout)?)
     }
 
     pub fn poll_event(&self) -> Option<Event> {
@@ -180,18 +207,21 @@ impl Attached {
         None
     }
 
+    /// The calls' pump stops first: it holds the client too.
     pub fn close(&mut self, linger: Duration) -> Result<(), Error> {
-        Ok(self.client.shut(linger)?)
+        self.calls.stop();
+        match Arc::get_mut(&mut self.client) {
+            Some(client) => Ok(client.shut(linger)?),
+            // Only the pump shares it, and it has ended.
+            None => Err(Error::Unsupported { what: "closing a client another thread still holds" }),
+        }
     }
 }
 
-/// A call's envelope reached an application attached to an engine, which
-/// does not serve calls yet (`Error::Unsupported` on its side): it is not
-/// a message, so it is dropped, and its caller's state says the call's
-/// fate is unknown.
-fn dropped_call(d: &Delivery) {
-    tracing::debug!(
-        from = d.from,
-        "a call's envelope through an engine: calls are not served there yet; dropped"
-    );
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // The pump holds the client: stopped, it lets the client go (and
+        // linger as it goes).
+        self.calls.stop();
+    }
 }

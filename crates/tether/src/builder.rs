@@ -234,7 +234,12 @@ impl Builder {
             linger: self.options.linger,
             ..defaults
         };
-        let ep = Endpoint::attached(self.node, dir, options, self.options.linger)?;
+        let calls = crate::attached::CallSetup {
+            config: self.options.calls.clone(),
+            log: self.options.call_log.as_ref(),
+            caller_log: self.options.caller_log.as_ref(),
+        };
+        let ep = Endpoint::attached(self.node, dir, options, calls, self.options.linger)?;
         for (node, addrs) in &self.peers {
             ep.add_peer_rails(*node, addrs)?;
         }

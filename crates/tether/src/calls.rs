@@ -1,26 +1,60 @@
 //! Calls on an endpoint (issue 15, docs/ARCHITECTURE.md "Calls"): the
 //! call layer of `tether-rpc` (Kaur's AMVIA three-way exchange, RIFL's
-//! completion records), driven by the endpoint's driver. Each step takes
-//! the calls' envelopes the core delivered (`recv_call`), runs the call
-//! layer's timers, and hands what it sends back to the core as call
-//! messages (`send_call`). The handlers run on the application's threads,
-//! in `Endpoint::serve`, never under the endpoint's lock.
+//! completion records) over the endpoint's streams. Each pump takes the
+//! calls' envelopes the stream delivered (`CallWire::recv_call`), runs the
+//! call layer's timers, and hands what it sends back as call messages
+//! (`send_call`). An embedded endpoint's driver pumps at every step, over
+//! its core; an engine-attached endpoint's calls are pumped by a thread of
+//! their own over the engine's client (`attached_calls`). Either way the
+//! tables, the log and the handlers are this process's, and the handlers
+//! run on the application's threads, in `Endpoint::serve`, never under a
+//! lock.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_proto::{Endpoint as Core, Instant, NodeId, SendError};
+use tether_proto::{Delivery, Endpoint as Core, Instant, NodeId, SendError};
 use tether_rpc::{
     for_server, CallError, CallEvent, CallLog, CallRef, CallState, Caller, CallerStats, Executed, HandlerId,
     LogError, MemLog, Record, RpcConfig, Target, TargetStats,
 };
 
+use crate::attached_calls::AttachedCalls;
 use crate::call_log::{CallLogOptions, FileLog};
 use crate::driver::Driver;
 use crate::endpoint::{block_on, Awaits, Inner, Shared};
 use crate::{Endpoint, Error};
+
+/// What carries a call layer's envelopes: an embedded endpoint's core, or
+/// an engine's client (whose engine marks them on the wire as the core
+/// does).
+pub(crate) trait CallWire {
+    /// The next call's envelope delivered, if one waits.
+    fn recv_call(&mut self) -> Option<Delivery>;
+    /// Queue `envelope` on the stream to `to`: `WouldBlock` while it has
+    /// no room (the envelope is kept and offered again), any other error
+    /// for good (dropped, counted).
+    fn send_call(&mut self, now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError>;
+    /// Whether a stream to `peer` can be had.
+    fn knows(&self, peer: NodeId) -> bool;
+}
+
+impl CallWire for Core {
+    fn recv_call(&mut self) -> Option<Delivery> {
+        Core::recv_call(self)
+    }
+
+    fn send_call(&mut self, now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError> {
+        // The stream keeps these very bytes (reference-counted).
+        Core::send_call(self, now, to, envelope.clone()).map(drop)
+    }
+
+    fn knows(&self, peer: NodeId) -> bool {
+        Core::knows(self, peer)
+    }
+}
 
 /// The server's log when the endpoint is given no file: calls are
 /// at-most-once within this process's life only. Bounded like any other
@@ -32,6 +66,9 @@ pub const VOLATILE_LOG_BYTES: usize = 16 << 20;
 /// retransmission brings it again.
 const MAX_PENDING: usize = 65_536;
 const MAX_PENDING_BYTES: usize = 64 << 20;
+
+/// How soon envelopes the stream had no room for are offered again.
+const PENDING_RETRY: Duration = Duration::from_millis(1);
 
 /// What a handler is given: who called, which call, and its arguments.
 #[derive(Debug, Clone, Copy)]
@@ -181,17 +218,11 @@ impl Calls {
         Ok(calls)
     }
 
-    /// Take in what the core delivered for calls, run the call layer's
-    /// timers, and give the core what the call layer sends.
-    pub fn pump(&mut self, now: Instant, core: &mut Core) {
-        while let Some(d) = core.recv_call() {
-            // A malformed envelope is counted by the side that read it.
-            let _ = if for_server(&d.message) {
-                self.target.handle(now, d.from, &d.message, &mut *self.log)
-            } else {
-                self.caller.handle(now, d.from, &d.message)
-            };
-            self.moved = true;
+    /// Take in what the stream delivered for calls, run the call layer's
+    /// timers, and give the stream what the call layer sends.
+    pub fn pump(&mut self, now: Instant, wire: &mut dyn CallWire) {
+        while let Some(d) = wire.recv_call() {
+            self.take(now, &d);
         }
         if self.deadline.is_some_and(|t| t <= now) {
             if self.caller.poll_timeout().is_some_and(|t| t <= now) {
@@ -203,7 +234,18 @@ impl Calls {
             }
         }
         self.log_ends();
-        self.flush(now, core);
+        self.flush(now, wire);
+    }
+
+    /// One call's envelope, to the side it is for.
+    pub fn take(&mut self, now: Instant, d: &Delivery) {
+        // A malformed envelope is counted by the side that read it.
+        let _ = if for_server(&d.message) {
+            self.target.handle(now, d.from, &d.message, &mut *self.log)
+        } else {
+            self.caller.handle(now, d.from, &d.message)
+        };
+        self.moved = true;
     }
 
     /// Record that `call` was made, before its request leaves: false if
@@ -233,8 +275,8 @@ impl Calls {
         let _ = log.flush();
     }
 
-    /// Hand the core every envelope the call layer has for the wire.
-    pub fn flush(&mut self, now: Instant, core: &mut Core) {
+    /// Hand the stream every envelope the call layer has for the wire.
+    pub fn flush(&mut self, now: Instant, wire: &mut dyn CallWire) {
         while let Some(o) = self.caller.poll_transmit().or_else(|| self.target.poll_transmit()) {
             if self.pending.len() >= MAX_PENDING || self.pending_bytes + o.bytes.len() > MAX_PENDING_BYTES {
                 self.envelopes_dropped += 1;
@@ -254,7 +296,7 @@ impl Calls {
                 kept.push_back((to, bytes));
                 continue;
             }
-            match core.send_call(now, to, bytes.clone()) {
+            match wire.send_call(now, to, &bytes) {
                 Ok(_) => self.pending_bytes -= bytes.len(),
                 // Room comes with acknowledgements, and a step with them.
                 Err(SendError::WouldBlock) => {
@@ -269,6 +311,12 @@ impl Calls {
         }
         self.pending = kept;
         self.deadline = self.earliest();
+        if !self.pending.is_empty() {
+            // Room comes with the stream's acknowledgements, which an
+            // engine's client does not announce: look again soon.
+            let retry = now + PENDING_RETRY;
+            self.deadline = Some(self.deadline.map_or(retry, |t| t.min(retry)));
+        }
     }
 
     /// When the call layer's timers want a step (as of the last flush).
@@ -312,11 +360,94 @@ impl CallOutcome {
     }
 }
 
+/// Where an endpoint's calls live, for handles that outlive a borrow of it.
+#[derive(Clone)]
+pub(crate) enum Host {
+    Embedded(Arc<Shared>),
+    Attached(Arc<AttachedCalls>),
+}
+
+impl Host {
+    /// Look at or change the call layer (nothing is sent).
+    fn with<R>(&self, f: impl FnOnce(&mut Calls) -> R) -> R {
+        match self {
+            Host::Embedded(s) => f(&mut s.lock().calls),
+            Host::Attached(a) => a.with(f),
+        }
+    }
+
+    /// Wait until `ready` gives something, or `timeout` passes.
+    fn wait<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut ready: impl FnMut(&mut Calls) -> Option<R>,
+    ) -> Result<R, Error> {
+        match self {
+            Host::Embedded(s) => block_on(s, timeout, Awaits::Calls, |d| ready(&mut d.calls)),
+            Host::Attached(a) => a.wait(timeout, ready),
+        }
+    }
+}
+
+/// An endpoint's calls with what carries their envelopes.
+enum Site<'a> {
+    Embedded(&'a Arc<Shared>),
+    Attached(&'a crate::attached::Attached),
+}
+
+impl Site<'_> {
+    fn host(&self) -> Host {
+        match self {
+            Site::Embedded(s) => Host::Embedded(Arc::clone(s)),
+            Site::Attached(a) => Host::Attached(a.calls.clone()),
+        }
+    }
+
+    fn handlers(&self) -> &Handlers {
+        match self {
+            Site::Embedded(s) => &s.handlers,
+            Site::Attached(a) => &a.calls.handlers,
+        }
+    }
+
+    /// Calls are in use: an attached endpoint's pump starts.
+    fn start(&self) -> Result<(), Error> {
+        match self {
+            Site::Embedded(_) => Ok(()),
+            Site::Attached(a) => a.start_calls(),
+        }
+    }
+
+    /// Change the call layer and send what that makes it send; `peer`, if
+    /// given, is learned first where the endpoint can (an address book).
+    fn exchange<R>(
+        &self,
+        peer: Option<NodeId>,
+        f: impl FnOnce(&mut Calls, &dyn CallWire, Instant) -> R,
+    ) -> R {
+        match self {
+            Site::Embedded(shared) => {
+                let mut d = shared.lock();
+                if let Some(peer) = peer {
+                    d.learn_peer(peer);
+                }
+                let now = shared.clock.now();
+                let Driver { calls, core, .. } = &mut *d;
+                let r = f(calls, core, now);
+                calls.flush(now, core);
+                d.transmit(now);
+                r
+            }
+            Site::Attached(a) => a.calls.exchange(&a.client, f),
+        }
+    }
+}
+
 /// A call in progress or finished: ask it where it stands, or wait for
 /// its end. Dropping it lets the endpoint forget the call (once finished).
 pub struct Call {
     call: CallRef,
-    shared: Arc<Shared>,
+    host: Host,
 }
 
 impl std::fmt::Debug for Call {
@@ -334,21 +465,21 @@ impl Call {
     /// Where the call stands now (`<AckStatus, OperationStatus>`); `None`
     /// if the endpoint let go of it (another handle to it was dropped).
     pub fn state(&self) -> Option<CallState> {
-        self.shared.lock().calls.caller.state(self.call)
+        self.host.with(|c| c.caller.state(self.call))
     }
 
     /// Whether the call has its final state (answered, or abandoned and,
     /// where it could be, resolved).
     pub fn finished(&self) -> bool {
-        self.shared.lock().calls.caller.finished(self.call) == Some(true)
+        self.host.with(|c| c.caller.finished(self.call)) == Some(true)
     }
 
     /// Wait until the call is finished, or `timeout` passes
     /// (`Error::TimedOut`; the call goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<CallOutcome, Error> {
         let call = self.call;
-        block_on(&self.shared, timeout, Awaits::Calls, |d| {
-            let caller = &d.calls.caller;
+        self.host.wait(timeout, |c| {
+            let caller = &c.caller;
             match (caller.finished(call), caller.state(call)) {
                 (None, _) | (_, None) => {
                     Some(Err(Error::Unsupported { what: "a call another handle let go of" }))
@@ -362,21 +493,25 @@ impl Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        self.shared.lock().calls.caller.forget(self.call);
+        self.host.with(|c| c.caller.forget(self.call));
     }
 }
 
-fn embedded(ep: &Endpoint) -> Result<&Arc<Shared>, Error> {
-    match &ep.inner {
-        Inner::Embedded(e) => Ok(&e.shared),
-        Inner::Engine(_) => Err(Error::Unsupported { what: "calls through an engine process" }),
+impl Endpoint {
+    fn site(&self) -> Site<'_> {
+        match &self.inner {
+            Inner::Embedded(e) => Site::Embedded(&e.shared),
+            Inner::Engine(a) => Site::Attached(a),
+        }
     }
 }
 
 /// Calls (active messages): handlers registered on one endpoint, invoked
 /// from another, each invocation followed through Kaur's three-way
 /// exchange to a reply or an abandon state that says whether the handler
-/// ran (docs/ARCHITECTURE.md, "Calls"). Embedded endpoints only, for now.
+/// ran (docs/ARCHITECTURE.md, "Calls"). Embedded and engine-attached
+/// endpoints alike: with an engine, the call layer and its log stay in
+/// this process and the engine carries the envelopes.
 impl Endpoint {
     /// Serve `handler` under `id`: requests for it run it (in `serve`), and
     /// its result goes back as the reply. Requests for an id nobody
@@ -386,9 +521,10 @@ impl Endpoint {
         id: HandlerId,
         handler: impl Fn(&Request<'_>) -> Vec<u8> + Send + Sync + 'static,
     ) -> Result<(), Error> {
-        let shared = embedded(self)?;
-        shared.handlers.write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(handler));
-        shared.lock().calls.target.register(id);
+        let site = self.site();
+        site.start()?;
+        site.handlers().write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(handler));
+        site.host().with(|c| c.target.register(id));
         Ok(())
     }
 
@@ -405,15 +541,14 @@ impl Endpoint {
         args: &[u8],
         options: &CallOptions,
     ) -> Result<Call, Error> {
-        let shared = embedded(self)?;
+        let site = self.site();
+        site.start()?;
         let args = Bytes::copy_from_slice(args);
-        let make = |d: &mut Driver| {
-            d.learn_peer(peer);
-            if !d.core.knows(peer) {
+        let make = |c: &mut Calls, wire: &dyn CallWire, now: Instant| {
+            if !wire.knows(peer) {
                 return Err(Error::Send(SendError::UnknownPeer(peer)));
             }
-            let now = shared.clock.now();
-            let call = d.calls.caller.request(
+            let call = c.caller.request(
                 now,
                 peer,
                 handler,
@@ -422,52 +557,47 @@ impl Endpoint {
                 options.deadline,
                 options.watch,
             )?;
-            if !d.calls.log_issued(call, handler, options.one_way) {
+            if !c.log_issued(call, handler, options.one_way) {
                 return Err(Error::CallLog("the caller's log could not record the call".into()));
             }
-            let Driver { calls, core, .. } = d;
-            calls.flush(now, core);
-            d.transmit(now);
             Ok(call)
         };
-        // The lock goes before any wait for credit takes it again.
-        let first = make(&mut shared.lock());
-        let call = match first {
-            Err(Error::Call(CallError::NoCredit { .. })) if options.credit_wait.is_some() => {
-                block_on(shared, options.credit_wait, Awaits::Calls, |d| match make(d) {
-                    Err(Error::Call(CallError::NoCredit { .. })) => None,
-                    other => Some(other),
-                })??
+        let give_up = options.credit_wait.map(|t| std::time::Instant::now().checked_add(t));
+        let call = loop {
+            match site.exchange(Some(peer), make) {
+                Err(Error::Call(CallError::NoCredit { .. })) if give_up.is_some() => {
+                    // Wait for a credit to free, then try again (another
+                    // thread may take it first). No lock is held meanwhile.
+                    let left =
+                        give_up.flatten().map(|t| t.saturating_duration_since(std::time::Instant::now()));
+                    site.host().wait(left, |c| c.caller.has_credit(peer).then_some(()))?;
+                }
+                other => break other?,
             }
-            other => other?,
         };
-        Ok(Call { call, shared: shared.clone() })
+        Ok(Call { call, host: site.host() })
     }
 
     /// Run one handler for a request that came in, waiting up to `timeout`
     /// for one (`Error::TimedOut`), and send its reply. Handlers run on the
     /// thread that calls this (as Active Messages' handlers run in the
-    /// poll), never under the endpoint's lock.
+    /// poll), never under a lock.
     pub fn serve(&self, timeout: Option<Duration>) -> Result<(), Error> {
-        let shared = embedded(self)?;
-        let job = block_on(shared, timeout, Awaits::Calls, |d| {
-            let Calls { target, log, .. } = &mut d.calls;
+        let site = self.site();
+        site.start()?;
+        let job = site.host().wait(timeout, |c| {
+            let Calls { target, log, .. } = c;
             let job = target.poll_dispatch(&mut **log)?;
             // Its start synced (as the policy says) before the handler runs.
             let _ = log.flush();
             Some(job)
         })?;
-        let handler = shared.handlers.read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
+        let handler = site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
         // The target dispatches only registered ids, and none is removed.
         let Some(handler) = handler else { return Ok(()) };
         let request = Request { from: job.from, call: job.call, handler: job.handler, args: &job.args };
         let result = handler(&request);
-        let mut d = shared.lock();
-        let now = shared.clock.now();
-        let Driver { calls, core, .. } = &mut *d;
-        let done = calls.target.complete(job.from, job.call, &result, &mut *calls.log);
-        calls.flush(now, core);
-        d.transmit(now);
+        let done = site.exchange(None, |c, _, _| c.target.complete(job.from, job.call, &result, &mut *c.log));
         done.map_err(|e| Error::CallLog(e.to_string()))
     }
 
@@ -477,28 +607,25 @@ impl Endpoint {
     /// the server's log says whether each ran; none is run again from
     /// here).
     pub fn earlier_calls(&self) -> Vec<Call> {
-        let Inner::Embedded(e) = &self.inner else { return Vec::new() };
-        let calls = e.shared.lock().calls.caller.earlier();
-        calls.into_iter().map(|call| Call { call, shared: e.shared.clone() }).collect()
+        let host = self.site().host();
+        let calls = host.with(|c| c.caller.earlier());
+        calls.into_iter().map(|call| Call { call, host: host.clone() }).collect()
     }
 
     /// The next state change of a watched call.
     pub fn poll_call_event(&self) -> Option<CallEvent> {
-        let Inner::Embedded(e) = &self.inner else { return None };
-        e.shared.lock().calls.caller.poll_event()
+        self.site().host().with(|c| c.caller.poll_event())
     }
 
     /// What the call layer did on both sides: calls made, retransmitted,
     /// abandoned and resolved; requests served, duplicates answered from
     /// the table, refusals by reason; envelopes dropped.
     pub fn call_stats(&self) -> Option<CallStats> {
-        let Inner::Embedded(e) = &self.inner else { return None };
-        let d = e.shared.lock();
-        Some(CallStats {
-            caller: d.calls.caller.stats(),
-            server: d.calls.target.stats(),
-            envelopes_dropped: d.calls.envelopes_dropped,
-        })
+        Some(self.site().host().with(|c| CallStats {
+            caller: c.caller.stats(),
+            server: c.target.stats(),
+            envelopes_dropped: c.envelopes_dropped,
+        }))
     }
 }
 

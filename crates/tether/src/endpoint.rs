@@ -600,9 +600,10 @@ impl Endpoint {
         node: NodeId,
         dir: &std::path::Path,
         options: tether_engine::ClientOptions,
+        calls: crate::attached::CallSetup<'_>,
         linger: Duration,
     ) -> Result<Self, Error> {
-        Ok(Endpoint { inner: Inner::Engine(Attached::attach(dir, node, options)?), linger })
+        Ok(Endpoint { inner: Inner::Engine(Attached::attach(dir, node, options, calls)?), linger })
     }
 }
 

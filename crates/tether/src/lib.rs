@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod attached;
+mod attached_calls;
 mod builder;
 mod call_log;
 mod calls;

@@ -1,0 +1,215 @@
+//! Calls on an engine-attached endpoint (issue 15; docs/ARCHITECTURE.md,
+//! "Calls"; docs/ENGINE.md). The engine carries the calls' envelopes as
+//! messages marked as calls' (and keeps them across its own restarts, as
+//! it keeps every unsettled message); the call layer itself stays in the
+//! application's process: its tables, its handlers, and above all its log,
+//! which records what the application's handlers did and must outlive any
+//! engine (Kaur's AMVIA keeps its layer above VIA's the same way).
+//!
+//! Nothing in this process steps a core, so the calls get a thread of
+//! their own: it waits on the engine's client for the next envelope or the
+//! call layer's next deadline, whichever comes first, and pumps the call
+//! layer as an embedded endpoint's driver does at every step. The
+//! application's waits (`Call::wait`, `Endpoint::serve`) park on a
+//! condition variable the pump signals when a call moves.
+//!
+//! Locks are taken in one order: the calls', then the client's (inside the
+//! client's calls). The pump waits holding neither; it learns the call
+//! layer's deadline from an atomic, not the calls' lock.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant as StdInstant};
+
+use bytes::Bytes;
+use tether_engine::{Client, EngineError};
+use tether_proto::{Delivery, Instant, NodeId, SendError};
+
+use crate::calls::{CallWire, Calls, Handlers};
+use crate::clock::Clock;
+use crate::Error;
+
+/// The engine's client as the call layer's wire.
+struct ClientWire<'a>(&'a Client);
+
+impl CallWire for ClientWire<'_> {
+    fn recv_call(&mut self) -> Option<Delivery> {
+        // An engine gone for good is the pump's to report; here it is
+        // simply nothing more to take.
+        self.0.try_recv_call().ok().flatten()
+    }
+
+    fn send_call(&mut self, _now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError> {
+        match self.0.send_call(to, envelope, Some(Duration::ZERO)) {
+            Ok(_) => Ok(()),
+            Err(EngineError::Send(e)) => Err(e),
+            Err(EngineError::UnknownPeer(n)) => Err(SendError::UnknownPeer(n)),
+            // A full ring, or an engine being replaced: offered again.
+            Err(_) => Err(SendError::WouldBlock),
+        }
+    }
+
+    fn knows(&self, peer: NodeId) -> bool {
+        self.0.knows(peer)
+    }
+}
+
+/// The calls of one engine-attached endpoint, and the thread pumping them.
+pub(crate) struct AttachedCalls {
+    calls: Mutex<Calls>,
+    progressed: Condvar,
+    pub handlers: Handlers,
+    clock: Clock,
+    /// The call layer's earliest deadline (the core clock's nanoseconds;
+    /// `u64::MAX`: none) as its last change left it.
+    deadline_ns: AtomicU64,
+    stop: AtomicBool,
+    /// The engine is gone for good: nothing pumps the calls any more.
+    gone: AtomicBool,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for AttachedCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachedCalls").field("gone", &self.gone.load(Ordering::Relaxed)).finish()
+    }
+}
+
+impl AttachedCalls {
+    pub fn new(calls: Calls, clock: Clock) -> Arc<Self> {
+        let me = Arc::new(AttachedCalls {
+            calls: Mutex::new(calls),
+            progressed: Condvar::new(),
+            handlers: Default::default(),
+            clock,
+            deadline_ns: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            pump: Mutex::new(None),
+        });
+        me.settle(&mut me.lock());
+        me
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        // A panic under the lock (a bug) leaves tables the call layer
+        // keeps consistent at every return; go on with them.
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a change: the pump's deadline published, and the waits woken
+    /// if a call moved.
+    fn settle(&self, c: &mut Calls) {
+        let ns = c.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        self.deadline_ns.store(ns, Ordering::SeqCst);
+        if std::mem::take(&mut c.moved) {
+            self.progressed.notify_all();
+        }
+    }
+
+    /// Look at or change the call layer (nothing sent).
+    pub fn with<R>(&self, f: impl FnOnce(&mut Calls) -> R) -> R {
+        let mut c = self.lock();
+        let r = f(&mut c);
+        self.settle(&mut c);
+        r
+    }
+
+    /// Change the call layer and send what that makes it send.
+    pub fn exchange<R>(&self, client: &Client, f: impl FnOnce(&mut Calls, &dyn CallWire, Instant) -> R) -> R {
+        let mut c = self.lock();
+        let now = self.clock.now();
+        let mut wire = ClientWire(client);
+        let r = f(&mut c, &wire, now);
+        c.flush(now, &mut wire);
+        self.settle(&mut c);
+        r
+    }
+
+    /// Wait until `ready` gives something (asked again each time the pump
+    /// moves a call), or `timeout` passes (`Error::TimedOut`).
+    pub fn wait<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut ready: impl FnMut(&mut Calls) -> Option<R>,
+    ) -> Result<R, Error> {
+        let deadline = timeout.and_then(|t| StdInstant::now().checked_add(t));
+        let mut c = self.lock();
+        loop {
+            if let Some(r) = ready(&mut c) {
+                self.settle(&mut c);
+                return Ok(r);
+            }
+            if self.gone.load(Ordering::SeqCst) {
+                return Err(Error::Engine(EngineError::EngineGone));
+            }
+            // Woken by the pump; the slice only bounds a wait that
+            // missed its wake-up (none should).
+            let mut left = Duration::from_millis(100);
+            if let Some(d) = deadline {
+                let now = StdInstant::now();
+                if now >= d {
+                    return Err(Error::TimedOut);
+                }
+                left = left.min(d - now);
+            }
+            c = self.progressed.wait_timeout(c, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Start the pump (once): from now on the client keeps the calls'
+    /// envelopes for it instead of dropping them.
+    pub fn start(self: &Arc<Self>, client: &Arc<Client>) -> Result<(), Error> {
+        let mut pump = self.pump.lock().unwrap_or_else(|e| e.into_inner());
+        if pump.is_some() || self.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        client.take_calls();
+        let (me, client) = (self.clone(), client.clone());
+        let name = format!("tether-calls-{}", client.node());
+        *pump = Some(std::thread::Builder::new().name(name).spawn(move || me.run(&client))?);
+        Ok(())
+    }
+
+    /// Stop the pump and wait for it (within a look of the client's
+    /// wait, at most 100 ms).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let pump = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = pump {
+            let _ = p.join();
+        }
+    }
+
+    fn run(&self, client: &Client) {
+        let until = || {
+            if self.stop.load(Ordering::Relaxed) {
+                return Some(StdInstant::now());
+            }
+            let ns = self.deadline_ns.load(Ordering::SeqCst);
+            (ns != u64::MAX).then(|| self.clock.wall(Instant::from_nanos(ns)))
+        };
+        let mut wire = ClientWire(client);
+        while !self.stop.load(Ordering::SeqCst) {
+            match client.recv_call_until(until) {
+                Ok(first) => {
+                    let mut c = self.lock();
+                    let now = self.clock.now();
+                    if let Some(d) = first {
+                        c.take(now, &d);
+                    }
+                    c.pump(now, &mut wire);
+                    self.settle(&mut c);
+                }
+                Err(e) => {
+                    tracing::warn!(node = client.node(), error = %e, "calls: the engine is gone for good; calls stop");
+                    self.gone.store(true, Ordering::SeqCst);
+                    let _guard = self.lock();
+                    self.progressed.notify_all();
+                    return;
+                }
+            }
+        }
+    }
+}
