@@ -487,6 +487,8 @@ pub struct SimRow {
     pub datagrams_corrupted: u64,
     pub datagrams_duplicated: u64,
     pub datagrams_cut: u64,
+    /// A calls mix's calls, summed (crashes, calls, and how they ended).
+    pub calls: Option<tether_sim::calls::CallsReport>,
 }
 
 impl SimRow {
@@ -510,6 +512,13 @@ impl SimRow {
             datagrams_corrupted: sum(&|r| r.links.faults.modified),
             datagrams_duplicated: sum(&|r| r.links.faults.duplicated),
             datagrams_cut: sum(&|r| r.links.cut),
+            calls: reports.iter().filter_map(|r| r.calls).reduce(|a, b| tether_sim::calls::CallsReport {
+                crashes: a.crashes + b.crashes,
+                calls: a.calls + b.calls,
+                ran: a.ran + b.ran,
+                not_run: a.not_run + b.not_run,
+                unknown: a.unknown + b.unknown,
+            }),
         }
     }
 }
@@ -552,6 +561,14 @@ pub fn sim(rows: &[SimRow]) {
     }
     right(&mut t);
     println!("{t}");
+    for r in rows {
+        if let Some(c) = r.calls {
+            println!(
+                "{}: a call is the unit (sent: made, delivered: ended); {} server crashes, {} calls: ran {}, did not run {}, unknown {}; none ran twice and every state was true unless violating > 0",
+                r.mix, c.crashes, c.calls, c.ran, c.not_run, c.unknown
+            );
+        }
+    }
     println!("in doubt: delivered, then reported failed because the ACK died with the link (allowed, see FailedMessages)");
     println!("resent %: data frames sent again per hundred sent once; spurious: a timeout whose probe's answer showed everything sent before it arrived");
 }

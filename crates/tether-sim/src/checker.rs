@@ -55,6 +55,27 @@ pub enum Violation {
     Panicked {
         message: String,
     },
+    /// A call's handler took effect more than once (calls mixes: `client`
+    /// is the caller's life, `seq` its count of calls to the server).
+    CallRanTwice {
+        client: u64,
+        seq: u64,
+        times: u32,
+    },
+    /// A call's final state says something false about its handler
+    /// (that it ran when it did not, or the reverse).
+    CallStateFalse {
+        client: u64,
+        seq: u64,
+        state: String,
+        ran: u32,
+    },
+    /// A call that never reached a final state.
+    CallUnfinished {
+        client: u64,
+        seq: u64,
+        state: String,
+    },
 }
 
 #[derive(Debug, Default)]

@@ -29,9 +29,22 @@ pub struct LinkCut {
     pub one_way: bool,
 }
 
+/// What the simulated applications do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Every node streams verified messages to every other (the checker's
+    /// guarantees: exactly once, in order, uncorrupted, or reported).
+    Streams,
+    /// A caller makes calls to a server that crashes and restarts on its
+    /// call log (`crate::calls`: at most once, and every call's final
+    /// state true).
+    Calls,
+}
+
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     pub seed: u64,
+    pub workload: Workload,
     pub nodes: u32,
     pub messages_per_stream: u64,
     /// One-way latency of every link.
@@ -70,6 +83,7 @@ impl SimConfig {
     pub fn base(seed: u64) -> Self {
         SimConfig {
             seed,
+            workload: Workload::Streams,
             nodes: 3,
             messages_per_stream: 40,
             latency: Duration::from_micros(20),
@@ -96,7 +110,7 @@ impl fmt::Display for SimConfig {
             f,
             "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} rails={} \
              rail_loss={:?} restarts={:?} soft_losses={:?} safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} \
-             window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?}",
+             window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?} workload={:?}",
             self.seed,
             self.mix,
             self.nodes,
@@ -116,7 +130,8 @@ impl fmt::Display for SimConfig {
             p.rto_min,
             p.abandon_after,
             p.retransmit,
-            p.rail_policy
+            p.rail_policy,
+            self.workload
         )
     }
 }
@@ -182,10 +197,17 @@ pub enum FaultMix {
     /// message faults at which rates, cuts, restarts, soft-state losses,
     /// windows and datagram sizes (a swarm: every seed a different world).
     Swarm,
+    /// Calls (issue 15) from a caller to a server whose node crashes at
+    /// moments drawn from the seed, between a handler's effect and its
+    /// completion record, and in the middle of a log write, and restarts
+    /// on its log; 2% of datagrams lost, duplicated and corrupted each,
+    /// latencies spread to reorder them. No call may run twice, every call
+    /// must end, and each final state must be true of its handler.
+    CallsServerCrash,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 23] = [
+    pub const ALL: [FaultMix; 24] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -209,6 +231,7 @@ impl FaultMix {
         FaultMix::RestartAckLoss,
         FaultMix::Authenticated,
         FaultMix::Swarm,
+        FaultMix::CallsServerCrash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -236,6 +259,7 @@ impl FaultMix {
             FaultMix::RestartAckLoss => "restart_ack_loss",
             FaultMix::Authenticated => "authenticated",
             FaultMix::Swarm => "swarm",
+            FaultMix::CallsServerCrash => "calls_server_crash",
         }
     }
 
@@ -393,6 +417,15 @@ impl FaultMix {
                 c.soft_losses.push((2, Duration::from_micros(7_000)));
             }
             FaultMix::Swarm => swarm(&mut c, seed),
+            FaultMix::CallsServerCrash => {
+                c.workload = Workload::Calls;
+                c.nodes = 2;
+                rules(&mut c, &["drop:p=0.02", "duplicate:p=0.02", "modify:p=0.02,bits=1"]);
+                c.proto = crate::calls::proto_config();
+                // Faults and crashes for the first 250 ms, then 30 s to end.
+                c.safety_phase = Duration::from_millis(250);
+                c.time_limit = Duration::from_secs(30);
+            }
         }
         c
     }

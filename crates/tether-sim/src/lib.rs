@@ -5,13 +5,14 @@
 //! run. A failing run prints `replay with seed=N mix=NAME`; the same seed
 //! replays it exactly.
 
+pub mod calls;
 mod checker;
 mod config;
 pub mod net;
 mod sim;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
-pub use config::{plan, FaultMix, LinkCut, SimConfig};
+pub use config::{plan, FaultMix, LinkCut, SimConfig, Workload};
 pub use net::{Fate, Link, Sent, VirtualNet};
 pub use sim::{run, LinkCounters, SimReport};
 

@@ -56,6 +56,8 @@ pub struct SimReport {
     pub stats: Stats,
     pub virtual_ms: f64,
     pub events: u64,
+    /// Calls mixes (`Workload::Calls`): what the calls came to.
+    pub calls: Option<crate::calls::CallsReport>,
 }
 
 impl SimReport {
@@ -407,6 +409,7 @@ impl<'a> World<'a> {
             stats,
             virtual_ms: ns(self.net.timeline().elapsed()) as f64 / 1e6,
             events,
+            calls: None,
         }
     }
 }
@@ -611,6 +614,9 @@ fn message(rng: &mut Pcg64Mcg, seq: u64, incarnation: u64) -> Vec<u8> {
 /// carrying the seed, not a crash of the caller.
 pub fn run(cfg: &SimConfig) -> SimReport {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if cfg.workload == crate::config::Workload::Calls {
+            return crate::calls::run(cfg);
+        }
         let mut world = World::new(cfg);
         let events = world.run();
         world.report(events)
@@ -641,6 +647,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             stats: Stats::default(),
             virtual_ms: 0.0,
             events: 0,
+            calls: None,
         }
     })
 }

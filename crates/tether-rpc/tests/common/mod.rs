@@ -1,37 +1,12 @@
-//! What the crash tests share: a log that can die in the middle of a
-//! write, and the check of every call's end against what actually ran.
+//! What the crash tests share with the simulator's calls mix
+//! (`tether_sim::calls`): a log that can die in the middle of a write,
+//! and the check of every call's end against what actually ran.
 
 use std::collections::BTreeMap;
 
-use tether_rpc::{CallLog, CallRef, Caller, Executed, LogError, MemLog, Record};
-
-/// A log that dies in the middle of its next append when told to: half
-/// the record is written, and the write fails.
-pub struct DyingLog {
-    pub log: MemLog,
-    pub tear_next: bool,
-}
-
-impl DyingLog {
-    pub fn new(capacity: usize) -> Self {
-        DyingLog { log: MemLog::new(capacity), tear_next: false }
-    }
-}
-
-impl CallLog for DyingLog {
-    fn append(&mut self, record: &Record<'_>) -> Result<(), LogError> {
-        if self.tear_next {
-            let before = self.log.bytes().len();
-            self.log.append(record)?;
-            self.log.tear(before + record.len() / 2);
-            return Err(LogError::Io("the process died in the write".into()));
-        }
-        self.log.append(record)
-    }
-    fn compact(&mut self, live: &[Record<'_>]) -> Result<(), LogError> {
-        self.log.compact(live)
-    }
-}
+use tether_rpc::{CallRef, Caller};
+/// The simulator's calls mix has the same log and the same check.
+pub use tether_sim::calls::DyingLog;
 
 /// Every call ended, none ran twice, and what each final state says of
 /// its handler is true (`effects`: how often each call's handler took
@@ -42,20 +17,10 @@ pub fn check_ends(
     caller: &Caller,
     effects: &BTreeMap<(u64, u64), u32>,
 ) -> [usize; 3] {
-    let mut claims = [0; 3];
-    for &call in calls {
-        let state = caller.state(call).expect("kept");
-        assert_eq!(caller.finished(call), Some(true), "seed {seed}: {call:?} never ended: {state:?}");
-        let ran = effects.get(&(call.id.client, call.id.seq)).copied().unwrap_or(0);
-        assert!(ran <= 1, "seed {seed}: {call:?} ran {ran} times");
-        claims[state.executed() as usize] += 1;
-        match state.executed() {
-            Executed::Yes => assert_eq!(ran, 1, "seed {seed}: {call:?} says it ran: {state:?}"),
-            Executed::No => assert_eq!(ran, 0, "seed {seed}: {call:?} says it did not run: {state:?}"),
-            Executed::Unknown => {}
-        }
-    }
-    claims
+    let mut violations = Vec::new();
+    let claims = tether_sim::calls::check_ends(calls, caller, effects, &mut violations);
+    assert!(violations.is_empty(), "seed {seed}: {:?}", &violations[..violations.len().min(3)]);
+    claims.map(|n| n as usize)
 }
 
 /// What runs over many seeds came to, summed: crashes, calls, and the
