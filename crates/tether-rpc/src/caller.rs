@@ -25,6 +25,7 @@ use core::time::Duration;
 use tether_proto::Instant;
 use tether_wire::NodeId;
 
+use crate::arena::Arena;
 use crate::call::{AckStatus, CallId, CallRef, CallState, HandlerId, OperationStatus};
 use crate::config::RpcConfig;
 use crate::envelope::{Envelope, EnvelopeError, Refusal};
@@ -102,6 +103,8 @@ pub struct Caller {
     /// Calls not finished, for each server's first incomplete.
     open: BTreeSet<CallRef>,
     out: VecDeque<Outgoing>,
+    /// Envelopes', arguments' and replies' bytes.
+    arena: Arena,
     events: VecDeque<CallEvent>,
     /// Calls that ended since the runtime last looked, for a caller's log
     /// (`set_logging`).
@@ -119,6 +122,7 @@ impl Caller {
             calls: BTreeMap::new(),
             open: BTreeSet::new(),
             out: VecDeque::new(),
+            arena: Arena::default(),
             events: VecDeque::new(),
             ended: VecDeque::new(),
             logging: false,
@@ -175,11 +179,12 @@ impl Caller {
         now: Instant,
         server: NodeId,
         handler: HandlerId,
-        args: Bytes,
+        args: impl AsRef<[u8]>,
         one_way: bool,
         deadline: Option<Duration>,
         watch: bool,
     ) -> Result<CallRef, CallError> {
+        let args = args.as_ref();
         if args.len() > self.config.max_args {
             return Err(CallError::TooLarge { len: args.len(), max: self.config.max_args });
         }
@@ -195,8 +200,9 @@ impl Caller {
         let id = CallId { client: self.life, seq: *seq };
         *seq += 1;
         let call = CallRef { server, id };
+        let args = self.arena.copy(args);
         let env = Envelope::Request { call: id, handler, one_way, first_incomplete, args: &args };
-        self.out.push_back(Outgoing::new(server, env.to_vec()));
+        self.out.push_back(Outgoing::new(server, self.arena.envelope(&env)));
         self.calls.insert(
             call,
             Call {
@@ -404,7 +410,7 @@ impl Caller {
             Envelope::AckRequest { client } => {
                 let first_incomplete = self.first_incomplete(from, client);
                 let env = Envelope::ReplyAck { client, first_incomplete };
-                self.out.push_back(Outgoing::new(from, env.to_vec()));
+                self.out.push_back(Outgoing::new(from, self.arena.envelope(&env)));
                 return Ok(());
             }
             Envelope::Request { .. } | Envelope::Query { .. } | Envelope::ReplyAck { .. } => {
@@ -440,7 +446,7 @@ impl Caller {
             }
             Answer::Reply(result) => {
                 c.state = CallState::PROCESSED;
-                c.reply = Some(Bytes::copy_from_slice(result));
+                c.reply = Some(self.arena.copy(result));
                 self.stats.replies += 1;
                 self.finish(call);
             }
@@ -536,7 +542,8 @@ impl Caller {
             c.sends += 1;
             c.next_send = now + c.interval;
             c.interval = (c.interval * 2).min(cap);
-            self.out.push_back(Outgoing::new(call.server, env.to_vec()));
+            let bytes = self.arena.envelope(&env);
+            self.out.push_back(Outgoing::new(call.server, bytes));
         }
     }
 

@@ -197,30 +197,29 @@ impl<'a> Envelope<'a> {
         false
     }
 
-    /// Append the envelope's bytes to `out`.
-    pub fn write(&self, out: &mut Vec<u8>) {
-        let head = |out: &mut Vec<u8>, kind: u8, aux: u8, handler: u32, client: u64, seq: u64| {
-            out.extend_from_slice(&[kind, aux, 0, 0]);
-            out.extend_from_slice(&handler.to_le_bytes());
-            out.extend_from_slice(&client.to_le_bytes());
-            out.extend_from_slice(&seq.to_le_bytes());
+    /// Append the envelope's bytes to `out` (`len()` of them).
+    pub fn write<B: bytes::BufMut>(&self, out: &mut B) {
+        let head = |out: &mut B, kind: u8, aux: u8, handler: u32, client: u64, seq: u64| {
+            out.put_slice(&[kind, aux, 0, 0]);
+            out.put_slice(&handler.to_le_bytes());
+            out.put_slice(&client.to_le_bytes());
+            out.put_slice(&seq.to_le_bytes());
         };
-        out.reserve(self.len());
         match *self {
             Envelope::Request { call, handler, one_way, first_incomplete, args } => {
                 head(out, REQUEST, if one_way { ONE_WAY } else { 0 }, handler, call.client, call.seq);
-                out.extend_from_slice(&first_incomplete.to_le_bytes());
-                out.extend_from_slice(args);
+                out.put_slice(&first_incomplete.to_le_bytes());
+                out.put_slice(args);
             }
             Envelope::Query { call, first_incomplete } => {
                 head(out, QUERY, 0, 0, call.client, call.seq);
-                out.extend_from_slice(&first_incomplete.to_le_bytes());
+                out.put_slice(&first_incomplete.to_le_bytes());
             }
             Envelope::Ack { call } => head(out, ACK, 0, 0, call.client, call.seq),
             Envelope::Refused { call, reason } => head(out, REFUSED, reason as u8, 0, call.client, call.seq),
             Envelope::Reply { call, result } => {
                 head(out, REPLY, 0, 0, call.client, call.seq);
-                out.extend_from_slice(result);
+                out.put_slice(result);
             }
             Envelope::ReplyAck { client, first_incomplete } => {
                 head(out, REPLY_ACK, 0, 0, client, first_incomplete)

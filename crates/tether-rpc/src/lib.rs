@@ -24,6 +24,7 @@
 //! - `target`: the server (Figure 3.3), its table and its credit.
 //! - `record`: the server's log records, the `CallLog` trait, `MemLog`.
 
+mod arena;
 pub mod call;
 pub mod caller;
 pub mod config;

@@ -29,6 +29,7 @@ use core::time::Duration;
 use tether_proto::Instant;
 use tether_wire::NodeId;
 
+use crate::arena::Arena;
 use crate::call::{CallId, HandlerId};
 use crate::config::RpcConfig;
 use crate::envelope::{Envelope, EnvelopeError, Refusal};
@@ -49,14 +50,14 @@ pub struct Dispatch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
     pub to: NodeId,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// The ACK of this call, which its reply makes unnecessary while both
     /// still wait here.
     ack_of: Option<CallId>,
 }
 
 impl Outgoing {
-    pub(crate) fn new(to: NodeId, bytes: Vec<u8>) -> Self {
+    pub(crate) fn new(to: NodeId, bytes: Bytes) -> Self {
         Outgoing { to, bytes, ack_of: None }
     }
 }
@@ -145,6 +146,8 @@ pub struct Target {
     handlers: BTreeSet<HandlerId>,
     nodes: BTreeMap<NodeId, NodeCalls>,
     out: VecDeque<Outgoing>,
+    /// Envelopes', arguments' and replies' bytes.
+    arena: Arena,
     runnable: VecDeque<Dispatch>,
     stats: TargetStats,
     /// The log outlives the server (a file): what it does not hold never
@@ -165,6 +168,7 @@ impl Target {
             handlers: BTreeSet::new(),
             nodes: BTreeMap::new(),
             out: VecDeque::new(),
+            arena: Arena::default(),
             runnable: VecDeque::new(),
             stats: TargetStats::default(),
             volatile: false,
@@ -194,14 +198,11 @@ impl Target {
                     }
                 }
                 Record::Completed { node, call, result } => {
+                    let reply = t.arena.copy(result);
                     if let Some(life) = t.replayed_life(node, call) {
                         let one_way =
                             matches!(life.entries.get(&call.seq), Some(Entry::Running { one_way: true }));
-                        let done = if one_way {
-                            Entry::OneWayDone
-                        } else {
-                            Entry::Replied(Bytes::copy_from_slice(result))
-                        };
+                        let done = if one_way { Entry::OneWayDone } else { Entry::Replied(reply) };
                         life.entries.insert(call.seq, done);
                     }
                 }
@@ -389,7 +390,8 @@ impl Target {
                 Entry::Running { .. } | Entry::OneWayDone => Envelope::Ack { call },
                 Entry::Interrupted => Envelope::Refused { call, reason: Refusal::Indeterminate },
                 Entry::Replied(r) => {
-                    self.out.push_back(Outgoing::new(from, Envelope::Reply { call, result: &r }.to_vec()));
+                    let env = self.arena.envelope(&Envelope::Reply { call, result: &r });
+                    self.out.push_back(Outgoing::new(from, env));
                     return;
                 }
                 Entry::Refused(reason) => Envelope::Refused { call, reason },
@@ -415,7 +417,7 @@ impl Target {
             let life =
                 self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("made above");
             life.entries.insert(call.seq, Entry::Queued);
-            let args = Bytes::copy_from_slice(args);
+            let args = self.arena.copy(args);
             self.runnable.push_back(Dispatch { from, call, handler, one_way, args });
             return;
         }
@@ -509,7 +511,7 @@ impl Target {
     }
 
     fn send(&mut self, to: NodeId, env: Envelope<'_>, ack_of: Option<CallId>) {
-        self.out.push_back(Outgoing { to, bytes: env.to_vec(), ack_of });
+        self.out.push_back(Outgoing { to, bytes: self.arena.envelope(&env), ack_of });
     }
 
     /// The application's handler for `call` of `from` finished with
@@ -543,7 +545,7 @@ impl Target {
             life.entries.insert(call.seq, Entry::OneWayDone);
             return Ok(());
         }
-        life.entries.insert(call.seq, Entry::Replied(Bytes::copy_from_slice(result)));
+        life.entries.insert(call.seq, Entry::Replied(self.arena.copy(result)));
         if life.ask_at.is_none() {
             life.ask_interval = self.config.ack_request_after;
             life.ask_at = Some(life.last_heard + life.ask_interval);
@@ -666,8 +668,15 @@ fn forget_below(life: &mut Life, first_incomplete: u64) -> bool {
         return false;
     }
     life.first_incomplete = first_incomplete;
-    let keep = life.entries.split_off(&life.first_incomplete);
-    let freed = !life.entries.is_empty();
-    life.entries = keep;
+    // Taken from the front one by one: `split_off` would allocate a new
+    // tree at every call (the first incomplete moves with each request).
+    let mut freed = false;
+    while let Some(e) = life.entries.first_entry() {
+        if *e.key() >= first_incomplete {
+            break;
+        }
+        e.remove();
+        freed = true;
+    }
     freed
 }

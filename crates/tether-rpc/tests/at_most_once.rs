@@ -46,8 +46,8 @@ struct World {
     server: Target,
     log: DyingLog,
     /// Envelopes on their way, each with when it arrives (in order).
-    to_server: VecDeque<(Instant, Vec<u8>)>,
-    to_caller: VecDeque<(Instant, Vec<u8>)>,
+    to_server: VecDeque<(Instant, Bytes)>,
+    to_caller: VecDeque<(Instant, Bytes)>,
     /// Handlers running on the server, and when each finishes.
     running: Vec<(Instant, Dispatch)>,
     /// How many times each call's handler took effect.

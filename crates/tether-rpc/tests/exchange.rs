@@ -49,7 +49,7 @@ impl Pair {
     }
 
     /// Server to caller: every envelope the server has queued.
-    fn down(&mut self) -> Vec<Vec<u8>> {
+    fn down(&mut self) -> Vec<Bytes> {
         let mut sent = Vec::new();
         while let Some(o) = self.server.poll_transmit() {
             assert_eq!(o.to, C);

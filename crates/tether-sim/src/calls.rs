@@ -250,10 +250,10 @@ impl World {
         let now = self.net.now();
         while let Some(o) = self.caller.poll_transmit() {
             // Refused only when the stream is full: the caller retransmits.
-            let _ = self.net.ep_mut(CLIENT).send_call(now, o.to, Bytes::from(o.bytes));
+            let _ = self.net.ep_mut(CLIENT).send_call(now, o.to, o.bytes);
         }
         while let Some(o) = self.server.poll_transmit() {
-            let _ = self.net.ep_mut(SERVER).send_call(now, o.to, Bytes::from(o.bytes));
+            let _ = self.net.ep_mut(SERVER).send_call(now, o.to, o.bytes);
         }
         let next = [self.caller.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
         if let Some(t) = next {

@@ -287,3 +287,30 @@ fn a_restarted_caller_learns_how_its_calls_ended() {
     assert_eq!(&server.runs.lock().unwrap()[..6], &[1, 1, 1, 0, 0, 0]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A server takes the calls waiting in batches (`serve_batch`, a group
+/// commit: one sync for the batch's starts, one for its completions):
+/// never more than asked, every handler once, every call answered.
+#[test]
+fn serve_batch_runs_the_waiting_calls_together_each_once() {
+    let (a, b, _log) = pair(&[], 9);
+    let server = serve(&b);
+    let calls: Vec<_> = (0..16u32).map(|i| a.request(2, COUNT, &i.to_le_bytes()).unwrap()).collect();
+    // All sixteen waiting at the server before it serves.
+    for _ in 0..2_000 {
+        if b.call_stats().unwrap().server.requests >= 16 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(b.call_stats().unwrap().server.requests, 16, "the requests arrive");
+    assert_eq!(b.serve_batch(10, WAIT).unwrap(), 10, "no more than asked");
+    assert_eq!(b.serve_batch(100, WAIT).unwrap(), 6, "the rest");
+    for (i, call) in calls.iter().enumerate() {
+        let out = call.wait(WAIT).unwrap();
+        assert_eq!(out.state, CallState::PROCESSED, "call {i}");
+        assert_eq!(out.reply.as_deref(), Some(&(i as u32).to_le_bytes()[..]), "call {i}");
+    }
+    assert!(server.runs.lock().unwrap()[..16].iter().all(|&n| n == 1));
+    assert!(matches!(b.serve_batch(4, Some(Duration::from_millis(50))), Err(Error::TimedOut)));
+}
