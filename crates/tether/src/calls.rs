@@ -91,8 +91,10 @@ pub type Handler = Arc<dyn Fn(&Request<'_>) -> Vec<u8> + Send + Sync>;
 pub(crate) type Handlers = std::sync::RwLock<BTreeMap<HandlerId, Handler>>;
 
 /// Take up an earlier life's calls from its caller's log: those it saw end
-/// are kept for the application, the others asked about.
-fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>]) {
+/// are kept for the application (the newest `keep` of them: one that never
+/// asks, `Endpoint::earlier_calls`, must not fill its table over many
+/// restarts), the others asked about. How many ended ones were let go.
+fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>], keep: usize) -> usize {
     let mut issued = BTreeMap::new();
     for r in records {
         match *r {
@@ -108,15 +110,21 @@ fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>]) {
             _ => {}
         }
     }
+    let mut ended = Vec::new();
     for (call, end) in issued {
         match end {
-            // A reply, empty or not, if the handler ran and replied.
-            Some((state, reply)) => {
-                caller.restore(call, state, (state == CallState::PROCESSED).then_some(reply))
-            }
+            Some(end) => ended.push((call, end)),
             None => caller.adopt(now, call, false),
         }
     }
+    // Newest first: a later life's calls, then later calls of a life.
+    ended.sort_by_key(|(call, _)| std::cmp::Reverse((call.id.client, call.id.seq)));
+    let dropped = ended.len().saturating_sub(keep);
+    for (call, (state, reply)) in ended.into_iter().take(keep) {
+        // A reply, empty or not, if the handler ran and replied.
+        caller.restore(call, state, (state == CallState::PROCESSED).then_some(reply));
+    }
+    dropped
 }
 
 /// Append to a caller's log, compacting it to what the caller still
@@ -189,6 +197,7 @@ impl Calls {
                 (Box::new(file), target)
             }
         };
+        let keep_earlier = config.max_calls / 2;
         let mut caller = Caller::new(config, life);
         let caller_log = match caller_log {
             None => None,
@@ -197,7 +206,14 @@ impl Calls {
                 if let Some(torn) = file.torn {
                     tracing::warn!(path = %o.path.display(), "caller's log: {torn}; the torn record is dropped");
                 }
-                take_up(&mut caller, now, &file.records());
+                let dropped = take_up(&mut caller, now, &file.records(), keep_earlier);
+                if dropped > 0 {
+                    tracing::warn!(
+                        path = %o.path.display(),
+                        dropped,
+                        "caller's log: earlier lives' ended calls never taken (earlier_calls); the oldest let go"
+                    );
+                }
                 caller.set_logging(true);
                 Some(Box::new(file) as Box<dyn CallLog + Send>)
             }

@@ -285,6 +285,16 @@ fn a_restarted_caller_learns_how_its_calls_ended() {
     // Nothing is left for the server to run: the three were cancelled.
     assert!(matches!(b.serve(Some(Duration::from_millis(100))), Err(Error::TimedOut)));
     assert_eq!(&server.runs.lock().unwrap()[..6], &[1, 1, 1, 0, 0, 0]);
+    // A life that keeps at most 8 calls keeps at most 4 earlier ones, the
+    // newest: an application that never takes them cannot fill its table
+    // over many restarts.
+    drop(earlier);
+    drop(a);
+    let mut o = Options { caller_log: Some(log.clone()), incarnation: Some(102), ..options(&[], 5) };
+    o.calls.max_calls = 8;
+    let a = Endpoint::udp(1, addr, &[], o).unwrap();
+    let kept: Vec<_> = a.earlier_calls().iter().map(|c| c.id()).collect();
+    assert_eq!(kept, ids[2..], "the newest four");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
