@@ -6,7 +6,10 @@
 //! synced per record; then calls kept `--in-flight` deep, with the log in
 //! a file synced never and per batch, the server taking one call at a
 //! time (`serve`: two syncs a call) and then as many as are waiting
-//! (`serve_batch`: a group commit, two syncs a batch). Each figure is the median of the
+//! (`serve_batch`: a group commit, two syncs a batch); and last a
+//! message's and a call's round trip between two applications attached to
+//! two `tether engine` processes (the call layer in the applications, the
+//! envelopes through the engines). Each figure is the median of the
 //! runs' medians; the ratios are of those medians, measured in the same
 //! invocation (Kaur's AMVIA added 16 us to VIA's 8 us round trip, 3x;
 //! RIFL's completion record added 0.53 us to a write).
@@ -70,6 +73,10 @@ pub struct CallsBench {
     /// The same, the server running the calls waiting in batches
     /// (`serve_batch`, up to `in_flight`): a group commit.
     pub calls_per_s_group_commit: Summary,
+    /// Round trips between applications attached to two engine
+    /// processes: a message, and a call (microseconds).
+    pub engine_message_us: Summary,
+    pub engine_call_us: Summary,
     /// Ratios of medians.
     pub call_over_limit: f64,
     pub call_over_message: f64,
@@ -155,9 +162,56 @@ fn checked(args: &[u8], out: tether::rpc::CallOutcome) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The median round trips (microseconds) of `count` messages and then
+/// `count` calls, one at a time, between two applications attached to two
+/// `tether engine` processes on loopback.
+fn through_engines(size: usize, count: u64) -> anyhow::Result<(f64, f64)> {
+    let base =
+        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    let dir = |name: &str| base.join(format!("tether-bench-calls-{}-{name}", std::process::id()));
+    // Declared first, dropped last: the applications detach before their
+    // engines stop.
+    let e1 = crate::engine_proc::EngineProcess::start(&dir("a"), &[loopback()], &[])?;
+    let e2 = crate::engine_proc::EngineProcess::start(&dir("b"), &[loopback()], &[])?;
+    let client = Endpoint::builder(1).engine(dir("a")).peer(2, e2.rails[0]).build()?;
+    let server = Endpoint::builder(2).engine(dir("b")).peer(1, e1.rails[0]).build()?;
+    server.register_handler(HANDLER, |r| r.args.to_vec())?;
+    let p = Pair { client, server, stop: AtomicBool::new(false), batch: 1, _dir: None };
+    let msg = vec![7u8; size];
+    let message = std::thread::scope(|s| -> anyhow::Result<f64> {
+        let echo = s.spawn(|| -> anyhow::Result<()> {
+            for _ in 0..count + WARMUP {
+                let d = p.server.recv(WAIT)?;
+                p.server.send_blocking(1, &d.message, WAIT)?;
+            }
+            Ok(())
+        });
+        let mut rtt = Vec::with_capacity(count as usize);
+        for i in 0..count + WARMUP {
+            let t = Instant::now();
+            p.client.send_blocking(2, &msg, WAIT)?;
+            let d = p.client.recv(WAIT)?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            anyhow::ensure!(d.message[..] == msg[..], "an echo came back changed");
+            if i >= WARMUP {
+                rtt.push(us);
+            }
+        }
+        echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+        Ok(Summary::of(&rtt).expect("count >= 1").median)
+    })?;
+    let call = calls_one_at_a_time(&p, size, count)?;
+    Ok((message, call))
+}
+
 /// The median round trip of `count` calls one at a time, microseconds.
 fn round_trips(net: &NetOpts, log: Log, size: usize, count: u64) -> anyhow::Result<f64> {
-    let p = pair(net, log, 1)?;
+    calls_one_at_a_time(&pair(net, log, 1)?, size, count)
+}
+
+/// `count` calls (after a warm-up) from `p`'s client, one at a time: the
+/// median round trip, microseconds.
+fn calls_one_at_a_time(p: &Pair, size: usize, count: u64) -> anyhow::Result<f64> {
     let args = vec![7u8; size];
     p.with_server(|| {
         let mut rtt = Vec::with_capacity(count as usize);
@@ -210,7 +264,7 @@ fn throughput(
 pub fn run(o: &CallsOpts, mut net: NetOpts) -> anyhow::Result<()> {
     net.size = o.size;
     let file = Log::File(SyncPolicy::None);
-    let mut v: [Vec<f64>; 8] = Default::default();
+    let mut v: [Vec<f64>; 10] = Default::default();
     for _ in 0..o.runs {
         v[0].push(limit::round_trips(o.size, o.count)?.median);
         v[1].push(pingpong::reliable_loopback(&net, o.count)?.rtt_us.median);
@@ -221,6 +275,9 @@ pub fn run(o: &CallsOpts, mut net: NetOpts) -> anyhow::Result<()> {
         let batch = Log::File(SyncPolicy::Batch);
         v[6].push(throughput(&net, batch, o.size, o.count, o.in_flight, 1)?);
         v[7].push(throughput(&net, batch, o.size, o.count * 4, o.in_flight, o.in_flight as usize)?);
+        let (message, call) = through_engines(o.size, o.count)?;
+        v[8].push(message);
+        v[9].push(call);
     }
     let of = |v: &[f64]| Summary::of(v).expect("at least one run");
     let doc = CallsBench {
@@ -239,6 +296,8 @@ pub fn run(o: &CallsOpts, mut net: NetOpts) -> anyhow::Result<()> {
         calls_per_s: of(&v[5]),
         calls_per_s_batch_sync: of(&v[6]),
         calls_per_s_group_commit: of(&v[7]),
+        engine_message_us: of(&v[8]),
+        engine_call_us: of(&v[9]),
     };
     if o.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -277,6 +336,12 @@ pub fn run(o: &CallsOpts, mut net: NetOpts) -> anyhow::Result<()> {
     println!(
         "  the server running the calls waiting in batches (serve_batch, a group commit): {}",
         k(&doc.calls_per_s_group_commit)
+    );
+    println!(
+        "through two engine processes: message round trip {} us, call {} us ({:.3}x the message)",
+        s(&doc.engine_message_us),
+        s(&doc.engine_call_us),
+        doc.engine_call_us.median / doc.engine_message_us.median
     );
     Ok(())
 }

@@ -30,6 +30,9 @@ use crate::calls::{CallWire, Calls, Handlers};
 use crate::clock::Clock;
 use crate::Error;
 
+/// How long a wait yields before it sleeps on the condition variable.
+const SPIN: Duration = Duration::from_micros(200);
+
 /// The engine's client as the call layer's wire.
 struct ClientWire<'a>(&'a Client);
 
@@ -134,7 +137,8 @@ impl AttachedCalls {
         timeout: Option<Duration>,
         mut ready: impl FnMut(&mut Calls) -> Option<R>,
     ) -> Result<R, Error> {
-        let deadline = timeout.and_then(|t| StdInstant::now().checked_add(t));
+        let start = StdInstant::now();
+        let deadline = timeout.and_then(|t| start.checked_add(t));
         let mut c = self.lock();
         loop {
             if let Some(r) = ready(&mut c) {
@@ -143,6 +147,15 @@ impl AttachedCalls {
             }
             if self.gone.load(Ordering::SeqCst) {
                 return Err(Error::Engine(EngineError::EngineGone));
+            }
+            if start.elapsed() < SPIN {
+                // An answer is often a few microseconds away: yielding
+                // the core to the pump costs less than a sleep and a
+                // wake-up on the condition variable.
+                drop(c);
+                std::thread::yield_now();
+                c = self.lock();
+                continue;
             }
             // Woken by the pump; the slice only bounds a wait that
             // missed its wake-up (none should).
