@@ -178,10 +178,18 @@ struct Attachment {
     /// The peer whose `AddPeer` awaits the engine's answer, and whether it came.
     awaiting: Option<NodeId>,
     answered: bool,
-    /// Messages and calls' envelopes delivered and not yet taken, in the
-    /// order they came; the calls among them.
+    /// Messages delivered and not yet taken, and calls' envelopes: each
+    /// kind in the order it came (nothing needs the order between them).
     deliveries: VecDeque<Delivery>,
-    calls_queued: usize,
+    call_deliveries: VecDeque<Delivery>,
+    /// Completions and direct-path records taken in so far: a change
+    /// rings the `sleepers`.
+    progress: u64,
+    /// The bells of the threads asleep in a wait (`thread_bell`): one
+    /// thread takes in what another waits for (a message, a call's
+    /// envelope, an event) and may read the engine's doorbell before the
+    /// other sleeps on it, so it rings theirs.
+    sleepers: Vec<std::os::fd::RawFd>,
     /// Calls' envelopes are taken (`recv_call`): a call layer serves this
     /// endpoint. Until one does, they are dropped as they come (counted),
     /// never left to pile up unread.
@@ -278,7 +286,9 @@ impl Attachment {
             awaiting: None,
             answered: false,
             deliveries: VecDeque::new(),
-            calls_queued: 0,
+            call_deliveries: VecDeque::new(),
+            progress: 0,
+            sleepers: Vec::new(),
             takes_calls: false,
             calls_dropped: 0,
             events: VecDeque::new(),
@@ -471,14 +481,15 @@ impl Attachment {
                 }
                 d.expect = Some(id + 1);
                 d.taken += 1;
+                self.progress += 1;
                 // As `deliver` (the peers' table is borrowed here).
                 if call && !self.takes_calls {
                     self.calls_dropped += 1;
                     continue;
                 }
-                self.calls_queued += usize::from(call);
                 let message = Bytes::copy_from_slice(message);
-                self.deliveries.push_back(Delivery { from: peer, message, fragment: None, call });
+                let queue = if call { &mut self.call_deliveries } else { &mut self.deliveries };
+                queue.push_back(Delivery { from: peer, message, fragment: None, call });
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -591,16 +602,13 @@ impl Attachment {
         Ok(self.pop(call))
     }
 
-    /// The oldest delivery of a kind, passing over the other kind's.
+    /// The oldest delivery of a kind.
     fn pop(&mut self, call: bool) -> Option<Delivery> {
-        let waiting = if call { self.calls_queued } else { self.deliveries.len() - self.calls_queued };
-        if waiting == 0 {
-            return None;
+        if call {
+            self.call_deliveries.pop_front()
+        } else {
+            self.deliveries.pop_front()
         }
-        let at = self.deliveries.iter().position(|d| d.call == call)?;
-        let d = self.deliveries.remove(at)?;
-        self.calls_queued -= usize::from(call);
-        Some(d)
     }
 
     /// Queue a delivery for the application, or drop a call's envelope
@@ -612,9 +620,10 @@ impl Attachment {
                 tracing::debug!(from = d.from, "a call's envelope, and no call layer here: dropped");
                 return;
             }
-            self.calls_queued += 1;
+            self.call_deliveries.push_back(d);
+        } else {
+            self.deliveries.push_back(d);
         }
-        self.deliveries.push_back(d);
     }
 
     /// The next failure report, if one is waiting.
@@ -813,6 +822,17 @@ impl Attachment {
     /// Read every completion waiting; a record that does not decode means
     /// the engine (or its memory) cannot be trusted.
     fn take_completions(&mut self) -> Result<(), EngineError> {
+        let before = self.progress;
+        let result = self.take_completions_quietly();
+        if self.progress != before {
+            for &bell in &self.sleepers {
+                ring_bell(bell);
+            }
+        }
+        result
+    }
+
+    fn take_completions_quietly(&mut self) -> Result<(), EngineError> {
         let mut record = std::mem::take(&mut self.buf);
         let result = loop {
             match self.region.completions.pop(&mut record) {
@@ -833,6 +853,7 @@ impl Attachment {
     }
 
     fn on_completion(&mut self, c: Completion<'_>) {
+        self.progress += 1;
         match c {
             Completion::Delivery { from, fragment: f, call, payload } => {
                 let max = self.max_message_len();
@@ -950,6 +971,16 @@ impl Client {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The attachment if no other thread holds it (one may for a while:
+    /// a recovery waits for a new engine under it).
+    fn try_lock(&self) -> Option<MutexGuard<'_, Attachment>> {
+        match self.inner.try_lock() {
+            Ok(a) => Some(a),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub fn node(&self) -> NodeId {
         self.node
     }
@@ -987,25 +1018,41 @@ impl Client {
 
     /// `send` for a call's envelope (`tether-rpc`): marked as one on the
     /// wire, delivered to the peer's call layer, not its application.
-    pub fn send_call(
-        &self,
-        peer: NodeId,
-        envelope: &[u8],
-        timeout: Option<Duration>,
-    ) -> Result<MessageId, EngineError> {
-        self.lock().send(peer, envelope, timeout, true)
+    /// Never waits, not even for another thread's use of the client (a
+    /// recovery from the engine's death holds it for its whole length):
+    /// `Timeout` then, and the call layer offers the envelope again.
+    pub fn send_call(&self, peer: NodeId, envelope: &[u8]) -> Result<MessageId, EngineError> {
+        let mut a = self.try_lock().ok_or(EngineError::Timeout)?;
+        a.send(peer, envelope, Some(Duration::ZERO), true)
     }
 
-    /// Whether `peer` was added.
-    pub fn knows(&self, peer: NodeId) -> bool {
-        self.lock().peers.contains_key(&peer)
+    /// Whether `peer` was added (`None`: the client is busy, see
+    /// `send_call`).
+    pub fn knows(&self, peer: NodeId) -> Option<bool> {
+        Some(self.try_lock()?.peers.contains_key(&peer))
     }
 
-    /// Take calls' envelopes from now on (`try_recv_call`,
-    /// `recv_call_until`): a call layer serves this endpoint. Before,
-    /// they are dropped as they come.
-    pub fn take_calls(&self) {
-        self.lock().takes_calls = true;
+    /// Whether calls' envelopes are taken (`try_recv_call`,
+    /// `recv_call_until`): a call layer serves this endpoint. While not,
+    /// they are dropped as they come (and those waiting now are).
+    pub fn take_calls(&self, on: bool) {
+        let mut a = self.lock();
+        a.takes_calls = on;
+        if !on {
+            a.calls_dropped += a.call_deliveries.len() as u64;
+            a.call_deliveries.clear();
+        }
+    }
+
+    /// Wake every thread asleep in a wait of this client, to look again
+    /// (a call layer's timer moved earlier than its pump's sleep).
+    /// (Not while another thread holds the client: it is awake.)
+    pub fn kick(&self) {
+        if let Some(a) = self.try_lock() {
+            for &bell in &a.sleepers {
+                ring_bell(bell);
+            }
+        }
     }
 
     /// Calls' envelopes dropped because no call layer took them.
@@ -1013,9 +1060,13 @@ impl Client {
         self.lock().calls_dropped
     }
 
-    /// A call's envelope, if one is waiting.
+    /// A call's envelope, if one is waiting (none while another thread
+    /// holds the client, see `send_call`).
     pub fn try_recv_call(&self) -> Result<Option<Delivery>, EngineError> {
-        self.lock().try_recv(true)
+        match self.try_lock() {
+            Some(mut a) => a.try_recv(true),
+            None => Ok(None),
+        }
     }
 
     /// The next call's envelope, waiting for one until `until()` (asked
@@ -1202,19 +1253,65 @@ fn wait_until<R>(
                 Look::Yield => None,
                 // A handle of its own on the connection: the attachment's
                 // may be replaced (a recovery) while this thread sleeps.
-                Look::Sleep(d) => Some((a.conn.try_clone()?, d)),
+                // Its bell registered in the same look that found nothing:
+                // whatever another thread takes in from now on rings it.
+                Look::Sleep(d) => {
+                    let conn = a.conn.try_clone()?;
+                    let bell = thread_bell();
+                    a.sleepers.extend(bell);
+                    Some((conn, d, bell))
+                }
             }
         };
         match sleep {
             None => std::thread::yield_now(),
-            Some((conn, d)) => {
-                let mut fd = [libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            Some((conn, d, bell)) => {
+                let poll = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                let mut fds = [poll(conn.as_raw_fd()), poll(bell.unwrap_or(-1))];
                 // A failed sleep is a short one: the caller looks again.
-                let _ = attach::sleep_on(&mut fd, d);
-                lock().lower_waiting();
+                // (Without a bell of its own, a thread sleeps in slices of
+                // a millisecond.)
+                let d = if bell.is_some() { d } else { d.min(Duration::from_millis(1)) };
+                let _ = attach::sleep_on(&mut fds, d);
+                let mut a = lock();
+                if let Some(bell) = bell {
+                    drain_bell(bell);
+                    a.sleepers.retain(|&s| s != bell);
+                }
+                a.lower_waiting();
             }
         }
     }
+}
+
+/// This thread's bell for its sleeps in a client's waits (an eventfd,
+/// made at its first sleep; `None` if none can be made).
+fn thread_bell() -> Option<std::os::fd::RawFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    thread_local! {
+        static BELL: Option<OwnedFd> = {
+            // SAFETY: eventfd takes no pointers; a negative result is an error.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            // SAFETY: a descriptor just made and owned by nothing else.
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+    }
+    BELL.with(|b| b.as_ref().map(|f| f.as_raw_fd()))
+}
+
+/// Wake the thread asleep on `bell`.
+fn ring_bell(bell: std::os::fd::RawFd) {
+    let one = 1u64;
+    // SAFETY: eight bytes from a live u64 to an eventfd; a failure (the
+    // counter full) leaves it readable, which is as good.
+    let _ = unsafe { libc::write(bell, (&one as *const u64).cast(), 8) };
+}
+
+/// Take the rings a bell got.
+fn drain_bell(bell: std::os::fd::RawFd) {
+    let mut n = 0u64;
+    // SAFETY: eight bytes into a live u64 from a non-blocking eventfd.
+    let _ = unsafe { libc::read(bell, (&mut n as *mut u64).cast(), 8) };
 }
 
 /// How often the watcher looks again at a connection it sleeps on (one

@@ -21,7 +21,9 @@ use crate::ring::Ring;
 use crate::ShmError;
 
 /// The layout's version; a region of another version is refused.
-pub const LAYOUT_VERSION: u32 = 2;
+/// 3: submissions of calls' envelopes (`SEND_CALL`) and the direct path's
+/// call mark (a record id's top bit).
+pub const LAYOUT_VERSION: u32 = 3;
 /// Streams one region may back up at most.
 pub const MAX_STREAMS: u32 = 4096;
 

@@ -14,7 +14,10 @@
 //! condition variable the pump signals when a call moves.
 //!
 //! Locks are taken in one order: the calls', then the client's (inside the
-//! client's calls). The pump waits holding neither; it learns the call
+//! client's calls), and the client's only if it is free (`try_lock`): a
+//! recovery from the engine's death holds it for as long as it waits for
+//! a new engine, and the calls (their states, waits with a timeout) must
+//! not wait that long. The pump waits holding neither; it learns the call
 //! layer's deadline from an atomic, not the calls' lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,7 +47,7 @@ impl CallWire for ClientWire<'_> {
     }
 
     fn send_call(&mut self, _now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError> {
-        match self.0.send_call(to, envelope, Some(Duration::ZERO)) {
+        match self.0.send_call(to, envelope) {
             Ok(_) => Ok(()),
             Err(EngineError::Send(e)) => Err(e),
             Err(EngineError::UnknownPeer(n)) => Err(SendError::UnknownPeer(n)),
@@ -54,7 +57,9 @@ impl CallWire for ClientWire<'_> {
     }
 
     fn knows(&self, peer: NodeId) -> bool {
-        self.0.knows(peer)
+        // A busy client cannot say: the call is made, and its envelope
+        // dropped (counted) if the peer is indeed unknown.
+        self.0.knows(peer).unwrap_or(true)
     }
 }
 
@@ -102,13 +107,14 @@ impl AttachedCalls {
     }
 
     /// After a change: the pump's deadline published, and the waits woken
-    /// if a call moved.
-    fn settle(&self, c: &mut Calls) {
+    /// if a call moved. Whether the deadline moved earlier.
+    fn settle(&self, c: &mut Calls) -> bool {
         let ns = c.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
-        self.deadline_ns.store(ns, Ordering::SeqCst);
+        let before = self.deadline_ns.swap(ns, Ordering::SeqCst);
         if std::mem::take(&mut c.moved) {
             self.progressed.notify_all();
         }
+        ns < before
     }
 
     /// Look at or change the call layer (nothing sent).
@@ -126,7 +132,10 @@ impl AttachedCalls {
         let mut wire = ClientWire(client);
         let r = f(&mut c, &wire, now);
         c.flush(now, &mut wire);
-        self.settle(&mut c);
+        if self.settle(&mut c) {
+            // The pump may sleep past the new deadline: it looks again.
+            client.kick();
+        }
         r
     }
 
@@ -178,7 +187,7 @@ impl AttachedCalls {
         if pump.is_some() || self.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        client.take_calls();
+        client.take_calls(true);
         let (me, client) = (self.clone(), client.clone());
         let name = format!("tether-calls-{}", client.node());
         *pump = Some(std::thread::Builder::new().name(name).spawn(move || me.run(&client))?);
@@ -186,16 +195,36 @@ impl AttachedCalls {
     }
 
     /// Stop the pump and wait for it (within a look of the client's
-    /// wait, at most 100 ms).
+    /// wait, at most 100 ms, unless the client is busy recovering from
+    /// its engine's death). Waits on calls end (`EngineGone`).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         let pump = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = pump {
             let _ = p.join();
         }
+        self.end();
+    }
+
+    /// Nothing pumps the calls any more: the waits on them end.
+    fn end(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+        let _guard = self.lock();
+        self.progressed.notify_all();
     }
 
     fn run(&self, client: &Client) {
+        /// However the pump ends (a panic too): the waits on calls end,
+        /// and the client drops calls' envelopes again instead of keeping
+        /// them for nobody.
+        struct Ended<'a>(&'a AttachedCalls, &'a Client);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.1.take_calls(false);
+                self.0.end();
+            }
+        }
+        let _ended = Ended(self, client);
         let until = || {
             if self.stop.load(Ordering::Relaxed) {
                 return Some(StdInstant::now());
@@ -215,11 +244,14 @@ impl AttachedCalls {
                     c.pump(now, &mut wire);
                     self.settle(&mut c);
                 }
+                // A passing failure of this process (a descriptor for the
+                // wait's sleep): a moment, and on.
+                Err(EngineError::Io(e)) => {
+                    tracing::warn!(node = client.node(), error = %e, "calls: waiting on the engine failed; again");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 Err(e) => {
                     tracing::warn!(node = client.node(), error = %e, "calls: the engine is gone for good; calls stop");
-                    self.gone.store(true, Ordering::SeqCst);
-                    let _guard = self.lock();
-                    self.progressed.notify_all();
                     return;
                 }
             }

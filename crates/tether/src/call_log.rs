@@ -190,8 +190,11 @@ impl CallLog for FileLog {
     }
 
     fn flush(&mut self) -> Result<(), LogError> {
-        if let Some(from) = self.unsynced_from.take() {
+        if let Some(from) = self.unsynced_from {
+            // Unsynced until the sync succeeds: a failed one is tried
+            // again by the next flush, never taken as done.
             self.sync_range(from, self.end)?;
+            self.unsynced_from = None;
         }
         Ok(())
     }

@@ -165,6 +165,9 @@ pub(crate) struct Calls {
     /// unknown, or they are larger than a message may be), or too many
     /// waited for room.
     pub envelopes_dropped: u64,
+    /// Syncs of the server's log that failed (its envelopes were held
+    /// back until one succeeded).
+    pub log_sync_failures: u64,
 }
 
 impl Calls {
@@ -229,6 +232,7 @@ impl Calls {
             moved: false,
             deadline: None,
             envelopes_dropped: 0,
+            log_sync_failures: 0,
         };
         calls.deadline = calls.earliest();
         Ok(calls)
@@ -301,8 +305,14 @@ impl Calls {
             self.pending_bytes += o.bytes.len();
             self.pending.push_back((o.to, o.bytes));
         }
-        // What the envelopes say is in the log before they leave.
-        let _ = self.log.flush();
+        // What the envelopes say is in the log before they leave: with the
+        // log not synced (as its policy asks), none leaves; the next flush
+        // tries again (soon: `pending` is not empty).
+        if self.log.flush().is_err() {
+            self.log_sync_failures += 1;
+            self.deadline = Some(now + PENDING_RETRY);
+            return;
+        }
         // In order per peer; a peer without room holds back only its own
         // (a slow or dead caller must not stall everyone's answers).
         // (Those kept go round to the back of the same queue, in their
@@ -616,41 +626,46 @@ impl Endpoint {
         site.start()?;
         let max = max.max(1);
         let jobs = site.host().wait(timeout, |c| {
-            let Calls { target, log, .. } = c;
+            let Calls { target, log, log_sync_failures, .. } = c;
             let mut jobs = Vec::new();
             while jobs.len() < max {
                 let Some(job) = target.poll_dispatch(&mut **log) else { break };
                 jobs.push(job);
             }
-            // Their starts synced (as the policy says) before any runs.
-            let _ = log.flush();
-            (!jobs.is_empty()).then_some(jobs)
-        })?;
-        let results: Vec<Option<Vec<u8>>> = jobs
-            .iter()
-            .map(|job| {
-                let handler =
-                    site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
-                let request =
-                    Request { from: job.from, call: job.call, handler: job.handler, args: &job.args };
-                // The target dispatches only registered ids, and none is
-                // removed; were one missing, its call would stay running
-                // (its caller ends indeterminate), never answered falsely.
-                handler.map(|h| h(&request))
-            })
-            .collect();
-        // Every completion logged, the log synced once, then every reply.
-        let done = site.exchange(None, |c, _, _| {
-            let mut first_error = Ok(());
-            for (job, result) in jobs.iter().zip(&results) {
-                let Some(result) = result else { continue };
-                let done = c.target.complete(job.from, job.call, result, &mut *c.log);
-                if first_error.is_ok() {
-                    first_error = done;
-                }
+            if jobs.is_empty() {
+                return None;
             }
-            first_error
-        });
+            // Their starts synced (as the policy says) before any runs:
+            // if they cannot be, none runs (their callers end
+            // indeterminate, truly: the log says they started).
+            if let Err(e) = log.flush() {
+                *log_sync_failures += 1;
+                return Some(Err(Error::CallLog(format!(
+                    "the starts of {} calls not synced: {e}",
+                    jobs.len()
+                ))));
+            }
+            Some(Ok(jobs))
+        })??;
+        // Each completion logged as its handler returns (a handler that
+        // panics leaves those before it complete: their replies go with
+        // the next flush); the log synced once, then every reply.
+        let host = site.host();
+        let mut done = Ok(());
+        for job in &jobs {
+            let handler = site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
+            // The target dispatches only registered ids, and none is
+            // removed; were one missing, its call would stay running (its
+            // caller ends indeterminate), never answered falsely.
+            let Some(handler) = handler else { continue };
+            let request = Request { from: job.from, call: job.call, handler: job.handler, args: &job.args };
+            let result = handler(&request);
+            let completed = host.with(|c| c.target.complete(job.from, job.call, &result, &mut *c.log));
+            if done.is_ok() {
+                done = completed;
+            }
+        }
+        site.exchange(None, |_, _, _| ());
         done.map(|()| jobs.len()).map_err(|e| Error::CallLog(e.to_string()))
     }
 
@@ -678,6 +693,7 @@ impl Endpoint {
             caller: c.caller.stats(),
             server: c.target.stats(),
             envelopes_dropped: c.envelopes_dropped,
+            log_sync_failures: c.log_sync_failures,
         }))
     }
 }
@@ -691,4 +707,7 @@ pub struct CallStats {
     pub server: TargetStats,
     /// Envelopes the stream refused for good or that found no room.
     pub envelopes_dropped: u64,
+    /// Syncs of the server's log that failed: the replies and ACKs they
+    /// covered were held back, the handlers not run.
+    pub log_sync_failures: u64,
 }

@@ -241,19 +241,36 @@ fn calls_between_applications_of_one_engine() {
     b.register_handler(3, |r| r.args.iter().map(|x| x.wrapping_add(1)).collect()).unwrap();
     settle_direct(&a, &b);
     let stop = AtomicBool::new(false);
+    let mut slow = 0;
     std::thread::scope(|s| {
         serving(s, &b, &stop);
+        // Three threads wait on b's client at once: its calls' pump, the
+        // serving thread, and this receiver. Each takes in what the
+        // others wait for, and rings them: a call must never be left
+        // waiting for a doorbell another thread read (a sleep of up to
+        // 100 ms).
+        let receiver = s.spawn(|| {
+            for i in 0..200u8 {
+                assert_eq!(&b.recv(WAIT).unwrap().message[..], &[i][..], "message {i}");
+            }
+        });
         for i in 0..200u8 {
-            let call = a.request(2, 3, &[i, i, i]).unwrap();
+            // Apart enough that every waiter is asleep when the next comes.
+            std::thread::sleep(Duration::from_millis(3));
             a.send_blocking(2, &[i], WAIT).unwrap();
+            let started = std::time::Instant::now();
+            let call = a.request(2, 3, &[i, i, i]).unwrap();
             let out = call.wait(WAIT).unwrap();
+            slow += usize::from(started.elapsed() > Duration::from_millis(50));
             let j = i.wrapping_add(1);
             assert_eq!(out.reply.as_deref(), Some(&[j, j, j][..]), "call {i}");
-            assert_eq!(&b.recv(WAIT).unwrap().message[..], &[i][..], "message {i}");
         }
+        receiver.join().unwrap();
         stop.store(true, Ordering::Relaxed);
     });
     assert!(b.try_recv().is_none());
+    // Over shared memory a call takes microseconds; a lost wake-up 100 ms.
+    assert!(slow <= 20, "{slow} of 200 calls took over 50 ms");
 }
 
 /// Without a call layer serving it (no calls used, no log), an attached
