@@ -758,6 +758,33 @@ fn a_sender_resumed_from_its_backup_loses_and_repeats_nothing() {
     }
 }
 
+/// Calls' envelopes among the messages keep their mark through a resume
+/// (an engine replaced under its applications, issue 15): the application
+/// kept the mark with each unsettled message, and the resumed sender cuts
+/// it again with the `CALL` flag on every fragment.
+#[test]
+fn a_resumed_sender_keeps_calls_marked_as_calls() {
+    for crash_after_ms in [0, 1, 2, 3, 5, 8] {
+        let mut p = Pair::connected(fragments());
+        let mut n = 0u64;
+        p.keep(move |_, _| {
+            n += 1;
+            n % 7 != 3
+        });
+        let want: Vec<_> = (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect();
+        let calls: Vec<bool> = (0..40).map(|i| i % 3 == 0).collect();
+        for (m, &call) in want.iter().zip(&calls) {
+            let now = p.now();
+            if call {
+                p.a().send_call(now, B, bytes::Bytes::from(m.clone())).unwrap();
+            } else {
+                p.a().send(now, B, m).unwrap();
+            }
+        }
+        resume_marked_sender_after(&mut p, crash_after_ms, fragments(), &want, &calls);
+    }
+}
+
 /// Messages queued before the handshake, cut for the sender's own 1,472
 /// bytes, and a session agreed at a peer's 600: they are cut again, and
 /// the new cut must be the one `Endpoint::resume` makes from the agreed
@@ -790,16 +817,55 @@ fn a_sender_resumed_after_agreeing_a_smaller_size_cuts_as_before() {
 /// check that B's application got `want` exactly and A reports all of it
 /// delivered.
 fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: &[Vec<u8>]) {
+    resume_marked_sender_after(p, crash_after_ms, config, want, &[]);
+}
+
+/// `resume_sender_after` where `calls[i]` says message `i` is a call's
+/// envelope (`send_call`; missing: not): the application kept that mark
+/// with the message, and B must get each one marked as it was sent.
+fn resume_marked_sender_after(
+    p: &mut Pair,
+    crash_after_ms: u64,
+    config: Config,
+    want: &[Vec<u8>],
+    calls: &[bool],
+) {
+    let is_call = |i: usize| calls.get(i).copied().unwrap_or(false);
     p.run(Duration::from_millis(crash_after_ms));
     let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
-    reassemble(p.b(), &mut next, &mut partial, &mut got);
+    let mut marks_seen = Vec::new();
+    let mut take = |b: &mut Endpoint, got: &mut Vec<Vec<u8>>| {
+        // Each fragment's mark, the message's when its last one came.
+        while let Some(d) = b.recv() {
+            let f = d.fragment.expect("fragment mode delivers fragments");
+            if f.seq < next {
+                continue;
+            }
+            assert_eq!(f.seq, next, "a fragment skipped");
+            next += 1;
+            if f.first {
+                partial.clear();
+            }
+            partial.extend_from_slice(&d.message);
+            if f.last {
+                got.push(std::mem::take(&mut partial));
+                marks_seen.push(d.call);
+            }
+        }
+    };
+    take(p.b(), &mut got);
     // What the dead engine's block held: its marks, the high-water of
     // what it sent written ahead of the datagrams (record before send).
     let mut marks = p.a().stream_marks(B).unwrap();
     marks.sent_upto += 1024;
-    let messages = want[marks.settled_msg as usize..]
+    let first = marks.settled_msg as usize;
+    let messages = want[first..]
         .iter()
-        .map(|m| tether_proto::Unsettled::message(bytes::Bytes::from(m.clone())))
+        .enumerate()
+        .map(|(i, m)| tether_proto::Unsettled {
+            data: bytes::Bytes::from(m.clone()),
+            call: is_call(first + i),
+        })
         .collect();
     let stream = tether_proto::ResumedStream {
         peer: B,
@@ -814,9 +880,12 @@ fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: 
     p.net.replace(resumed);
     for _ in 0..300 {
         p.run(Duration::from_millis(10));
-        reassemble(p.b(), &mut next, &mut partial, &mut got);
+        take(p.b(), &mut got);
     }
     check(&got, want, &format!("resumed after {crash_after_ms} ms"));
+    for (i, &call) in marks_seen.iter().enumerate() {
+        assert_eq!(call, is_call(i), "message {i}'s mark, resumed after {crash_after_ms} ms");
+    }
     for seq in 0..want.len() as u64 {
         let state = p.a().message_state(MessageId { peer: B, seq });
         assert_eq!(state, MessageState::Delivered, "message {seq}, resumed after {crash_after_ms} ms");

@@ -653,7 +653,8 @@ impl Endpoint {
         let host = site.host();
         let mut done = Ok(());
         for job in &jobs {
-            let handler = site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
+            let handler =
+                site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned();
             // The target dispatches only registered ids, and none is
             // removed; were one missing, its call would stay running (its
             // caller ends indeterminate), never answered falsely.
