@@ -742,13 +742,7 @@ fn fragments_lost_with_the_engine_come_again_from_the_sender() {
 #[test]
 fn a_sender_resumed_from_its_backup_loses_and_repeats_nothing() {
     for crash_after_ms in [0, 1, 2, 3, 5, 8] {
-        let mut p = Pair::connected(fragments());
-        let mut n = 0u64;
-        p.keep(move |_, _| {
-            n += 1;
-            n % 7 != 3
-        });
-        let want: Vec<_> = (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect();
+        let (mut p, want) = lossy_fragments();
         for m in &want {
             p.send(m).unwrap();
         }
@@ -758,6 +752,18 @@ fn a_sender_resumed_from_its_backup_loses_and_repeats_nothing() {
     }
 }
 
+/// Two endpoints in fragment mode that lose every seventh datagram, and
+/// 40 messages of 100 to 2,900 bytes to send.
+fn lossy_fragments() -> (Pair, Vec<Vec<u8>>) {
+    let mut p = Pair::connected(fragments());
+    let mut n = 0u64;
+    p.keep(move |_, _| {
+        n += 1;
+        n % 7 != 3
+    });
+    (p, (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect())
+}
+
 /// Calls' envelopes among the messages keep their mark through a resume
 /// (an engine replaced under its applications, issue 15): the application
 /// kept the mark with each unsettled message, and the resumed sender cuts
@@ -765,13 +771,7 @@ fn a_sender_resumed_from_its_backup_loses_and_repeats_nothing() {
 #[test]
 fn a_resumed_sender_keeps_calls_marked_as_calls() {
     for crash_after_ms in [0, 1, 2, 3, 5, 8] {
-        let mut p = Pair::connected(fragments());
-        let mut n = 0u64;
-        p.keep(move |_, _| {
-            n += 1;
-            n % 7 != 3
-        });
-        let want: Vec<_> = (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect();
+        let (mut p, want) = lossy_fragments();
         let calls: Vec<bool> = (0..40).map(|i| i % 3 == 0).collect();
         for (m, &call) in want.iter().zip(&calls) {
             let now = p.now();
