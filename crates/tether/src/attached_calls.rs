@@ -157,7 +157,7 @@ impl AttachedCalls {
             if self.gone.load(Ordering::SeqCst) {
                 return Err(Error::Engine(EngineError::EngineGone));
             }
-            if start.elapsed() < SPIN {
+            if timeout != Some(Duration::ZERO) && start.elapsed() < SPIN {
                 // An answer is often a few microseconds away: yielding
                 // the core to the pump costs less than a sleep and a
                 // wake-up on the condition variable.
