@@ -4,7 +4,9 @@
 //! ends, and what each call's final state says about its handler is true.
 //!
 //! The server is this test binary run again as a child (`server_child`,
-//! which does nothing unless `TETHER_CALL_SERVER` is set). Each handler
+//! which does nothing unless `TETHER_CALL_SERVER` is set), embedded or
+//! attached to a `tether engine` that outlives its lives (the engine on a
+//! thread of the test: the application's process is what dies). Each handler
 //! appends its call's number to an effects file with one `write` (which a
 //! SIGKILL cannot undo) and then sleeps a millisecond, so kills land
 //! between a handler's effect and its completion record too.
@@ -53,9 +55,22 @@ fn server_child() {
     let addr: SocketAddr = std::env::var("TETHER_CALL_SERVER_ADDR").unwrap().parse().unwrap();
     let client: SocketAddr = std::env::var("TETHER_CALL_CLIENT_ADDR").unwrap().parse().unwrap();
     let log = CallLogOptions { path: dir.join("calls.log"), capacity: 1 << 20, sync: SyncPolicy::None };
-    let options = Options { call_log: Some(log), ..options() };
-    let ep = Endpoint::udp(2, addr, &[], options).unwrap();
-    ep.add_peer(1, client).unwrap();
+    let ep = match std::env::var("TETHER_CALL_SERVER_ENGINE") {
+        // Attached: the engine owns the address the client knows.
+        Ok(engine) => Endpoint::builder(2)
+            .engine(engine)
+            .peer(1, client)
+            .calls(rpc())
+            .linger(Duration::ZERO)
+            .call_log(log)
+            .build()
+            .unwrap(),
+        Err(_) => {
+            let ep = Endpoint::udp(2, addr, &[], Options { call_log: Some(log), ..options() }).unwrap();
+            ep.add_peer(1, client).unwrap();
+            ep
+        }
+    };
     let effects = std::fs::OpenOptions::new().append(true).create(true).open(dir.join("effects")).unwrap();
     ep.register_handler(HANDLER, move |r| {
         (&effects).write_all(&r.args[..4]).unwrap();
@@ -71,29 +86,59 @@ fn server_child() {
     }
 }
 
-fn spawn(dir: &Path, addr: SocketAddr, client: SocketAddr) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "server_child", "--nocapture", "--test-threads", "1"])
+/// A server's life: a child process, attached to the engine serving
+/// `engine` if given.
+fn spawn(dir: &Path, addr: SocketAddr, client: SocketAddr, engine: Option<&Path>) -> Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "server_child", "--nocapture", "--test-threads", "1"])
         .env("TETHER_CALL_SERVER", dir)
         .env("TETHER_CALL_SERVER_ADDR", addr.to_string())
         .env("TETHER_CALL_CLIENT_ADDR", client.to_string())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
+        .stdout(std::process::Stdio::null());
+    if let Some(engine) = engine {
+        c.env("TETHER_CALL_SERVER_ENGINE", engine);
+    }
+    c.spawn().unwrap()
 }
 
 #[test]
 fn a_server_killed_and_restarted_on_its_log_runs_no_call_twice() {
+    kills(false);
+}
+
+/// The same with the server attached to an engine: its call layer and
+/// log are the application's, and die and come back with it.
+#[test]
+fn a_server_attached_to_an_engine_killed_and_restarted_runs_no_call_twice() {
+    kills(true);
+}
+
+fn kills(attached: bool) {
     if std::env::var("TETHER_CALL_SERVER").is_ok() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("tether-call-kills-{}", std::process::id()));
+    let kind = if attached { "engine" } else { "embedded" };
+    let dir = std::env::temp_dir().join(format!("tether-call-kills-{}-{kind}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // A port for the server's every life.
-    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // An engine that outlives the server's lives, on a thread here.
+    let engine = attached.then(|| {
+        let engine_dir = PathBuf::from(format!("/dev/shm/tether-call-kills-{}", std::process::id()));
+        let bind = vec!["127.0.0.1:0".parse().unwrap()];
+        let mut engine =
+            tether_engine::Engine::bind(tether_engine::EngineOptions::new(&engine_dir, bind)).unwrap();
+        let (addr, stop) = (engine.rail_addrs()[0], engine.stop_flag());
+        let thread = std::thread::spawn(move || engine.run().unwrap());
+        (engine_dir, addr, stop, thread)
+    });
+    // A port for the server's every life (the engine's, attached).
+    let addr = match &engine {
+        Some((_, addr, ..)) => *addr,
+        None => UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap(),
+    };
+    let engine_dir = engine.as_ref().map(|(d, ..)| d.as_path());
     let client = Endpoint::udp(1, "127.0.0.1:0".parse().unwrap(), &[], options()).unwrap();
     client.add_peer(2, addr).unwrap();
-    let mut child = spawn(&dir, addr, client.local_addr().unwrap());
+    let mut child = spawn(&dir, addr, client.local_addr().unwrap(), engine_dir);
     let done = AtomicBool::new(false);
     let killed = AtomicU32::new(0);
     let outcomes = std::thread::scope(|s| {
@@ -126,7 +171,7 @@ fn a_server_killed_and_restarted_on_its_log_runs_no_call_twice() {
             child.kill().unwrap();
             child.wait().unwrap();
             killed.fetch_add(1, Ordering::SeqCst);
-            child = spawn(&dir, addr, client.local_addr().unwrap());
+            child = spawn(&dir, addr, client.local_addr().unwrap(), engine_dir);
         }
         calls.join().unwrap()
     });
@@ -153,9 +198,14 @@ fn a_server_killed_and_restarted_on_its_log_runs_no_call_twice() {
     }
     let calls = outcomes.len();
     eprintln!(
-        "{kills} kills, {calls} calls: ran {}, did not run {}, unknown {}",
+        "{kind}: {kills} kills, {calls} calls: ran {}, did not run {}, unknown {}",
         claims[0], claims[1], claims[2]
     );
     assert!(kills >= MIN_KILLS, "only {kills} kills in 50 s");
     std::fs::remove_dir_all(&dir).unwrap();
+    if let Some((engine_dir, _, stop, thread)) = engine {
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        let _ = std::fs::remove_dir_all(engine_dir);
+    }
 }
