@@ -73,7 +73,8 @@ pub(crate) struct AttachedCalls {
     /// `u64::MAX`: none) as its last change left it.
     deadline_ns: AtomicU64,
     stop: AtomicBool,
-    /// The engine is gone for good: nothing pumps the calls any more.
+    /// Nothing pumps the calls any more (stopped, the engine gone for
+    /// good, or the pump ended otherwise): waits on them end.
     gone: AtomicBool,
     pump: Mutex<Option<JoinHandle<()>>>,
 }
