@@ -166,9 +166,7 @@ fn checked(args: &[u8], out: tether::rpc::CallOutcome) -> anyhow::Result<()> {
 /// `count` calls, one at a time, between two applications attached to two
 /// `tether engine` processes on loopback.
 fn through_engines(size: usize, count: u64) -> anyhow::Result<(f64, f64)> {
-    let base =
-        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
-    let dir = |name: &str| base.join(format!("tether-bench-calls-{}-{name}", std::process::id()));
+    let dir = |name: &str| crate::engine_bench::engine_dir(&format!("calls-{name}"));
     // Declared first, dropped last: the applications detach before their
     // engines stop.
     let e1 = crate::engine_proc::EngineProcess::start(&dir("a"), &[loopback()], &[])?;

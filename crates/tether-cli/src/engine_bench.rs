@@ -154,8 +154,8 @@ pub struct RecoveryReport {
     pub seconds: f64,
 }
 
-/// A fresh directory for one engine of this benchmark.
-fn engine_dir(name: &str) -> PathBuf {
+/// A fresh directory for one engine of a benchmark.
+pub(crate) fn engine_dir(name: &str) -> PathBuf {
     let base =
         if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
     base.join(format!("tether-bench-engine-{}-{name}", std::process::id()))

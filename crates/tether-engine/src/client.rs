@@ -178,10 +178,8 @@ struct Attachment {
     /// The peer whose `AddPeer` awaits the engine's answer, and whether it came.
     awaiting: Option<NodeId>,
     answered: bool,
-    /// Messages delivered and not yet taken, and calls' envelopes: each
-    /// kind in the order it came (nothing needs the order between them).
-    deliveries: VecDeque<Delivery>,
-    call_deliveries: VecDeque<Delivery>,
+    /// What was delivered and not yet taken.
+    inbox: Inbox,
     /// Completions and direct-path records taken in so far: a change
     /// rings the `sleepers`.
     progress: u64,
@@ -190,11 +188,6 @@ struct Attachment {
     /// envelope, an event) and may read the engine's doorbell before the
     /// other sleeps on it, so it rings theirs.
     sleepers: Vec<std::os::fd::RawFd>,
-    /// Calls' envelopes are taken (`recv_call`): a call layer serves this
-    /// endpoint. Until one does, they are dropped as they come (counted),
-    /// never left to pile up unread.
-    takes_calls: bool,
-    calls_dropped: u64,
     events: VecDeque<Event>,
     buf: Vec<u8>,
     engine_gone: bool,
@@ -211,6 +204,43 @@ struct Attachment {
     faults_before: FaultCounters,
     engine_checks: EngineCounters,
     checks_before: EngineCounters,
+}
+
+/// Messages delivered and not yet taken, and calls' envelopes: each kind
+/// in the order it came (nothing needs the order between them).
+#[derive(Debug, Default)]
+struct Inbox {
+    messages: VecDeque<Delivery>,
+    calls: VecDeque<Delivery>,
+    /// Calls' envelopes are taken (`recv_call`): a call layer serves this
+    /// endpoint. Until one does, they are dropped as they come (counted),
+    /// never left to pile up unread.
+    takes_calls: bool,
+    calls_dropped: u64,
+}
+
+impl Inbox {
+    /// Queue a delivery for the application, or drop a call's envelope
+    /// nobody takes.
+    fn deliver(&mut self, d: Delivery) {
+        if !d.call {
+            self.messages.push_back(d);
+        } else if self.takes_calls {
+            self.calls.push_back(d);
+        } else {
+            self.calls_dropped += 1;
+            tracing::debug!(from = d.from, "a call's envelope, and no call layer here: dropped");
+        }
+    }
+
+    /// The oldest delivery of a kind.
+    fn pop(&mut self, call: bool) -> Option<Delivery> {
+        if call {
+            self.calls.pop_front()
+        } else {
+            self.messages.pop_front()
+        }
+    }
 }
 
 /// What one look of a wait found.
@@ -285,12 +315,9 @@ impl Attachment {
             locals: Vec::new(),
             awaiting: None,
             answered: false,
-            deliveries: VecDeque::new(),
-            call_deliveries: VecDeque::new(),
+            inbox: Inbox::default(),
             progress: 0,
             sleepers: Vec::new(),
-            takes_calls: false,
-            calls_dropped: 0,
             events: VecDeque::new(),
             buf: Vec::new(),
             engine_gone: false,
@@ -482,14 +509,8 @@ impl Attachment {
                 d.expect = Some(id + 1);
                 d.taken += 1;
                 self.progress += 1;
-                // As `deliver` (the peers' table is borrowed here).
-                if call && !self.takes_calls {
-                    self.calls_dropped += 1;
-                    continue;
-                }
                 let message = Bytes::copy_from_slice(message);
-                let queue = if call { &mut self.call_deliveries } else { &mut self.deliveries };
-                queue.push_back(Delivery { from: peer, message, fragment: None, call });
+                self.inbox.deliver(Delivery { from: peer, message, fragment: None, call });
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -604,26 +625,7 @@ impl Attachment {
 
     /// The oldest delivery of a kind.
     fn pop(&mut self, call: bool) -> Option<Delivery> {
-        if call {
-            self.call_deliveries.pop_front()
-        } else {
-            self.deliveries.pop_front()
-        }
-    }
-
-    /// Queue a delivery for the application, or drop a call's envelope
-    /// nobody takes.
-    fn deliver(&mut self, d: Delivery) {
-        if d.call {
-            if !self.takes_calls {
-                self.calls_dropped += 1;
-                tracing::debug!(from = d.from, "a call's envelope, and no call layer here: dropped");
-                return;
-            }
-            self.call_deliveries.push_back(d);
-        } else {
-            self.deliveries.push_back(d);
-        }
+        self.inbox.pop(call)
     }
 
     /// The next failure report, if one is waiting.
@@ -874,7 +876,7 @@ impl Attachment {
                 p.taken = Some(Taken { next: f.seq + 1, ..t });
                 match p.partial.take(f.first, f.last, call, payload, max) {
                     Ok(Some((message, call))) => {
-                        self.deliver(Delivery { from, message, fragment: None, call })
+                        self.inbox.deliver(Delivery { from, message, fragment: None, call })
                     }
                     Ok(None) => {}
                     Err(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
@@ -1037,10 +1039,10 @@ impl Client {
     /// they are dropped as they come (and those waiting now are).
     pub fn take_calls(&self, on: bool) {
         let mut a = self.lock();
-        a.takes_calls = on;
+        a.inbox.takes_calls = on;
         if !on {
-            a.calls_dropped += a.call_deliveries.len() as u64;
-            a.call_deliveries.clear();
+            a.inbox.calls_dropped += a.inbox.calls.len() as u64;
+            a.inbox.calls.clear();
         }
     }
 
@@ -1057,7 +1059,7 @@ impl Client {
 
     /// Calls' envelopes dropped because no call layer took them.
     pub fn calls_dropped(&self) -> u64 {
-        self.lock().calls_dropped
+        self.lock().inbox.calls_dropped
     }
 
     /// A call's envelope, if one is waiting (none while another thread

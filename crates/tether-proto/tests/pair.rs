@@ -639,6 +639,18 @@ fn a_forged_higher_incarnation_is_neither_delivered_nor_locks_the_peer_out() {
 /// fragment must continue the stream exactly where the last one ended
 /// (`next`), or it is a duplicate and skipped.
 fn reassemble(b: &mut Endpoint, next: &mut u64, partial: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) {
+    reassemble_marked(b, next, partial, out, &mut Vec::new());
+}
+
+/// `reassemble`, noting each message's call mark (`Delivery::call`) in
+/// `calls` as its last fragment comes.
+fn reassemble_marked(
+    b: &mut Endpoint,
+    next: &mut u64,
+    partial: &mut Vec<u8>,
+    out: &mut Vec<Vec<u8>>,
+    calls: &mut Vec<bool>,
+) {
     while let Some(d) = b.recv() {
         let f = d.fragment.expect("fragment mode delivers fragments");
         if f.seq < *next {
@@ -652,6 +664,7 @@ fn reassemble(b: &mut Endpoint, next: &mut u64, partial: &mut Vec<u8>, out: &mut
         partial.extend_from_slice(&d.message);
         if f.last {
             out.push(std::mem::take(partial));
+            calls.push(d.call);
         }
     }
 }
@@ -834,26 +847,7 @@ fn resume_marked_sender_after(
     p.run(Duration::from_millis(crash_after_ms));
     let (mut next, mut partial, mut got) = (0, Vec::new(), Vec::new());
     let mut marks_seen = Vec::new();
-    let mut take = |b: &mut Endpoint, got: &mut Vec<Vec<u8>>| {
-        // Each fragment's mark, the message's when its last one came.
-        while let Some(d) = b.recv() {
-            let f = d.fragment.expect("fragment mode delivers fragments");
-            if f.seq < next {
-                continue;
-            }
-            assert_eq!(f.seq, next, "a fragment skipped");
-            next += 1;
-            if f.first {
-                partial.clear();
-            }
-            partial.extend_from_slice(&d.message);
-            if f.last {
-                got.push(std::mem::take(&mut partial));
-                marks_seen.push(d.call);
-            }
-        }
-    };
-    take(p.b(), &mut got);
+    reassemble_marked(p.b(), &mut next, &mut partial, &mut got, &mut marks_seen);
     // What the dead engine's block held: its marks, the high-water of
     // what it sent written ahead of the datagrams (record before send).
     let mut marks = p.a().stream_marks(B).unwrap();
@@ -880,7 +874,7 @@ fn resume_marked_sender_after(
     p.net.replace(resumed);
     for _ in 0..300 {
         p.run(Duration::from_millis(10));
-        take(p.b(), &mut got);
+        reassemble_marked(p.b(), &mut next, &mut partial, &mut got, &mut marks_seen);
     }
     check(&got, want, &format!("resumed after {crash_after_ms} ms"));
     for (i, &call) in marks_seen.iter().enumerate() {

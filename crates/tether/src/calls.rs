@@ -127,6 +127,15 @@ fn take_up(caller: &mut Caller, now: Instant, records: &[Record<'_>], keep: usiz
     dropped
 }
 
+/// Open a log file (`what` names it in the warning about a torn tail).
+fn open_log(o: &CallLogOptions, what: &str) -> Result<FileLog, Error> {
+    let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
+    if let Some(torn) = file.torn {
+        tracing::warn!(path = %o.path.display(), "{what}: {torn}; the torn record is dropped");
+    }
+    Ok(file)
+}
+
 /// Append to a caller's log, compacting it to what the caller still
 /// needs once if it is full.
 fn append_compacting(log: &mut dyn CallLog, record: &Record<'_>, caller: &Caller) -> Result<(), LogError> {
@@ -192,10 +201,7 @@ impl Calls {
                 (Box::new(MemLog::new(VOLATILE_LOG_BYTES)), target)
             }
             Some(o) => {
-                let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
-                if let Some(torn) = file.torn {
-                    tracing::warn!(path = %o.path.display(), "call log: {torn}; the torn record is dropped");
-                }
+                let file = open_log(o, "call log")?;
                 let target = Target::recover(config.clone(), &file.records());
                 (Box::new(file), target)
             }
@@ -205,10 +211,7 @@ impl Calls {
         let caller_log = match caller_log {
             None => None,
             Some(o) => {
-                let file = FileLog::open(o).map_err(|e| Error::CallLog(e.to_string()))?;
-                if let Some(torn) = file.torn {
-                    tracing::warn!(path = %o.path.display(), "caller's log: {torn}; the torn record is dropped");
-                }
+                let file = open_log(o, "caller's log")?;
                 let dropped = take_up(&mut caller, now, &file.records(), keep_earlier);
                 if dropped > 0 {
                     tracing::warn!(
