@@ -588,9 +588,16 @@ impl Endpoint {
             return;
         }
         debug!(node = self.node, ?patience, ?slowest, "patience for silent peers");
-        for p in self.peers.values_mut() {
+        for (&id, p) in self.peers.iter_mut() {
             p.send.patience = patience;
             p.scheduled = p.update_timers(&self.config, &mut self.aggregate);
+            // Back in line, as after any operation (`with_peer`): the
+            // window's room moves as the peers after this one report, and
+            // one whose data the room now holds must wait in the held
+            // line, or nothing wakes it when the room opens (found by the
+            // `engine_state_loss` mix: a stream left waiting for a later
+            // timer with data it could send).
+            self.ready.list(id, &mut p.listed);
         }
         self.deadlines.rebuild(&self.peers);
         self.earliest = self.deadlines.earliest(&self.peers);
@@ -1228,9 +1235,11 @@ impl Endpoint {
             // The commit point (fragment mode): now it may be acknowledged.
             if let Some(p) = self.peers.get_mut(&d.from) {
                 p.recv.on_taken(f.epoch, f.seq + 1);
-                // Its ACK may be owed now.
+                // Its ACK may be owed now, at once: the delayed-ACK timer
+                // follows (reading the table without setting it left the
+                // timer stale, found by the `engine_state_loss` mix).
                 self.ready.list(d.from, &mut p.listed);
-                let after = p.next_timeout();
+                let after = p.update_ack_timer();
                 self.deadlines.set(d.from, &mut p.scheduled, after);
                 self.earliest = self.deadlines.earliest(&self.peers);
             }

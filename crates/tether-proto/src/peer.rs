@@ -188,6 +188,16 @@ impl Peer {
         self.next_timeout()
     }
 
+    /// Set the delayed-ACK timer alone from the receive stream (after the
+    /// application took a fragment: nothing else changed, and the window's
+    /// accounting in `update_timers` is not this caller's to touch);
+    /// returns the earliest timer.
+    pub fn update_ack_timer(&mut self) -> Option<Instant> {
+        let due = self.recv.ack_deadline().filter(|_| self.session());
+        self.timers.set(Timer::DelayedAck, due);
+        self.next_timeout()
+    }
+
     /// Something should go on the wire to this peer at `now`.
     pub fn wants_transmit(&self, now: Instant, config: &Config, room: Room) -> bool {
         self.hs.hello_due()

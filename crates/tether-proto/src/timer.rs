@@ -84,7 +84,7 @@ impl TimerTable {
         self.next = next;
     }
 
-    #[cfg(test)]
+    /// Set one timer, the others as they are.
     pub fn set(&mut self, timer: Timer, at: Option<Instant>) {
         let mut all = Timer::ALL.map(|t| self.get(t));
         all[timer as usize] = at;
