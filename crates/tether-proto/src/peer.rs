@@ -24,7 +24,7 @@ use crate::handshake::Handshake;
 use crate::landing::LandingArea;
 use crate::paths::{Control, PathState, Paths, RailId, MAX_RAILS};
 use crate::ready::Listed;
-use crate::recv_stream::{epoch_is_newer, RecvStream, Sender};
+use crate::recv_stream::{epoch_overtakes, RecvStream, Sender};
 use crate::replay::ReplayWindow;
 use crate::send_stream::{AckNews, AckRefused, SendStream};
 use crate::snapshot::PeerSnapshot;
@@ -337,6 +337,9 @@ impl Peer {
             // A probe of the peer's retransmission timeout (or of a path):
             // it wants to know what we hold, at once.
             self.recv.answer_probe(h.probe);
+            // From a sender still on an epoch we left: the answer says
+            // where it ended.
+            self.recv.note_epoch(h.epoch);
         }
         if let Some(t) = self.paths.on_receive(now, rail, landing.carried_data(), probe, pong) {
             info!(peer = self.id, rail = t.rail, from = ?t.from, to = ?t.to, "path state changed");
@@ -344,6 +347,10 @@ impl Peer {
             self.rescue_stranded(cx, now);
         }
         let mut data_admitted = None;
+        // An ACK of our epoch was applied from this datagram: one naming a
+        // newer epoch right after it makes it the receiver's last word on
+        // ours (`RecvStream::take_left_ack`).
+        let mut closed_ours = false;
         let mut landings = landing.commit();
         for frame in frames {
             match frame {
@@ -357,13 +364,31 @@ impl Peer {
                     if !admitted {
                         cx.stats.stale_dropped += 1;
                         trace!(peer = self.id, epoch = h.epoch, "dropped: data of an older epoch");
+                        // The sender hears our epoch: a genuine one that a
+                        // forged DATA frame overtook must learn it, or it
+                        // is locked out.
+                        self.recv.on_stale(now, h.epoch);
                         continue;
                     }
                     self.recv.on_data(cx, now, self.sender(), &d, landed);
                 }
                 Frame::Ack(a) => {
-                    if epoch_is_newer(a.epoch, self.send.epoch()) {
-                        self.on_stream_reset(cx, a.epoch);
+                    if epoch_overtakes(a.epoch, self.send.epoch()) {
+                        // The receiver drops our epoch as stale.
+                        if closed_ours {
+                            // Its last word on our epoch came just before:
+                            // what it does not cover never arrived.
+                            self.on_overtaken(cx, now, a.epoch);
+                        } else if a.answer.is_some() {
+                            // It answers our probe and says nothing of our
+                            // epoch: what is unacknowledged is in doubt.
+                            self.on_stream_reset(cx, a.epoch);
+                        } else {
+                            // Unasked, and perhaps forged: the next probe
+                            // asks (the stream's data goes unacknowledged
+                            // meanwhile, so a timeout comes).
+                            cx.stats.stale_dropped += 1;
+                        }
                         continue;
                     }
                     let (cumulative, ranges) = if a.epoch == self.send.epoch() {
@@ -379,6 +404,7 @@ impl Peer {
                     };
                     let ranges = ranges.into_iter().flatten();
                     let mode = cx.config.retransmit;
+                    let ours = a.epoch == self.send.epoch();
                     match self.send.on_ack(
                         now,
                         AckNews { cumulative, full: a.full, answer: a.answer },
@@ -387,6 +413,7 @@ impl Peer {
                         cx.stats,
                     ) {
                         Ok(outcome) => {
+                            closed_ours = ours;
                             cx.stats.messages_acked += outcome.messages_acked;
                             cx.stats.segments_acked += outcome.popped;
                             let srtt_ns = self.send.rtt.smoothed_ns();
@@ -648,6 +675,29 @@ impl Peer {
         cx.events.push_back(Event::StreamReset { failed });
     }
 
+    /// The receiver left our epoch for `receiver_epoch` (which it took
+    /// from a DATA frame that was not ours) after consuming what the ACK
+    /// just applied covers. Everything above that never arrived: it goes
+    /// again on the epoch after the receiver's, in order, and nothing
+    /// fails but a message the receiver's point cut (its head went with
+    /// the old epoch).
+    fn on_overtaken(&mut self, cx: &mut Context<'_>, now: Instant, receiver_epoch: u32) {
+        let ours = self.send.epoch();
+        let failed = self.send.carry_over(cx.config, self.id, receiver_epoch, now);
+        cx.stats.messages_failed += failed.len();
+        cx.stats.streams_reset += 1;
+        warn!(
+            peer = self.id,
+            ours,
+            theirs = receiver_epoch,
+            failed = failed.len(),
+            "peer's receiver moved to a stream epoch we never started: unacknowledged messages carried over"
+        );
+        if !failed.is_empty() {
+            cx.events.push_back(Event::StreamReset { failed });
+        }
+    }
+
     /// The peer as the sender of what we receive.
     fn sender(&self) -> Sender {
         Sender { node: self.id, incarnation: self.incarnation }
@@ -856,6 +906,12 @@ impl Peer {
         if self.recv.ack_pending() {
             if self.recv.marks_intact() {
                 let ack = self.recv.take_ack();
+                if let Some(left) = self.recv.take_left_ack() {
+                    // Before our own ACK, and only with room for both.
+                    if w.remaining() >= left.encoded_len() + ack.encoded_len() {
+                        let _ = w.push_ack(&left);
+                    }
+                }
                 // Config validation guarantees room for a full ACK in any datagram.
                 acked = w.push_ack(&ack).is_ok();
                 stats.acks_sent += acked as u64;

@@ -63,6 +63,18 @@ pub fn epoch_is_newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
+/// Whether a receiver whose epoch is `theirs` drops data of `ours` as
+/// stale: `theirs` is newer, or exactly half the space away (neither is
+/// newer, and the receiver keeps what it has). The sender's test for
+/// having been overtaken, so that for every pair of epochs one side moves:
+/// the receiver adopts `ours` when it is newer, else the sender goes past
+/// `theirs`. Without the half, a sender sent there by a forged ACK and a
+/// receiver that never moved would each wait for the other for good.
+pub fn epoch_overtakes(theirs: u32, ours: u32) -> bool {
+    let d = theirs.wrapping_sub(ours);
+    d != 0 && d <= 1 << 31
+}
+
 /// Who sent what a stream receives: the node, and the life of it the
 /// session is with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +190,17 @@ pub(crate) struct RecvStream {
     /// acknowledge segments never delivered, so each use checks the copy
     /// first (Zhou et al. [FTGM] section 4: state checked before use).
     marks_copy: (u64, u64),
+    /// The epoch this stream left for a newer one, and the point it had
+    /// consumed (delivered, or queued for delivery and taken) in it when
+    /// it did: the last word on that epoch, as the stream never goes back.
+    /// A sender still on it, whose data is now stale here, learns it
+    /// (`take_left_ack`) and carries what is above it over to a new epoch
+    /// instead of failing it. Soft: lost, the sender falls back to failing
+    /// its unacknowledged messages in doubt.
+    left: Option<(u32, u64)>,
+    /// A datagram of the `left` epoch arrived: the next ACK says where it
+    /// ended.
+    owe_left: bool,
     // Soft state.
     ack: AckState,
     /// The last ACK sent stopped short of what was consumed (fragment
@@ -212,6 +235,8 @@ impl RecvStream {
             partial: None,
             taken: 0,
             marks_copy: (0, 0),
+            left: None,
+            owe_left: false,
             ack: AckState::default(),
             held_back: false,
             ack_delay: config.ack_delay,
@@ -267,6 +292,12 @@ impl RecvStream {
     /// A new epoch (or a new incarnation of the peer) starts a fresh
     /// sequence space; partial and out-of-order data of the old one is void.
     pub fn reset(&mut self, epoch: Option<u32>) {
+        if epoch.is_none() {
+            // A new incarnation of the peer: nothing of the old one's
+            // epochs is news to the new one.
+            self.left = None;
+        }
+        self.owe_left = false;
         self.epoch = epoch;
         self.expected = 0;
         self.taken = 0;
@@ -282,11 +313,43 @@ impl RecvStream {
         match self.epoch {
             Some(current) if epoch == current => true,
             Some(current) if !epoch_is_newer(epoch, current) => false,
-            _ => {
+            current => {
+                // In fragment mode what was consumed and not yet taken is
+                // not known to arrive (an engine dying with it reneges):
+                // no last word then.
+                let settled = !self.fragments || self.taken >= self.expected;
+                let left = current.filter(|_| settled).map(|e| (e, self.expected));
                 self.reset(Some(epoch));
+                self.left = left;
                 true
             }
         }
+    }
+
+    /// Data (or a probe) of `epoch` arrived that this stream does not take:
+    /// the sender hears where the stream stands, and if `epoch` is the one
+    /// it left, where that one ended.
+    pub fn on_stale(&mut self, now: Instant, epoch: u32) {
+        self.note_epoch(epoch);
+        self.request_ack(now, false);
+    }
+
+    /// A datagram of the epoch this stream left: its next ACK says where
+    /// that epoch ended (`take_left_ack`).
+    pub fn note_epoch(&mut self, epoch: u32) {
+        if self.left.is_some_and(|(e, _)| e == epoch) && self.epoch != Some(epoch) {
+            self.owe_left = true;
+        }
+    }
+
+    /// The ACK that closes the epoch this stream left, if one is owed: it
+    /// goes just before the stream's own ACK in one datagram, which is how
+    /// the sender knows it is the last word on its epoch.
+    pub fn take_left_ack(&mut self) -> Option<AckRepr> {
+        if !std::mem::take(&mut self.owe_left) {
+            return None;
+        }
+        self.left.map(|(epoch, point)| AckRepr::new(epoch, point))
     }
 
     /// Would a DATA frame with `seq` be kept (consumed or stashed)? A hint

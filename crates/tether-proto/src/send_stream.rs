@@ -1282,6 +1282,54 @@ impl SendStream {
         failed
     }
 
+    /// The receiver left our epoch for `receiver_epoch` (`Peer`'s ACK
+    /// handling) after consuming what the ACK just applied covers: every
+    /// segment still held certainly never arrived. They go again, in
+    /// order, as a fresh sequence space on the epoch after the receiver's
+    /// (a new stream rebuilt from this one's hard state, as after a loss
+    /// of soft state; the round-trip estimate and the window's accounting
+    /// carry over, the path did not change). A message the receiver's
+    /// point cut in two fails, certainly not delivered: its head went with
+    /// the old epoch. Returns it (an empty range if there was none).
+    pub fn carry_over(
+        &mut self,
+        config: &Config,
+        peer: NodeId,
+        receiver_epoch: u32,
+        now: Instant,
+    ) -> FailedMessages {
+        let SendSnapshot { mut log, mut segments } = self.snapshot();
+        let first = log.settled_below;
+        let mut failed = FailedMessages { peer, first, end: first, in_doubt_end: first };
+        let cut = segments.iter().take_while(|s| !s.flags.first()).count();
+        if cut > 0 {
+            segments.drain(..cut);
+            failed.end = first + 1;
+            log.settled_below = first + 1;
+            if log.failures.len() == FAILURE_HISTORY {
+                let (old, _) = log.failures.pop_front().expect("history is full");
+                log.forgotten_below = old.end;
+            }
+            log.failures.push_back((failed, FailReason::StreamReset));
+        }
+        for (seq, s) in segments.iter_mut().enumerate() {
+            s.seq = seq as u64;
+        }
+        log.epoch = receiver_epoch.wrapping_add(1);
+        log.acked_upto = 0;
+        log.sent_upto = 0;
+        log.next_seq = segments.len() as u64;
+        log.settled_seq = 0;
+        let mut fresh = SendStream::restore(config, SendSnapshot { log, segments }, now, &mut || {});
+        fresh.rtt = self.rtt.clone();
+        fresh.reported_pipe = self.reported_pipe;
+        fresh.patience = self.patience;
+        fresh.fragment = self.fragment;
+        fresh.next_tx_order = self.next_tx_order;
+        *self = fresh;
+        failed
+    }
+
     /// The hard state, without the segments.
     pub fn log(&self) -> &SendLog {
         &self.log

@@ -933,17 +933,49 @@ fn segments_a_restored_receiver_no_longer_holds_are_resent_at_once() {
     assert!(taken <= 2, "{taken} retransmission timeouts to repair 19 reneged segments");
 }
 
+/// Epochs an attacker can pick, against a sender on its first epoch, 1:
+/// near and far ahead, exactly half the space away, just past half (older),
+/// and behind.
+const FORGED_EPOCHS: [u32; 7] = [2, 3, 1 << 20, 1 << 31, (1 << 31) + 1, u32::MAX, 0];
+
+/// Every message delivered once, in order, or reported failed; none
+/// delivered that was reported certainly-not-arrived. Returns the
+/// messages not reported failed (all of which `got` holds, in order).
+fn delivered_or_reported(p: &mut Pair, got: &[Vec<u8>], sent: &[(u64, Vec<u8>)], what: &str) -> Vec<Vec<u8>> {
+    let failed: Vec<_> = std::iter::from_fn(|| p.a().poll_event())
+        .filter_map(|e| match e {
+            Event::StreamReset { failed } => Some(failed),
+            Event::PeerUnreachable { failed } => panic!("{what}: locked out, {failed:?} failed"),
+            _ => None,
+        })
+        .collect();
+    let failed_seq = |seq: u64| failed.iter().find(|f| f.contains(seq));
+    let kept: Vec<_> =
+        sent.iter().filter(|(seq, _)| failed_seq(*seq).is_none()).map(|(_, m)| m.clone()).collect();
+    let in_doubt: Vec<_> = sent
+        .iter()
+        .filter(|(seq, _)| failed_seq(*seq).is_some_and(|f| *seq < f.in_doubt_end))
+        .map(|(_, m)| m.clone())
+        .collect();
+    let unexplained: Vec<_> = got.iter().filter(|m| !kept.contains(m) && !in_doubt.contains(m)).collect();
+    assert!(unexplained.is_empty(), "{what}: delivered but reported never sent");
+    let delivered_kept: Vec<_> = got.iter().filter(|m| kept.contains(m)).cloned().collect();
+    check(&delivered_kept, &kept, &format!("{what}: the messages not reported failed"));
+    kept
+}
+
 /// Without a cluster key an on-path attacker, who reads the live
-/// incarnations from any header, can forge DATA with a stream epoch far
-/// ahead of the sender's. The receiver adopts it (it cannot tell) and
-/// drops the genuine epoch as stale. That must not lock the sender out:
-/// the receiver's ACKs name the forged epoch, the sender learns it has been
-/// overtaken, fails exactly its unacknowledged messages (in doubt) and goes
-/// on past it. Every epoch an attacker can pick is overtaken, the largest
-/// included (epochs compare by serial arithmetic).
+/// incarnations from any header, can forge DATA with any stream epoch.
+/// The receiver adopts a newer one (it cannot tell) and drops the genuine
+/// epoch as stale. That must not lock the sender out, nor cost it a
+/// message: the receiver answers the stale data with where it left the
+/// genuine epoch and where it is now, and the sender carries everything
+/// above that point over to the epoch after the receiver's. Every epoch an
+/// attacker can pick is overtaken, the largest included (serial
+/// arithmetic); with messages in flight as the forgery lands.
 #[test]
-fn a_forged_epoch_far_ahead_does_not_lock_the_sender_out() {
-    for forged_epoch in [2, 1 << 20, 1 << 31, (1 << 31) + 1, u32::MAX, 0] {
+fn a_forged_data_epoch_neither_locks_the_sender_out_nor_loses_a_message() {
+    for forged_epoch in FORGED_EPOCHS {
         let mut p = Pair::connected(Config::default());
         let before: Vec<_> = (0..20).map(|i| msg(i, 300)).collect();
         for m in &before {
@@ -951,55 +983,76 @@ fn a_forged_epoch_far_ahead_does_not_lock_the_sender_out() {
         }
         p.run(Duration::from_millis(5));
         check(&p.drain_b(), &before, "before the forgery");
-        let mut h = header(A, B, 1, 1);
-        h.epoch = forged_epoch;
-        let now = p.now();
-        p.b().handle_datagram(now, &forge(h, Some((0, b"forged")), None));
-        // Whatever the forgery did to B's delivery queue, A's stream goes on.
-        p.drain_b();
-        let after: Vec<_> = (20..60).map(|i| msg(i, 300)).collect();
-        for m in &after {
+        let after: Vec<_> = (20..60u64).map(|i| (i, msg(i as usize, 300))).collect();
+        for (i, (_, m)) in after.iter().enumerate() {
             p.send(m).unwrap();
+            if i == 10 {
+                // Lands with messages in flight, at a sequence number the
+                // stream has not reached (held out of order, never delivered).
+                let mut h = header(A, B, 1, 1);
+                h.epoch = forged_epoch;
+                let now = p.now();
+                p.b().handle_datagram(now, &forge(h, Some((5, b"forged")), None));
+            }
             p.run(Duration::from_micros(100));
         }
         p.run(Duration::from_millis(500));
         let got = p.drain_b();
-        let failed: Vec<_> = std::iter::from_fn(|| p.a().poll_event())
-            .filter_map(|e| match e {
-                Event::StreamReset { failed } => Some(failed),
-                Event::PeerUnreachable { failed } => {
-                    panic!("epoch {forged_epoch}: locked out, {failed:?} failed")
-                }
-                _ => None,
-            })
-            .collect();
-        // Every message is delivered once, in order, or reported failed;
-        // none delivered is reported certainly-not-arrived.
-        let failed_seq = |seq: u64| failed.iter().find(|f| f.contains(seq));
-        let kept: Vec<_> = (20..60u64)
-            .zip(&after)
-            .filter(|(seq, _)| failed_seq(*seq).is_none())
-            .map(|(_, m)| m.clone())
-            .collect();
-        let in_doubt: Vec<_> = (20..60u64)
-            .zip(&after)
-            .filter(|(seq, _)| failed_seq(*seq).is_some_and(|f| *seq < f.in_doubt_end))
-            .map(|(_, m)| m.clone())
-            .collect();
-        let unexplained: Vec<_> = got.iter().filter(|m| !kept.contains(m) && !in_doubt.contains(m)).collect();
-        assert!(unexplained.is_empty(), "epoch {forged_epoch}: delivered but reported never sent");
-        let delivered_kept: Vec<_> = got.iter().filter(|m| kept.contains(m)).cloned().collect();
-        check(&delivered_kept, &kept, &format!("epoch {forged_epoch}: the messages not reported failed"));
-        assert!(kept.len() >= 30, "epoch {forged_epoch}: the stream resumed ({} kept)", kept.len());
-        let id = |seq| MessageId { peer: B, seq };
-        assert_eq!(p.a().message_state(id(59)), MessageState::Delivered, "epoch {forged_epoch}");
-        // The sender is on its first epoch, 1: one less than half the space
-        // ahead is newer and taken by B (then overtaken once); the rest
-        // are older and dropped as stale.
-        let newer = forged_epoch.wrapping_sub(1) < 1 << 31;
-        assert_eq!(p.a().stats().streams_reset, u64::from(newer), "epoch {forged_epoch}");
+        let what = format!("forged DATA epoch {forged_epoch}");
+        let kept = delivered_or_reported(&mut p, &got, &after, &what);
+        assert_eq!(kept.len(), 40, "{what}: nothing failed");
+        check(&got, &kept, &what);
+        let newer = forged_epoch.wrapping_sub(1) < 1 << 31 && forged_epoch != 1;
+        // Taken by B, then overtaken once by A: everything carried over.
+        assert_eq!(p.a().stats().streams_reset, u64::from(newer), "{what}");
+        assert_eq!(p.a().stats().messages_failed, 0, "{what}");
         if !newer {
-            assert!(p.b().stats().stale_dropped >= 1, "epoch {forged_epoch}: dropped as stale");
+            assert!(p.b().stats().stale_dropped >= 1, "{what}: dropped as stale");
+        }
+    }
+}
+
+/// The same attacker forges an ACK toward the sender naming another
+/// epoch. Unasked, it moves nothing: the sender takes an epoch past ours
+/// only from an ACK that closes ours just before it, or from the answer to
+/// its own probe. A forged answer (the attacker reads the probe numbers
+/// too) makes the sender resynchronise: its unacknowledged messages fail
+/// in doubt and it goes on past the named epoch; if that is one the
+/// receiver drops as stale (exactly half the space away, or further), the
+/// receiver's answers move the sender once more. Either way the stream
+/// goes on, everything reported exactly.
+#[test]
+fn a_forged_ack_epoch_does_not_lock_the_sender_out() {
+    for answer in [None, Some(1u8)] {
+        for forged_epoch in FORGED_EPOCHS {
+            let mut p = Pair::connected(Config::default());
+            let sent: Vec<_> = (0..60u64).map(|i| (i, msg(i as usize, 300))).collect();
+            for (i, (_, m)) in sent.iter().enumerate() {
+                p.send(m).unwrap();
+                if i == 30 {
+                    let mut ack = AckRepr::new(forged_epoch, 0);
+                    ack.answer = answer;
+                    let mut buf = vec![0u8; 256];
+                    let mut w = PacketWriter::new(&mut buf, &header(B, A, 1, 1)).unwrap();
+                    w.push_ack(&ack).unwrap();
+                    let n = w.finish();
+                    let now = p.now();
+                    p.a().handle_datagram(now, &buf[..n]);
+                }
+                p.run(Duration::from_micros(100));
+            }
+            p.run(Duration::from_millis(500));
+            let got = p.drain_b();
+            let what = format!("forged ACK epoch {forged_epoch}, answer {answer:?}");
+            let kept = delivered_or_reported(&mut p, &got, &sent, &what);
+            let id = |seq| MessageId { peer: B, seq };
+            assert_eq!(p.a().message_state(id(59)), MessageState::Delivered, "{what}: the stream went on");
+            if answer.is_none() || forged_epoch == 1 || !tether_proto::epoch_overtakes(forged_epoch, 1) {
+                assert_eq!(kept.len(), 60, "{what}: nothing failed");
+                assert_eq!(p.a().stats().streams_reset, 0, "{what}");
+            } else {
+                assert!(kept.len() >= 20, "{what}: the stream resumed ({} kept)", kept.len());
+            }
         }
     }
 }
