@@ -296,7 +296,10 @@ impl NetOpts {
             recv_window: self.window.max(1024),
             rto_min,
             rto_initial: rto_min.max(Config::default().rto_initial),
+            // The user's bound is a bound: no patience beyond it, however
+            // slow the peer's round trips were before it went silent.
             abandon_after: self.give_up_after,
+            abandon_limit: Some(self.give_up_after),
             checksum: self.checksum,
             key: self.key_file.clone().map(|k| k.with_auth(self.auth)),
             retransmit: match self.mode {

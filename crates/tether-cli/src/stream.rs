@@ -311,14 +311,33 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     let quiet = || no_answer("stream", addr, bind, tx.stats().messages_acked, count, o.give_up_after);
     // Looked at every 256 messages and after any wait for room, which is
     // when failures free it: often enough, and no lock per message.
+    // A peer that gave no sign of life for --give-up-after is reported at
+    // once: no linger for messages queued behind the failure (dropping the
+    // endpoint would wait `Options::linger` for them, a second past the
+    // user's bound).
+    let gone = |tx: tether::Endpoint, e: anyhow::Error| {
+        let _ = tx.close(Duration::ZERO);
+        Err(e)
+    };
     for i in 0..count {
         let t0 = Instant::now();
-        send_pattern(&tx, &mut buf, i, o.give_up_after * 2)?;
+        match send_pattern(&tx, &mut buf, i, o.give_up_after * 2) {
+            Ok(_) => {}
+            // No room for twice the bound: nothing was acknowledged.
+            Err(tether::Error::TimedOut) => {
+                let e = quiet();
+                return gone(tx, e);
+            }
+            Err(e) => return Err(e.into()),
+        }
         if (i % 256 == 255 || t0.elapsed() > Duration::from_millis(1)) && tx.stats().messages_failed > 0 {
-            return Err(quiet());
+            let e = quiet();
+            return gone(tx, e);
         }
     }
-    crate::net::drain(&tx, o.give_up_after, quiet)?;
+    if let Err(e) = crate::net::drain(&tx, o.give_up_after, quiet) {
+        return gone(tx, e);
+    }
     let secs = start.elapsed().as_secs_f64();
     let s = tx.stats();
     let t =

@@ -142,8 +142,16 @@ pub struct Config {
     /// immediate ACK (Tang and Bilas [TB] section 4.1.2).
     pub ack_request_at: u8,
     /// No acknowledged progress toward a peer with data outstanding for this
-    /// long: the peer is unreachable and its messages fail.
+    /// long: the peer is unreachable and its messages fail. A floor: an
+    /// endpoint whose own conversations are slow waits longer (its
+    /// patience, up to `abandon_limit`).
     pub abandon_after: Duration,
+    /// The longest the patience may stretch `abandon_after` to: the bound,
+    /// from the last sign of life, within which the messages to a silent
+    /// peer fail whatever the endpoint measured before (a peer frozen for
+    /// seconds leaves round trips of seconds behind it). `None`: twelve
+    /// times `abandon_after`; `Some(abandon_after)`: no stretching at all.
+    pub abandon_limit: Option<Duration>,
     /// The checksum this endpoint sends with (named in every header).
     pub checksum: ChecksumKind,
     /// What it accepts from peers besides its own `checksum`: a receiver
@@ -203,6 +211,7 @@ impl Default for Config {
             ack_delay: Duration::from_micros(200),
             ack_request_at: 128,
             abandon_after: Duration::from_secs(5),
+            abandon_limit: None,
             checksum: ChecksumKind::Crc32c,
             accept_checksums: ChecksumSet::checked(),
             key: None,
@@ -284,6 +293,9 @@ impl Config {
         }
         if self.abandon_after < self.rto_max {
             return bad("abandon_after", "must be at least rto_max");
+        }
+        if self.abandon_limit.is_some_and(|limit| limit < self.abandon_after) {
+            return bad("abandon_limit", "must be at least abandon_after");
         }
         if self.path_suspect_after.is_zero() || self.path_suspect_after >= self.path_down_after {
             return bad("path_suspect_after", "must be non-zero and below path_down_after");

@@ -63,7 +63,8 @@ const REFUSED: [&str; 9] = [
 const PATIENCE_EVERY: Duration = Duration::from_millis(100);
 /// Silence of this many of the slowest round trips gives a peer up...
 const PATIENCE_RTTS: u32 = 16;
-/// ... but never more than this many times `Config::abandon_after`.
+/// ... but never more than this many times `Config::abandon_after`
+/// (unless `Config::abandon_limit` says otherwise).
 const PATIENCE_CAP: u32 = 12;
 
 /// Most peers one endpoint keeps state for: a flood of forged source ids
@@ -559,8 +560,8 @@ impl Endpoint {
     /// must last before a peer is given up: `Config::abandon_after`, or
     /// `PATIENCE_RTTS` of this endpoint's slowest conversation (its
     /// smoothed round trip plus four deviations, unclamped) or of how late
-    /// its own timers ran, when that is longer; at most `PATIENCE_CAP`
-    /// times `abandon_after`. An endpoint
+    /// its own timers ran, when that is longer; at most `abandon_limit`
+    /// (`PATIENCE_CAP` times `abandon_after` by default). An endpoint
     /// starved of CPU (a hundred endpoints on two cores) reads its socket
     /// seconds late: every peer then looks silent, and a fixed five
     /// seconds gave up healthy peers whose handshakes had only queued
@@ -581,7 +582,8 @@ impl Endpoint {
         let late = self.lateness.0.max(self.lateness.1 / 2);
         self.lateness = (Duration::ZERO, late);
         let slowest = slowest.max(late);
-        let patience = (slowest * PATIENCE_RTTS).clamp(floor, floor * PATIENCE_CAP);
+        let limit = self.config.abandon_limit.unwrap_or(floor * PATIENCE_CAP);
+        let patience = (slowest * PATIENCE_RTTS).clamp(floor, limit);
         let changed = patience != self.patience.0;
         self.patience = (patience, now + PATIENCE_EVERY);
         if !changed {
