@@ -157,10 +157,11 @@ fn stream_through(forgery: Forgery) {
     assert_eq!(r["corrupted"].as_u64(), Some(0), "{what}: nothing forged delivered");
     assert_eq!(r["out_of_order"].as_u64(), Some(0), "{what}");
     assert_eq!(s["delivered"].as_u64(), Some(COUNT), "{what}: every message acknowledged");
-    // Where it struck: the listener took the forged epoch and dropped the
-    // genuine one's data as stale until the sender moved past it; or the
-    // sender set the forged ACK aside. A forged epoch exactly half the
-    // space away or further is older to the listener: stale from the start.
+    // Where it struck: the listener took the forged epoch (two ahead) and
+    // dropped the genuine one's data as stale until the sender carried
+    // its messages past it, or dropped the forged frame itself as beyond
+    // reach (2^31 - 1 and 2^31 ahead); or the sender set the forged ACK
+    // aside.
     let stale = |side: &serde_json::Value, drops: &str| side[drops]["stale_dropped"].as_u64().unwrap_or(0);
     match forgery {
         Forgery::Data(_) => assert!(stale(&r, "receiver_drops") >= 1, "{what}: {r}"),

@@ -68,7 +68,9 @@ pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
 pub use message_pool::MessagePool;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
-pub use recv_stream::{epoch_overtakes, PartialMessage, RecvSnapshot, StashedSegment};
+pub use recv_stream::{
+    epoch_overtakes, epoch_within_reach, PartialMessage, RecvSnapshot, StashedSegment, EPOCH_WINDOW,
+};
 pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot, ResumedStream, StreamMarks, Unsettled};

@@ -14,7 +14,7 @@
 //! selectively acknowledged and will not send again). [`RecvSnapshot`]
 //! exports it; a restored stream owes the sender an ACK at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use core::time::Duration;
 
@@ -54,25 +54,34 @@ impl Landed {
     }
 }
 
-/// Whether epoch `a` comes after `b`, in serial-number arithmetic (RFC
-/// 1982): epochs wrap, so "newer" means less than half the space ahead.
-/// No epoch is ever newest, so one forged far ahead cannot lock a sender
-/// out: the sender's resynchronisation (see `Peer`'s handling of ACKs)
-/// moves past it.
-pub fn epoch_is_newer(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
+/// How far ahead of its current epoch a receiver takes a new one from
+/// DATA. A sender moves its epoch one step at each abandonment (a peer
+/// silent for `abandon_after`) or carry-over, so 65,536 steps are
+/// three days of five-second outages; further ahead is no sender's, and
+/// taking it would make its old epochs, still on the way in delayed
+/// datagrams, look newer again (in serial arithmetic, half the space
+/// ahead is also half behind): the `forged_epochs` mix re-took epoch 1's
+/// datagrams after a forged DATA frame moved a receiver 2^31 - 1 ahead.
+pub const EPOCH_WINDOW: u32 = 1 << 16;
+
+/// Epochs a receive stream remembers its last word on.
+const PAST_EPOCHS: usize = 8;
+
+/// Whether a receiver on epoch `current` takes `epoch` from DATA: it lies
+/// at most `EPOCH_WINDOW` ahead.
+pub fn epoch_within_reach(epoch: u32, current: u32) -> bool {
+    let ahead = epoch.wrapping_sub(current);
+    ahead != 0 && ahead <= EPOCH_WINDOW
 }
 
-/// Whether a receiver whose epoch is `theirs` drops data of `ours` as
-/// stale: `theirs` is newer, or exactly half the space away (neither is
-/// newer, and the receiver keeps what it has). The sender's test for
-/// having been overtaken, so that for every pair of epochs one side moves:
-/// the receiver adopts `ours` when it is newer, else the sender goes past
-/// `theirs`. Without the half, a sender sent there by a forged ACK and a
-/// receiver that never moved would each wait for the other for good.
+/// Whether a receiver on epoch `theirs` is somewhere a sender on `ours`
+/// cannot move it by sending: anywhere but `ours` or within
+/// `EPOCH_WINDOW` behind it (from there our data moves it). The sender's
+/// test for having been overtaken, the complement of `epoch_within_reach`,
+/// so for every pair of epochs exactly one side moves: the receiver takes
+/// `ours`, or the sender goes to the epoch after `theirs`.
 pub fn epoch_overtakes(theirs: u32, ours: u32) -> bool {
-    let d = theirs.wrapping_sub(ours);
-    d != 0 && d <= 1 << 31
+    ours.wrapping_sub(theirs) > EPOCH_WINDOW
 }
 
 /// Who sent what a stream receives: the node, and the life of it the
@@ -190,17 +199,22 @@ pub(crate) struct RecvStream {
     /// acknowledge segments never delivered, so each use checks the copy
     /// first (Zhou et al. [FTGM] section 4: state checked before use).
     marks_copy: (u64, u64),
-    /// The epoch this stream left for a newer one, and the point it had
-    /// consumed (delivered, or queued for delivery and taken) in it when
-    /// it did: the last word on that epoch, as the stream never goes back.
-    /// A sender still on it, whose data is now stale here, learns it
-    /// (`take_left_ack`) and carries what is above it over to a new epoch
-    /// instead of failing it. Soft: lost, the sender falls back to failing
-    /// its unacknowledged messages in doubt.
-    left: Option<(u32, u64)>,
-    /// A datagram of the `left` epoch arrived: the next ACK says where it
-    /// ended.
-    owe_left: bool,
+    /// The epochs this stream left, newest last (at most `PAST_EPOCHS`),
+    /// each with the point it had consumed (delivered, or queued for
+    /// delivery and taken) in it when it moved on: its last word on that
+    /// epoch, as the stream never goes back (`None`: not known, fragment
+    /// mode with fragments consumed and not taken). A sender still on one
+    /// of them, whose data is now stale here, learns it (`take_left_ack`)
+    /// and carries what is above it over to a new epoch instead of failing
+    /// it. Soft: lost, the sender falls back to failing its unacknowledged
+    /// messages in doubt.
+    past: VecDeque<(u32, Option<u64>)>,
+    /// `past` holds every epoch this stream was on since its session
+    /// began (none forgotten, not restored): one in neither it nor
+    /// `epoch` was never taken, nothing of it consumed.
+    whole: bool,
+    /// The last word owed to the sender: an epoch and its point.
+    owe_left: Option<(u32, u64)>,
     // Soft state.
     ack: AckState,
     /// The last ACK sent stopped short of what was consumed (fragment
@@ -235,8 +249,9 @@ impl RecvStream {
             partial: None,
             taken: 0,
             marks_copy: (0, 0),
-            left: None,
-            owe_left: false,
+            past: VecDeque::new(),
+            whole: true,
+            owe_left: None,
             ack: AckState::default(),
             held_back: false,
             ack_delay: config.ack_delay,
@@ -270,6 +285,8 @@ impl RecvStream {
     /// once: whatever ACK was owed went with the soft state.
     pub fn restore(config: &Config, snapshot: RecvSnapshot) -> Self {
         let mut r = RecvStream::new(config);
+        // The epochs it left went with the soft state.
+        r.whole = snapshot.epoch.is_none();
         r.epoch = snapshot.epoch;
         r.expected = snapshot.delivered_upto;
         // Whatever waits in a restored delivery queue was acknowledged
@@ -293,11 +310,11 @@ impl RecvStream {
     /// sequence space; partial and out-of-order data of the old one is void.
     pub fn reset(&mut self, epoch: Option<u32>) {
         if epoch.is_none() {
-            // A new incarnation of the peer: nothing of the old one's
-            // epochs is news to the new one.
-            self.left = None;
+            // A new incarnation of the peer: a session begins.
+            self.past.clear();
+            self.whole = true;
         }
-        self.owe_left = false;
+        self.owe_left = None;
         self.epoch = epoch;
         self.expected = 0;
         self.taken = 0;
@@ -312,15 +329,21 @@ impl RecvStream {
     pub fn admit_epoch(&mut self, epoch: u32) -> bool {
         match self.epoch {
             Some(current) if epoch == current => true,
-            Some(current) if !epoch_is_newer(epoch, current) => false,
+            Some(current) if !epoch_within_reach(epoch, current) => false,
             current => {
                 // In fragment mode what was consumed and not yet taken is
                 // not known to arrive (an engine dying with it reneges):
                 // no last word then.
                 let settled = !self.fragments || self.taken >= self.expected;
-                let left = current.filter(|_| settled).map(|e| (e, self.expected));
+                let left = current.map(|e| (e, settled.then_some(self.expected)));
                 self.reset(Some(epoch));
-                self.left = left;
+                if let Some(left) = left {
+                    if self.past.len() == PAST_EPOCHS {
+                        self.past.pop_front();
+                        self.whole = false;
+                    }
+                    self.past.push_back(left);
+                }
                 true
             }
         }
@@ -334,22 +357,27 @@ impl RecvStream {
         self.request_ack(now, false);
     }
 
-    /// A datagram of the epoch this stream left: its next ACK says where
-    /// that epoch ended (`take_left_ack`).
+    /// A datagram of `epoch` that this stream drops as stale (an epoch it
+    /// left, or one it was never on): its next ACK says where that epoch
+    /// ended, if it knows (`take_left_ack`).
     pub fn note_epoch(&mut self, epoch: u32) {
-        if self.left.is_some_and(|(e, _)| e == epoch) && self.epoch != Some(epoch) {
-            self.owe_left = true;
+        let Some(current) = self.epoch else { return };
+        if epoch == current || epoch_within_reach(epoch, current) {
+            return;
         }
+        let point = match self.past.iter().rev().find(|(e, _)| *e == epoch) {
+            Some(&(_, point)) => point,
+            None if self.whole => Some(0),
+            None => None,
+        };
+        self.owe_left = point.map(|p| (epoch, p));
     }
 
     /// The ACK that closes the epoch this stream left, if one is owed: it
     /// goes just before the stream's own ACK in one datagram, which is how
     /// the sender knows it is the last word on its epoch.
     pub fn take_left_ack(&mut self) -> Option<AckRepr> {
-        if !std::mem::take(&mut self.owe_left) {
-            return None;
-        }
-        self.left.map(|(epoch, point)| AckRepr::new(epoch, point))
+        self.owe_left.take().map(|(epoch, point)| AckRepr::new(epoch, point))
     }
 
     /// Would a DATA frame with `seq` be kept (consumed or stashed)? A hint

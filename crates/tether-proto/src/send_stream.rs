@@ -1326,8 +1326,19 @@ impl SendStream {
         fresh.patience = self.patience;
         fresh.fragment = self.fragment;
         fresh.next_tx_order = self.next_tx_order;
+        // New probes get new numbers: a late answer to one of the old
+        // epoch's must not answer them.
+        fresh.probe_number = self.probe_number;
         *self = fresh;
         failed
+    }
+
+    /// Whether an ACK answering probe `n` answers one still outstanding:
+    /// not a late or duplicated answer to a probe answered already, or to
+    /// one of an epoch this stream has left (a carried-over stream has no
+    /// probe outstanding until its next timeout).
+    pub fn answers_outstanding_probe(&self, n: u8) -> bool {
+        self.probe.is_some_and(|p| p.answered_by(n, self.probe_number))
     }
 
     /// The hard state, without the segments.

@@ -75,6 +75,11 @@ pub struct SimConfig {
     /// millisecond (None: it reads everything at once). Fills delivery
     /// queues, so the commit point's back-pressure is exercised.
     pub reader_batch: Option<usize>,
+    /// Datagrams forged by an attacker on the path without the key
+    /// (`forger`): this many, beside genuine datagrams drawn from the
+    /// first `forge_within` of the run's.
+    pub forgeries: usize,
+    pub forge_within: u64,
     pub mix: &'static str,
 }
 
@@ -98,6 +103,8 @@ impl SimConfig {
             time_limit: Duration::from_secs(30),
             pace: Duration::from_micros(100),
             reader_batch: None,
+            forgeries: 0,
+            forge_within: 0,
             mix: "custom",
         }
     }
@@ -110,7 +117,7 @@ impl fmt::Display for SimConfig {
             f,
             "seed={} mix={} nodes={} messages_per_stream={} latency={:?} faults={:?} cuts={:?} rails={} \
              rail_loss={:?} restarts={:?} soft_losses={:?} safety_phase={:?} time_limit={:?} pace={:?} reader_batch={:?} \
-             window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?} workload={:?}",
+             forgeries={} window={} rto_min={:?} abandon_after={:?} mode={:?} rail_policy={:?} workload={:?}",
             self.seed,
             self.mix,
             self.nodes,
@@ -126,6 +133,7 @@ impl fmt::Display for SimConfig {
             self.time_limit,
             self.pace,
             self.reader_batch,
+            self.forgeries,
             p.send_window,
             p.rto_min,
             p.abandon_after,
@@ -197,6 +205,13 @@ pub enum FaultMix {
     /// message faults at which rates, cuts, restarts, soft-state losses,
     /// windows and datagram sizes (a swarm: every seed a different world).
     Swarm,
+    /// An attacker on the path without a cluster key forges DATA toward
+    /// receivers under other epochs (near, far, half the space away,
+    /// behind) and ACKs toward senders naming them, four times a run,
+    /// under loss, reordering and duplication: no genuine stream is
+    /// locked out, and only a message a receiver's epoch change cut in
+    /// two may fail (reported, certainly not delivered).
+    ForgedEpochs,
     /// Calls (issue 15) from a caller to a server whose node crashes at
     /// moments drawn from the seed, between a handler's effect and its
     /// completion record, and in the middle of a log write, and restarts
@@ -207,7 +222,7 @@ pub enum FaultMix {
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 24] = [
+    pub const ALL: [FaultMix; 25] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -231,6 +246,7 @@ impl FaultMix {
         FaultMix::RestartAckLoss,
         FaultMix::Authenticated,
         FaultMix::Swarm,
+        FaultMix::ForgedEpochs,
         FaultMix::CallsServerCrash,
     ];
 
@@ -259,6 +275,7 @@ impl FaultMix {
             FaultMix::RestartAckLoss => "restart_ack_loss",
             FaultMix::Authenticated => "authenticated",
             FaultMix::Swarm => "swarm",
+            FaultMix::ForgedEpochs => "forged_epochs",
             FaultMix::CallsServerCrash => "calls_server_crash",
         }
     }
@@ -278,6 +295,7 @@ impl FaultMix {
                 | FaultMix::RestartAckLoss
                 | FaultMix::Authenticated
                 | FaultMix::Swarm
+                | FaultMix::ForgedEpochs
         )
     }
 
@@ -417,6 +435,11 @@ impl FaultMix {
                 c.soft_losses.push((2, Duration::from_micros(7_000)));
             }
             FaultMix::Swarm => swarm(&mut c, seed),
+            FaultMix::ForgedEpochs => {
+                rules(&mut c, &["drop:p=0.03", "delay:p=0.3,min=0us,max=150us", "duplicate:p=0.03"]);
+                c.forgeries = 4;
+                c.forge_within = 1_500;
+            }
             FaultMix::CallsServerCrash => {
                 c.workload = Workload::Calls;
                 c.nodes = 2;

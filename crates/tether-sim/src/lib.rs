@@ -8,6 +8,7 @@
 pub mod calls;
 mod checker;
 mod config;
+mod forger;
 pub mod net;
 mod sim;
 

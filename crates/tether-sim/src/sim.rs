@@ -20,6 +20,7 @@ use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, Ra
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
 use crate::config::SimConfig;
+use crate::forger::Forger;
 use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
 
 /// What happened to datagrams on the links.
@@ -28,6 +29,8 @@ pub struct LinkCounters {
     pub datagrams: u64,
     /// Lost to a cut link.
     pub cut: u64,
+    /// Forged by the attacker on the path (`forged_epochs`).
+    pub forged: u64,
     /// What the nodes' fault injectors did, summed.
     pub faults: FaultCounters,
 }
@@ -135,6 +138,8 @@ struct Links<'a> {
     release_at: Vec<Option<Instant>>,
     /// `TETHER_SIM_TRACE` set: print every datagram sent (for debugging a seed).
     trace: bool,
+    /// The attacker on the path, in the `forged_epochs` mix.
+    forger: Option<Forger>,
 }
 
 struct World<'a> {
@@ -154,7 +159,7 @@ fn ns(d: Duration) -> u64 {
 
 impl<'a> World<'a> {
     fn new(cfg: &'a SimConfig) -> Self {
-        let links = Links {
+        let mut links = Links {
             cfg,
             rng: Pcg64Mcg::seed_from_u64(cfg.seed),
             counters: LinkCounters::default(),
@@ -168,8 +173,12 @@ impl<'a> World<'a> {
                 .collect(),
             release_at: vec![None; cfg.nodes as usize * rails(cfg)],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
+            forger: None,
         };
         let origin = Instant::from_nanos(ORIGIN_NS);
+        if cfg.forgeries > 0 {
+            links.forger = Some(Forger::new(&mut links.rng, cfg.forgeries, 50..cfg.forge_within.max(51)));
+        }
         let mut net = VirtualNet::new(origin, links);
         for id in 0..cfg.nodes {
             net.add(endpoint(cfg, id, 1));
@@ -505,6 +514,12 @@ impl Link<Ev> for Links<'_> {
             eprintln!("{:>12} {src}->{dst} rail {rail} {}", ns(elapsed), describe(datagram));
         }
         let arrive = timeline.now() + self.cfg.latency;
+        if let Some(forger) = &mut self.forger {
+            if let Some((from, to, bytes)) = forger.on_pass(&mut self.rng, src, dst, datagram) {
+                self.counters.forged += 1;
+                timeline.send(arrive, Datagram { src: from, dst: to, rail, bytes });
+            }
+        }
         let arrival = |dst, bytes| Datagram { src, dst, rail, bytes };
         if self.cfg.rails > 1 {
             // Rail faults last the whole run: a lossy rail stays lossy.

@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 24 mixes x 100 = 2,400 runs per `cargo test`.
+/// Seeds per mix: 25 mixes x 100 = 2,500 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 #[test]
@@ -195,6 +195,18 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             // Corrupted datagrams are refused by their MAC, not a checksum.
             assert!(sum(&|r| r.stats.mac_failures) > 0, "corruption must reach the MAC check");
             assert!(r.iter().all(|r| r.soft_losses > 0));
+        }
+        FaultMix::ForgedEpochs => {
+            // Up to four forgeries a run (one planned past the run's last
+            // datagram is not sent); each carry-over fails at most the one
+            // message its point cut in two (certainly not delivered), and
+            // nothing else fails.
+            assert!(r.iter().all(|r| r.links.forged >= 1), "a forgery in every run");
+            assert!(sum(&|r| r.links.forged) >= 3 * r.len() as u64, "most forgeries sent");
+            assert_eq!(sum(&|r| r.in_doubt_delivered), 0, "no failure in doubt");
+            assert!(sum(&|r| r.stats.streams_reset) > 0, "forged epochs were taken and overtaken");
+            let (failed, resets) = (sum(&|r| r.failed), sum(&|r| r.stats.streams_reset));
+            assert!(failed <= resets, "{failed} messages failed in {resets} resynchronisations");
         }
         FaultMix::Swarm => {
             let distinct: std::collections::BTreeSet<_> =
