@@ -1,15 +1,6 @@
-//! Fuzz the requests `tether engine --fault-hook` takes (docs/ENGINE.md,
-//! "The engine fault campaign"): arbitrary bytes. No panic; what parses is
-//! two words, and writing them back parses to the same.
+//! The `hook_request` fuzz target: its body is `tether_fuzz::hook_request::run`
+//! (src/hook_request.rs), which tests/corpus.rs also replays on stable.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tether_engine::hook::parse;
-
-fuzz_target!(|bytes: &[u8]| {
-    if let Some((target, seed)) = parse(bytes) {
-        assert!(!target.is_empty() && !target.contains(char::is_whitespace));
-        assert_eq!(parse(format!("{target} {seed}").as_bytes()), Some((target, seed)));
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tether_fuzz::hook_request::run(data));

@@ -1,20 +1,6 @@
-//! Fuzz the records an application and its engine exchange
-//! (docs/ENGINE.md): arbitrary bytes as a submission and as a completion.
-//! No panic; what parses encodes back to exactly its bytes.
+//! The `records` fuzz target: its body is `tether_fuzz::records::run`
+//! (src/records.rs), which tests/corpus.rs also replays on stable.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tether_engine::{Completion, Submission};
-
-fuzz_target!(|bytes: &[u8]| {
-    let mut buf = vec![0u8; bytes.len() + 64];
-    if let Ok(s) = Submission::decode(bytes) {
-        let n = s.encode(&mut buf).expect("a parsed record fits its own length");
-        assert_eq!(&buf[..n], bytes);
-    }
-    if let Ok(c) = Completion::decode(bytes) {
-        let n = c.encode(&mut buf).expect("a parsed record fits its own length");
-        assert_eq!(&buf[..n], bytes);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tether_fuzz::records::run(data));

@@ -1,0 +1,18 @@
+//! Fuzz the records an application and its engine exchange
+//! (docs/ENGINE.md): arbitrary bytes as a submission and as a completion.
+//! No panic; what parses encodes back to exactly its bytes.
+
+use tether_engine::{Completion, Submission};
+
+/// One fuzz input.
+pub fn run(bytes: &[u8]) {
+    let mut buf = vec![0u8; bytes.len() + 64];
+    if let Ok(s) = Submission::decode(bytes) {
+        let n = s.encode(&mut buf).expect("a parsed record fits its own length");
+        assert_eq!(&buf[..n], bytes);
+    }
+    if let Ok(c) = Completion::decode(bytes) {
+        let n = c.encode(&mut buf).expect("a parsed record fits its own length");
+        assert_eq!(&buf[..n], bytes);
+    }
+}
