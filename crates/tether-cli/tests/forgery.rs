@@ -13,7 +13,6 @@
 //! every one of 15,000 4 KiB messages arrives verified, both processes
 //! finish, and the forgery is seen where it struck.
 
-
 // Tests measure wall-clock bounds on real sockets; only the pure crates ban the clock.
 #![allow(clippy::disallowed_methods)]
 

@@ -9,7 +9,6 @@
 //! stretched the give-up to twelve times `--give-up-after` before the
 //! user's bound capped it.
 
-
 // Tests measure wall-clock bounds on real sockets; only the pure crates ban the clock.
 #![allow(clippy::disallowed_methods)]
 
