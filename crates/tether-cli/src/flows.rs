@@ -11,8 +11,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -38,6 +38,72 @@ struct Shared {
     delivered: Vec<AtomicU64>,
     /// A flow's receiver got everything it was to get.
     done: AtomicBool,
+    /// Taken by that receiver as it got its last message: the moment and
+    /// every flow's `delivered` then, so the measurement ends when the
+    /// first flow is done, not when the measuring thread next looks (with
+    /// 128 flows' threads on two cores, a while later: the finished flow
+    /// idle meanwhile and counted slow).
+    first_done: Mutex<Option<(Instant, Vec<u64>)>>,
+    /// The start line: how many threads reached it, and whether they may go.
+    at_line: AtomicUsize,
+    go: AtomicBool,
+    /// When each flow's sender first ran past it.
+    ran: Vec<OnceLock<Instant>>,
+    /// Senders that have run, and the moment the last of them first ran
+    /// with every flow's `delivered` then (taken by that sender).
+    running: AtomicUsize,
+    all_running: Mutex<Option<(Instant, Vec<u64>)>>,
+}
+
+impl Shared {
+    fn snapshot(&self) -> Vec<u64> {
+        self.delivered.iter().map(|d| d.load(Ordering::Relaxed)).collect()
+    }
+
+    /// A flow delivered its last message: the measurement ends now if it
+    /// is the first.
+    fn finished(&self) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            let mark = (Instant::now(), self.snapshot());
+            *self.first_done.lock().unwrap_or_else(|e| e.into_inner()) = Some(mark);
+        }
+    }
+
+    /// Flow `flow`'s sender runs: if it is the last, every flow is running
+    /// from now on.
+    fn sender_runs(&self, flow: usize) {
+        let _ = self.ran[flow].set(Instant::now());
+        if self.running.fetch_add(1, Ordering::SeqCst) + 1 == self.ran.len() {
+            let mark = (Instant::now(), self.snapshot());
+            *self.all_running.lock().unwrap_or_else(|e| e.into_inner()) = Some(mark);
+        }
+    }
+
+    /// Wait at the start line until the run starts.
+    ///
+    /// Runnable throughout, yielding: parked instead, each thread waited
+    /// for the starter to wake it, and the starter, preempted by the first
+    /// threads it woke, came back to wake the rest up to 20 ms later (8
+    /// flows: one flow delivered all its 5 MB before another's sender had
+    /// run once). Through a condition variable, 128 threads took its lock
+    /// one after another and the last went 200 ms after the first.
+    fn ready(&self) {
+        self.at_line.fetch_add(1, Ordering::AcqRel);
+        while !self.go.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Wait until `threads` threads are at the start line, then let them
+    /// go at once; the moment they were let go.
+    fn go(&self, threads: usize) -> Instant {
+        while self.at_line.load(Ordering::Acquire) < threads {
+            std::thread::yield_now();
+        }
+        let at = Instant::now();
+        self.go.store(true, Ordering::Release);
+        at
+    }
 }
 
 #[derive(Debug, Default)]
@@ -72,6 +138,10 @@ pub struct FlowResult {
     pub kind: &'static str,
     /// Payload bytes delivered in the measured interval.
     pub bytes: u64,
+    /// The part of the interval in which the flow was running (its sender
+    /// had run), seconds: what its goodput is over (all of it unless the
+    /// first flow was done before the last had started).
+    pub seconds: f64,
     pub goodput_mb_s: f64,
     /// Retransmissions, datagrams and timeouts over the whole run, and
     /// the congestion window at its end (tether).
@@ -89,10 +159,16 @@ pub struct FlowResult {
 /// The outcome of flows run together.
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowsRun {
-    /// The measured interval (after the warm-up), seconds.
+    /// The measured interval (after the warm-up, from the moment every
+    /// flow was running), seconds.
     pub seconds: f64,
+    /// How long after the start the last flow started running (its sender
+    /// had run), seconds: the operating system's start-up, not tether's.
+    pub latest_start: f64,
     pub total_mb_s: f64,
     pub jain: f64,
+    /// The slowest flow's goodput over the mean (its fair share).
+    pub slowest_share: f64,
     pub flows: Vec<FlowResult>,
 }
 
@@ -159,7 +235,7 @@ pub fn tether_flow(tx: tether::Endpoint, rx: tether::Endpoint, size: usize, coun
             next = index.wrapping_add(1);
             shared.delivered[flow].fetch_add(d.message.len() as u64, Ordering::Relaxed);
             if next == count {
-                shared.done.store(true, Ordering::Relaxed);
+                shared.finished();
             }
         }
         Ok(t)
@@ -253,6 +329,25 @@ fn congestion_algorithm(s: &TcpStream, want: Option<&str>) -> String {
 /// until `until`, stop them, and report. `mark` is called as the
 /// measurement starts and as it ends (to read the network's own counters
 /// over the same interval).
+///
+/// Every flow's threads are started first and wait at a start line; the
+/// clock starts as they are let go together, so no flow runs before the
+/// measurement does (started one after another as they were spawned, the
+/// first of 64 flows delivered its 5 MB before the last had started, and
+/// the clock, started after the last spawn, credited it with it all).
+/// With `Until::FirstDone` the interval ends as the first flow delivers
+/// its last message, every flow running until then.
+///
+/// The interval starts once every flow is running (its sender has run):
+/// released together, 128 threads on two cores first ran up to 100 ms
+/// apart, as the scheduler gave them their first turns, and once its
+/// memory was warm one flow delivered its 5 MB in that time, counted
+/// against the flows whose senders had not run yet as if tether had
+/// starved them. (The receiver's first turn is the flow's own: what tether
+/// delivered meanwhile waits for it, counted when taken.) Should the first
+/// flow be done before the last has started, each flow's rate is over the
+/// time since its own sender ran, and a flow whose sender never ran counts
+/// as 0.
 pub fn run(
     flows: Vec<Flow>,
     warmup: Duration,
@@ -264,6 +359,12 @@ pub fn run(
         stop: AtomicBool::new(false),
         delivered: (0..n).map(|_| AtomicU64::new(0)).collect(),
         done: AtomicBool::new(false),
+        first_done: Mutex::new(None),
+        at_line: AtomicUsize::new(0),
+        go: AtomicBool::new(false),
+        ran: (0..n).map(|_| Default::default()).collect(),
+        running: AtomicUsize::new(0),
+        all_running: Mutex::new(None),
     });
     let kinds: Vec<&'static str> = flows.iter().map(|f| f.kind).collect();
     let mut senders = Vec::new();
@@ -271,45 +372,78 @@ pub fn run(
     for (i, f) in flows.into_iter().enumerate() {
         let (s1, s2) = (shared.clone(), shared.clone());
         let (send, recv) = (f.sender, f.receiver);
-        receivers.push(std::thread::spawn(move || recv(s1, i)));
-        senders.push(std::thread::spawn(move || send(s2, i)));
+        receivers.push(std::thread::spawn(move || {
+            s1.ready();
+            recv(s1, i)
+        }));
+        senders.push(std::thread::spawn(move || {
+            s2.ready();
+            s2.sender_runs(i);
+            send(s2, i)
+        }));
     }
-    let snapshot = || -> Vec<u64> { shared.delivered.iter().map(|d| d.load(Ordering::Relaxed)).collect() };
-    let start = Instant::now();
     let limit = match until {
         Until::Elapsed(d) | Until::FirstDone(d) => warmup + d,
     };
-    let mut before = (start, vec![0; n]);
     let mut warm = warmup.is_zero();
     if warm {
         mark();
     }
+    let start = shared.go(senders.len() + receivers.len());
+    let mut before = (start, vec![0; n]);
     loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
         if !warm && now - start >= warmup {
             mark();
-            before = (Instant::now(), snapshot());
+            before = (Instant::now(), shared.snapshot());
             warm = true;
         }
-        let first_done = matches!(until, Until::FirstDone(_)) && shared.done.load(Ordering::Relaxed);
+        let first_done = matches!(until, Until::FirstDone(_)) && shared.done.load(Ordering::SeqCst);
         if now - start >= limit || (warm && first_done) {
             break;
         }
     }
-    let after = (Instant::now(), snapshot());
+    let looked = (Instant::now(), shared.snapshot());
     mark();
     shared.stop.store(true, Ordering::Relaxed);
+    // The first flow's last delivery, when it came within the interval.
+    let after = match shared.first_done.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        Some(done) if matches!(until, Until::FirstDone(_)) && done.0 > before.0 => done,
+        _ => looked,
+    };
     let sent: Vec<SenderTally> = senders.into_iter().map(join).collect::<anyhow::Result<_>>()?;
     let got: Vec<ReceiverTally> = receivers.into_iter().map(join).collect::<anyhow::Result<_>>()?;
+    // From the moment every flow was running (its sender had run), if
+    // that came before the end.
+    let all_running = shared.all_running.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let latest_start =
+        all_running.as_ref().map_or(after.0, |a| a.0.min(after.0)).saturating_duration_since(start);
+    let before = match all_running {
+        Some(all) if all.0 > before.0 && all.0 < after.0 => all,
+        _ => before,
+    };
     let seconds = (after.0 - before.0).as_secs_f64().max(1e-9);
+    // When each flow was running within the interval (`None`: its sender
+    // had not run by the end): from its start, when the first flow was
+    // done before the last had started.
+    let running: Vec<Option<Instant>> =
+        shared.ran.iter().map(|r| r.get().map(|&t| t.max(before.0)).filter(|&t| t < after.0)).collect();
     let flows: Vec<FlowResult> = (0..n)
         .map(|i| {
             let bytes = after.1[i] - before.1[i];
+            let (ran, rate) = match running[i] {
+                Some(t) => {
+                    let ran = (after.0 - t).as_secs_f64().max(1e-9);
+                    (ran, bytes as f64 / ran / 1e6)
+                }
+                None => (0.0, 0.0),
+            };
             FlowResult {
                 kind: kinds[i],
                 bytes,
-                goodput_mb_s: bytes as f64 / seconds / 1e6,
+                seconds: ran,
+                goodput_mb_s: rate,
                 retransmits: sent[i].retransmits,
                 datagrams: sent[i].datagrams,
                 timeouts: sent[i].timeouts,
@@ -321,7 +455,25 @@ pub fn run(
         })
         .collect();
     let rates: Vec<f64> = flows.iter().map(|f| f.goodput_mb_s).collect();
-    Ok(FlowsRun { seconds, total_mb_s: rates.iter().sum(), jain: jain(&rates), flows })
+    Ok(FlowsRun {
+        seconds,
+        latest_start: latest_start.as_secs_f64(),
+        total_mb_s: rates.iter().sum(),
+        jain: jain(&rates),
+        slowest_share: slowest_share(&rates),
+        flows,
+    })
+}
+
+/// The least of `rates` over their mean: 1 when all are equal, 0 when one
+/// got nothing.
+fn slowest_share(rates: &[f64]) -> f64 {
+    let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    if mean > 0.0 {
+        rates.iter().copied().fold(f64::INFINITY, f64::min) / mean
+    } else {
+        1.0
+    }
 }
 
 fn join<T>(h: std::thread::JoinHandle<anyhow::Result<T>>) -> anyhow::Result<T> {
@@ -349,5 +501,13 @@ mod tests {
         assert_eq!(jain(&[8.0, 0.0, 0.0, 0.0]), 0.25);
         assert!((jain(&[1.0, 2.0]) - 0.9).abs() < 1e-12);
         assert_eq!(jain(&[]), 1.0);
+    }
+
+    #[test]
+    fn the_slowest_share_is_the_least_rate_over_the_mean() {
+        assert_eq!(slowest_share(&[5.0, 5.0]), 1.0);
+        assert_eq!(slowest_share(&[1.0, 3.0]), 0.5);
+        assert_eq!(slowest_share(&[8.0, 0.0, 0.0, 0.0]), 0.0);
+        assert_eq!(slowest_share(&[]), 1.0);
     }
 }

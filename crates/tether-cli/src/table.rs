@@ -211,6 +211,12 @@ pub fn flows(runs: &[crate::flows::FlowsRun], size: usize) {
     if let Some(m) = Summary::of(&runs.iter().map(|r| r.jain).collect::<Vec<_>>()) {
         println!("median Jain fairness: {:.3} (min {:.3}, max {:.3})", m.median, m.min, m.max);
     }
+    if let Some(m) = Summary::of(&runs.iter().map(|r| r.slowest_share).collect::<Vec<_>>()) {
+        println!(
+            "median slowest flow: {:.2} of its fair share (min {:.2}, max {:.2})",
+            m.median, m.min, m.max
+        );
+    }
 }
 
 pub fn stream(runs: &[StreamRun], mode: &str, size: usize) {

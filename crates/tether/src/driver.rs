@@ -48,6 +48,8 @@ pub(crate) struct Driver {
     /// judgments (`Endpoint::set_backlog`).
     backlog: u8,
     quiet_poll_at: Instant,
+    /// When the last step began (whoever took it).
+    last_step: Instant,
 }
 
 /// Datagrams taken in per step, at most, before the step runs timers and
@@ -86,6 +88,7 @@ impl Driver {
             heat: vec![HOT_TURNS; rails.len()],
             quiet_poll_at: Instant::ZERO,
             backlog: 0,
+            last_step: Instant::ZERO,
             rails,
             api,
         }
@@ -153,6 +156,7 @@ impl Driver {
 
     /// Receive everything waiting, run timers, send everything the core has.
     pub fn step(&mut self, now: Instant) {
+        self.last_step = self.last_step.max(now);
         let received = self.receive(now);
         self.core.set_backlog(self.backlog);
         // A turn that brought nothing, with no timer due and nothing queued,
@@ -166,6 +170,11 @@ impl Driver {
         }
         self.calls.pump(now, &mut self.core);
         self.transmit(now);
+    }
+
+    /// How long since a step last began, at `now`.
+    pub fn unstepped_for(&self, now: Instant) -> Duration {
+        now.saturating_since(self.last_step)
     }
 
     /// The earliest deadline of the core and the call layer.

@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -155,6 +155,11 @@ pub(crate) struct Shared {
     /// a lost datagram to a silent peer, a HELLO's retry): the call waited
     /// for ever.
     deadline_ns: AtomicU64,
+    /// The progress worker handed this endpoint's next step to a call
+    /// parked on it (`Shared::hand_off`): set under the lock, taken by the
+    /// first parked call that wakes, which steps the endpoint on its own
+    /// thread's time.
+    pub(crate) help: AtomicBool,
 }
 
 /// The endpoint's state, locked; letting it go publishes the core's
@@ -247,6 +252,45 @@ impl Shared {
         // A panic while holding the lock leaves the core in whatever state
         // it reached; its invariants do not depend on the panicking caller.
         Locked { guard: Some(self.driver.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
+    }
+
+    /// The lock if nobody holds it now: the progress worker serves its
+    /// other endpoints first rather than wait behind an application call
+    /// (a thread preempted inside `send` holds it for its whole time
+    /// slice, and every endpoint behind it in the worker's turn waited
+    /// that long).
+    pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
+        let guard = match self.driver.try_lock() {
+            Ok(g) => g,
+            // As `lock`: the core's invariants do not depend on the caller
+            // that panicked.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(Locked { guard: Some(guard), shared: self, wakes: 0 })
+    }
+
+    /// Hand the endpoint's next step to a call parked on it, with its lock
+    /// `d` (so none parks unseen between the look and the wake-up); the
+    /// lock back if none is parked. The step is then paid for by the
+    /// thread waiting for it, at its own share of the CPU, not by a
+    /// progress worker shared with many other endpoints.
+    pub(crate) fn hand_off<'a>(&'a self, d: Locked<'a>) -> Result<(), Locked<'a>> {
+        let waiting = (0..Awaits::COUNT)
+            .filter(|&k| self.parked[k].load(Ordering::SeqCst) > 0)
+            .fold(0u8, |w, k| w | 1 << k);
+        if waiting == 0 {
+            return Err(d);
+        }
+        self.help.store(true, Ordering::SeqCst);
+        // Notified once the lock is let go, as `Locked` does.
+        drop(d);
+        for (k, c) in self.progressed.iter().enumerate() {
+            if waiting & 1 << k != 0 {
+                c.notify_all();
+            }
+        }
+        Ok(())
     }
 
     /// The core's earliest deadline as last published, on the wall clock.
@@ -584,6 +628,7 @@ impl Endpoint {
             handlers: Default::default(),
             settled_seen: AtomicU64::new(0),
             deadline_ns: AtomicU64::new(u64::MAX),
+            help: AtomicBool::new(false),
         });
         let progress = match options.progress {
             Progress::Polling => None,
@@ -690,7 +735,19 @@ impl Embedded {
         };
         d.learn_peer(peer);
         let id = msg.queue(&mut d.core, now, peer)?;
-        d.transmit(now);
+        if self.progress.is_some() && d.unstepped_for(now) >= progress::HANDOVER {
+            // Nobody has stepped it for a while: the worker is late (on two
+            // cores shared with this and other busy threads, by tens of
+            // milliseconds). The thread that keeps sending takes in its
+            // ACKs and handshake answers itself, on its own share of the
+            // CPU: 64 senders filling their buffers at once otherwise held
+            // every handshake until they were done, and the few flows
+            // whose threads drove their own endpoints had finished before
+            // most others had started.
+            self.shared.step(&mut d, now);
+        } else {
+            d.transmit(now);
+        }
         Ok(SendHandle { id: Some(id), injected, owner: Owner::Embedded(self.shared.clone()) })
     }
 
@@ -1195,11 +1252,28 @@ pub(crate) fn block_on<R>(
     // Busy-polling only while fewer threads of this process do than it
     // has cores: with more, each spinner's turn is another's delay.
     let mut spinning = None;
+    // Counted among the calls waiting for the workers while parked.
+    let mut waiting: Option<progress::Waiting> = None;
     loop {
         if driving.is_none() {
             // Parking needs someone else to drive: a worker that still serves it.
             let must = !shared.served || shared.released.load(Ordering::SeqCst);
-            let permit = progress::Permit::take_drive().or_else(|| must.then(progress::Permit::none));
+            // No leave while other calls wait for the workers: those that
+            // held one drove their endpoints on their own threads while
+            // the others waited for the turns of workers shared by all
+            // (64 streams: the slowest had 0.52-0.62 of its fair share
+            // with leaves still taken meanwhile, 0.64-0.74 without).
+            let permit = if progress::others_waiting(waiting.is_some()) {
+                None
+            } else {
+                progress::Permit::take_drive()
+            };
+            let permit = permit.or_else(|| must.then(progress::Permit::none));
+            if permit.is_some() {
+                waiting = None;
+            } else if waiting.is_none() {
+                waiting = Some(progress::Waiting::new());
+            }
             driving = permit.map(|p| (p, Active::enter(shared)));
             if driving.is_some() && !shared.spin.is_zero() {
                 spinning = progress::Permit::take_spin();
@@ -1226,6 +1300,13 @@ pub(crate) fn block_on<R>(
                 return Ok(r);
             }
             sleep = d.idle_for(now).map_or(sleep, |t| t.min(sleep));
+        } else if shared.help.swap(false, Ordering::SeqCst) {
+            // The worker handed this step to us (`Shared::hand_off`): one
+            // step, then parked again.
+            shared.step(&mut d, shared.clock.at(wall));
+            if let Some(r) = ready(&mut d) {
+                return Ok(r);
+            }
         }
         if deadline.is_some_and(|d| wall >= d) {
             return Err(Error::TimedOut);

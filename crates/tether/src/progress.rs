@@ -17,6 +17,27 @@
 //! endpoint only when the application has been away `HANDOVER`: a thread
 //! inside a blocking call drives it itself, and one that just left will
 //! likely be back.
+//!
+//! A worker's endpoints share it fairly, whichever of them has most to do
+//! (`stream --flows 64`: 64 pairs of endpoints in one process):
+//!
+//! - each turn starts one endpoint further on, so none is always served
+//!   first or last;
+//! - an endpoint whose lock an application call holds is served after the
+//!   others, not waited for in line (a thread preempted inside `send`
+//!   holds it for its whole time slice);
+//! - once a turn has run `LATE`, an endpoint with a call parked on it is
+//!   handed to that call (`Shared::hand_off`): its own thread takes the
+//!   step, at its own share of the CPU. A worker is one thread among the
+//!   process's busy ones; serving 64 endpoints alone it gave each about a
+//!   sixty-fourth of a thread's share, while the few flows whose threads
+//!   held a leave to drive (`Permit`) took whole ones: those finished
+//!   before most others had started;
+//! - while calls wait for the workers for want of a leave, no call takes
+//!   one (`others_waiting`), so every endpoint waits for its turn alike.
+//!
+//! And a thread that keeps calling the non-blocking `send` steps its
+//! endpoint itself once nobody has for `HANDOVER` (`Embedded::send`).
 
 use std::os::fd::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,7 +47,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use tether_proto::Instant;
 
-use crate::endpoint::Shared;
+use crate::endpoint::{Locked, Shared};
 
 /// Longest a worker sleeps while it serves endpoints, so an application's
 /// newly queued message or timer is never left waiting long.
@@ -35,6 +56,11 @@ const IDLE_SLICE: Duration = Duration::from_millis(20);
 /// driving it: below the 1 ms retransmission floor, so a computing
 /// application costs its peers no spurious retransmission.
 pub(crate) const HANDOVER: Duration = Duration::from_micros(500);
+/// How long into a turn the worker steps endpoints itself; after that it
+/// hands those with a parked call to the call (below a step's cost on a
+/// busy stream: a single flow's worker, with one endpoint ready, never
+/// hands off).
+const LATE: Duration = Duration::from_micros(100);
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 64;
 /// The epoll token of a worker's own eventfd.
@@ -130,7 +156,7 @@ fn start_worker(index: usize) -> std::io::Result<Arc<Worker>> {
     let w = worker.clone();
     std::thread::Builder::new()
         .name(format!("tether-progress-{index}"))
-        .spawn(move || Loop { worker: w, epoll, served: Vec::new() }.run())?;
+        .spawn(move || Loop { worker: w, epoll, served: Vec::new(), turn: 0, busy: Vec::new() }.run())?;
     Ok(worker)
 }
 
@@ -147,6 +173,9 @@ struct Served {
     app_was_driving: bool,
     /// When the worker must drive it next (its core's earliest timer).
     due: Option<StdInstant>,
+    /// When the worker handed a step to a call parked on it, while that
+    /// call has not taken it (`Shared::help` still set).
+    handed: Option<StdInstant>,
 }
 
 impl Served {
@@ -164,7 +193,14 @@ struct Loop {
     epoll: RawFd,
     /// Indexed by epoll token; `None` for a slot freed.
     served: Vec<Option<Served>>,
+    /// Turns taken: where the next one starts.
+    turn: usize,
+    /// Endpoints whose lock was busy this turn: served at its end.
+    busy: Vec<usize>,
 }
+
+/// An endpoint's lock was held by someone else.
+struct Busy;
 
 impl Loop {
     fn run(mut self) {
@@ -191,7 +227,14 @@ impl Loop {
     fn take_inbox(&mut self) {
         let new = std::mem::take(&mut *self.worker.inbox.lock().unwrap_or_else(|e| e.into_inner()));
         for shared in new {
-            let served = Served { shared, armed: false, readable: false, app_was_driving: true, due: None };
+            let served = Served {
+                shared,
+                armed: false,
+                readable: false,
+                app_was_driving: true,
+                due: None,
+                handed: None,
+            };
             match self.served.iter().position(Option::is_none) {
                 Some(i) => self.served[i] = Some(served),
                 None => self.served.push(Some(served)),
@@ -201,56 +244,116 @@ impl Loop {
 
     /// Drive every endpoint that needs it; how long until one will.
     fn drive_all(&mut self) -> Option<Duration> {
-        let wall = StdInstant::now();
+        let start = StdInstant::now();
         let mut next: Option<Duration> = None;
-        let mut soon = |d: Duration| next = Some(next.map_or(d, |n| n.min(d)));
-        for token in 0..self.served.len() {
-            let Some(s) = &mut self.served[token] else { continue };
-            if s.shared.stopped() {
-                self.release(token);
-                continue;
+        let mut soon = |d: Option<Duration>| {
+            if let Some(d) = d {
+                next = Some(next.map_or(d, |n| n.min(d)));
             }
-            if let Some(wait) = s.shared.app_driving_for(wall) {
-                // An application thread drives it, or did a moment ago and
-                // will likely be back: stay off its socket until it has
-                // been away a while.
-                s.app_was_driving = true;
-                soon(wait);
-                continue;
-            }
-            let must = s.readable || s.app_was_driving || s.due().is_some_and(|t| t <= wall) || !s.armed;
-            if must {
-                match drive(&s.shared) {
-                    Driven::Panicked => {
-                        // The endpoint's state is whatever the panic left;
-                        // its application still drives it in its calls,
-                        // but this worker serves its other endpoints.
-                        tracing::error!(
-                            "tether progress worker: a step panicked; endpoint left to its application"
-                        );
-                        self.release(token);
-                        continue;
-                    }
-                    Driven::Stepped(due) => {
-                        s.due = due;
-                        s.readable = false;
-                        s.app_was_driving = false;
-                        if !s.armed {
-                            s.armed = arm(self.epoll, &s.shared.fds, token as u64);
-                        }
-                    }
-                }
-            }
-            if let Some(due) = s.due() {
-                soon(due.saturating_duration_since(wall));
+        };
+        let len = self.served.len();
+        self.turn = self.turn.wrapping_add(1);
+        let first = if len == 0 { 0 } else { self.turn % len };
+        let mut busy = std::mem::take(&mut self.busy);
+        for k in 0..len {
+            let token = (first + k) % len;
+            match self.visit(token, start, false) {
+                Ok(wait) => soon(wait),
+                Err(Busy) => busy.push(token),
             }
         }
+        // Those an application call held: now waited for (a worker that
+        // came back 50 us later instead left a stream's ACKs unread while
+        // the sender's `send` calls kept the lock busy: 3.6 M -> 3.0 M
+        // 8-byte messages a second).
+        for token in busy.drain(..) {
+            if let Ok(wait) = self.visit(token, start, true) {
+                soon(wait);
+            }
+        }
+        self.busy = busy;
         // Something is served: never sleep longer than the slice, so work
         // an application queued without a wake-up is not left waiting.
         if self.served.iter().any(Option::is_some) {
-            soon(IDLE_SLICE);
+            soon(Some(IDLE_SLICE));
         }
         next
+    }
+
+    /// Drive the endpoint in `token`'s slot if it needs it, or hand its
+    /// step to a call parked on it once the turn that began at `start` is
+    /// late; how long until it will need it. `Err(Busy)`: its lock was
+    /// held, and `wait` says not to wait for it.
+    fn visit(&mut self, token: usize, start: StdInstant, wait: bool) -> Result<Option<Duration>, Busy> {
+        let Some(s) = &mut self.served[token] else { return Ok(None) };
+        if s.shared.stopped() {
+            self.release(token);
+            return Ok(None);
+        }
+        let wall = StdInstant::now();
+        if let Some(wait) = s.shared.app_driving_for(wall) {
+            // An application thread drives it, or did a moment ago and
+            // will likely be back: stay off its socket until it has
+            // been away a while.
+            s.app_was_driving = true;
+            return Ok(Some(wait));
+        }
+        if let Some(at) = s.handed {
+            let waited = wall.saturating_duration_since(at);
+            if s.shared.help.load(Ordering::SeqCst) && waited < HANDOVER {
+                // Its caller has not run yet: its turn a while longer.
+                // Readable again meanwhile (most likely what that step
+                // will take): looked at again soon, in case it was more.
+                let left = HANDOVER - waited;
+                return Ok(Some(if s.readable { left.min(LATE) } else { left }));
+            }
+            // Taken, or never (the call returned first): the worker's again.
+            s.handed = None;
+        }
+        let must = s.readable || s.app_was_driving || s.due().is_some_and(|t| t <= wall) || !s.armed;
+        if must {
+            let Some(mut d) = (if wait { Some(s.shared.lock()) } else { s.shared.try_lock() }) else {
+                return Err(Busy);
+            };
+            if wall.saturating_duration_since(start) >= LATE {
+                match s.shared.hand_off(d) {
+                    Ok(()) => {
+                        s.handed = Some(wall);
+                        s.readable = false;
+                        s.app_was_driving = false;
+                        // Its caller's step publishes the deadline it
+                        // leaves (`Shared::deadline`).
+                        s.due = None;
+                        if !s.armed {
+                            s.armed = arm(self.epoll, &s.shared.fds, token as u64);
+                        }
+                        return Ok(Some(HANDOVER));
+                    }
+                    Err(back) => d = back,
+                }
+            }
+            match drive(&s.shared, d) {
+                Driven::Panicked => {
+                    // The endpoint's state is whatever the panic left;
+                    // its application still drives it in its calls,
+                    // but this worker serves its other endpoints.
+                    tracing::error!(
+                        "tether progress worker: a step panicked; endpoint left to its application"
+                    );
+                    self.release(token);
+                    return Ok(None);
+                }
+                Driven::Stepped(due) => {
+                    s.due = due;
+                    s.readable = false;
+                    s.app_was_driving = false;
+                    if !s.armed {
+                        s.armed = arm(self.epoll, &s.shared.fds, token as u64);
+                    }
+                }
+            }
+        }
+        Ok(s.due().map(|due| due.saturating_duration_since(wall)))
     }
 
     /// Let go of the endpoint in `token`'s slot: its sockets leave the
@@ -330,18 +433,14 @@ enum Driven {
     Stepped(Option<StdInstant>),
 }
 
-/// One step of `shared`'s endpoint, now.
-fn drive(shared: &Shared) -> Driven {
-    catch_unwind(AssertUnwindSafe(|| {
-        // Blocking on the lock: the application's non-blocking calls hold
-        // it for microseconds, and its blocking ones were skipped above (a
-        // worker that came back 50 us later instead left a stream's ACKs
-        // unread while the sender's `send` calls kept the lock busy:
-        // 3.6 M -> 3.0 M 8-byte messages a second).
-        let mut d = shared.lock();
+/// One step of `shared`'s endpoint, now, with its lock `d`.
+fn drive(shared: &Shared, mut d: Locked<'_>) -> Driven {
+    catch_unwind(AssertUnwindSafe(move || {
         if shared.stopped() {
             return Driven::Stepped(None);
         }
+        // A step handed to a parked call and not taken yet: this is it.
+        shared.help.store(false, Ordering::SeqCst);
         // The clock after the lock: a reading from before the wait would
         // make the step's pacing and timers lag by the wait.
         let wall = StdInstant::now();
@@ -382,6 +481,33 @@ static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
 /// Application threads per core that drive endpoints from blocking calls.
 const DRIVERS_PER_CORE: usize = 4;
+
+/// Blocking calls of this process parked for want of a leave to drive
+/// (`Permit::take_drive`): while there are any, no call takes a leave, so
+/// every endpoint waits for its turn in the same way.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether calls other than this one (`me`: counted among them) wait for
+/// the workers for want of a leave to drive.
+pub(crate) fn others_waiting(me: bool) -> bool {
+    WAITING.load(Ordering::Acquire) > usize::from(me)
+}
+
+/// A blocking call counted among those waiting for the workers.
+pub(crate) struct Waiting(());
+
+impl Waiting {
+    pub fn new() -> Self {
+        WAITING.fetch_add(1, Ordering::AcqRel);
+        Waiting(())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A place among the threads of this process that do some work inside
 /// blocking calls, at most one per core (`take_drive`, `take_spin`).
