@@ -1,4 +1,4 @@
-//! `tether bench calls`: what a call costs (issue 15's bars). In each run,
+//! `tether bench calls`: what a call costs, beside the limit. In each run,
 //! one after the other on loopback: the limit's round trip (two spinning
 //! connected sockets, `crate::limit`), tether's message round trip
 //! (`tether pingpong`), and a call's round trip to an empty handler with

@@ -1,5 +1,5 @@
 //! `tether bench contention`: the small-message round trip while every
-//! core also runs a busy thread (issue 14: under CPU contention the 8 B
+//! core also runs a busy thread (the bar: under CPU contention the 8 B
 //! round trip's median stays within 3x the limit's under the same load).
 //!
 //! The limit (`crate::limit`: two spinning non-blocking sockets) and

@@ -80,7 +80,7 @@ pub struct DemoOpts {
     #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
           value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
     pub hang_after_us: u64,
-    /// The bank instead (active messages, issue 15): accounts on
+    /// The bank instead (active messages): accounts on
     /// `--servers` processes, `--transfers` calls between them through the
     /// demo's faulty links, the servers killed with SIGKILL `--kills` times
     /// at random and restarted on their call logs; then no transfer may

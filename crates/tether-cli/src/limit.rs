@@ -1,5 +1,5 @@
-//! The limit of the machine for `tether bench` (issue 14, "the baseline is
-//! the limit"): the same round trip and stream with nothing between the
+//! The limit of the machine for `tether bench` (the baseline is
+//! the limit, not a convenient one): the same round trip and stream with nothing between the
 //! application and the kernel. Two connected, non-blocking UDP sockets on
 //! loopback; each side spins on `recv`/`send` (thin wrappers over the C
 //! calls: a C program makes the same system calls), messages cut into the

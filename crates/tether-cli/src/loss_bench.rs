@@ -1,6 +1,6 @@
 //! `tether bench loss`: a stream's goodput under random loss against the
-//! same stream without it (issue 14, "no retransmission without a loss":
-//! the 1% loss goodput stays >= 0.9x loss-free), in alternating runs.
+//! same stream without it (no retransmission without a loss: the bar
+//! is 1% loss goodput >= 0.9x loss-free), in alternating runs.
 //!
 //! This 2-core machine's speed drifts by 2x within minutes (two runs of the
 //! same 1 KiB stream gave 1,094 and 2,405 MB/s back to back), so a lossy

@@ -142,7 +142,7 @@ enum BenchWhat {
     /// The small-message round trip with a busy thread on every core,
     /// tether against the limit under the same load, alternating.
     Contention(contention_bench::ContentionOpts),
-    /// What a call costs (active messages, issue 15): the round trip of a
+    /// What a call costs (active messages): the round trip of a
     /// call to an empty handler against the limit's and a message's, the
     /// server's log in memory, in a file, synced per record; calls a
     /// second with many open, the log synced never and per batch.

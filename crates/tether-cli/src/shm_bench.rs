@@ -156,10 +156,12 @@ fn ring_throughput(records: u64) -> anyhow::Result<f64> {
 fn word_throughput(records: u64) -> anyhow::Result<f64> {
     const SLOTS: u64 = 1 << 13;
     let r = region(4096 + SLOTS as usize * 8)?;
-    // SAFETY (both closures): the region spans 4096 + 8 * SLOTS bytes,
-    // page-aligned; the positions sit on separate cache lines at 0 and 64,
-    // the slots from byte 4096.
-    let at = |r: &Region, i: usize| -> &AtomicU64 { unsafe { &*(r.as_ptr().add(i) as *const AtomicU64) } };
+    let at = |r: &Region, i: usize| -> &AtomicU64 {
+        // SAFETY: the region spans 4096 + 8 * SLOTS bytes, page-aligned;
+        // the positions sit on separate cache lines at 0 and 64, the slots
+        // from byte 4096, each 8-aligned.
+        unsafe { &*(r.as_ptr().add(i) as *const AtomicU64) }
+    };
     let r2 = r.clone();
     let start = Instant::now();
     let producer = std::thread::spawn(move || {

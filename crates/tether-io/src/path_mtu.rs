@@ -1,4 +1,4 @@
-//! The largest datagram a path carries (issue 14, "Path MTU"): what the
+//! The largest datagram a path carries (docs/ARCHITECTURE.md, "Datagram size"): what the
 //! kernel knows of the route to a destination - the MTU of the interface
 //! it leaves by, or a smaller one learnt from the path - read with
 //! `IP_MTU` (`IPV6_MTU`) on a UDP socket connected to it (connecting a

@@ -1,4 +1,4 @@
-//! Names for endpoints (issue 15): an endpoint registers a name with its
+//! Names for endpoints: an endpoint registers a name with its
 //! node id and the address of each of its rails, and others resolve the
 //! name to reach it, instead of being told node ids and addresses. This is
 //! Kaur's AMVIA name server (thesis sections 3.3 and A.2,

@@ -692,7 +692,7 @@ impl Endpoint {
     /// moves and nothing becomes due, so the caller needs neither the time
     /// nor a transmit attempt. `None`: not so (or the message is refused);
     /// `send` it, which says why. The fast path of a stream of small
-    /// messages: most of them join the ones before (issue 14's 8 B stream).
+    /// messages: most of them join the ones before (the 8 B stream of `tether stream`).
     pub fn join_waiting(&mut self, peer: NodeId, msg: &[u8]) -> Option<MessageId> {
         self.join(peer, msg.len(), |arena| copy_to_bytes(arena, msg))
     }
@@ -1550,7 +1550,7 @@ mod tests {
 
     /// A peer that never answered a HELLO was never sent a byte of data:
     /// what failed toward it is certainly not delivered (the handshake is
-    /// what makes this true: issue 11 could only say "in doubt").
+    /// what makes this true: without it a failure could only be "in doubt").
     #[test]
     fn a_message_to_a_peer_that_never_answered_certainly_failed() {
         let (mut a, mut b) = two_peers(Config::default());

@@ -604,7 +604,7 @@ fn header(src_node: u32, dst_node: u32, src_inc: u64, dst_inc: u64) -> Header {
     }
 }
 
-/// The blind attack of issue 12: one datagram claiming A's node id with a
+/// The blind attack (docs/PROTOCOL.md, "Incarnations, epochs, ACK request"): one datagram claiming A's node id with a
 /// higher incarnation and `dst_inc` 0, correct checksum, carrying a
 /// message. It must deliver nothing, change nothing, and A's genuine
 /// stream must go on exact, before and after.
@@ -778,7 +778,7 @@ fn lossy_fragments() -> (Pair, Vec<Vec<u8>>) {
 }
 
 /// Calls' envelopes among the messages keep their mark through a resume
-/// (an engine replaced under its applications, issue 15): the application
+/// (an engine replaced under its applications): the application
 /// kept the mark with each unsettled message, and the resumed sender cuts
 /// it again with the `CALL` flag on every fragment.
 #[test]
@@ -1225,7 +1225,7 @@ fn a_path_that_carries_the_largest_datagrams_agrees_on_them() {
     check(&p.drain_b(), &[big], "one large message");
 }
 
-/// Issue 12's "messages reach two incarnations": B receives messages, every
+/// Messages must not reach two incarnations: B receives messages, every
 /// ACK it sends is lost, and it restarts. A never learned B's new life from
 /// a header: it must not hand those messages to B's new incarnation (they
 /// are reported to A's application, in doubt), and what A sends after

@@ -153,8 +153,8 @@ impl<B: BlockBody> Block<B> {
     pub fn read(&self) -> Result<Option<B>, ShmError> {
         let v1 = self.version().load(Ordering::Acquire);
         let mut raw = [0u8; 64];
-        // SAFETY: the whole cache line of the block, inside the region.
         for (i, b) in raw.iter_mut().enumerate() {
+            // SAFETY: i < 64, inside the block's cache line in the region.
             *b = unsafe { self.base.add(i).read_volatile() };
         }
         fence(Ordering::Acquire);

@@ -137,8 +137,10 @@ pub struct Control {
     _region: Arc<Region>,
 }
 
-// SAFETY: every access to the line goes through atomics.
+// SAFETY: every access to the line goes through atomics, and the region
+// it points into lives as long as `_region`.
 unsafe impl Send for Control {}
+// SAFETY: as for `Send`: shared access is atomic.
 unsafe impl Sync for Control {}
 
 const ENGINE_ASLEEP: usize = 0;

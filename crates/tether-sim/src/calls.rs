@@ -1,4 +1,4 @@
-//! Calls under server crashes (issue 15; Kaur [AMVIA] chapter 3, RIFL's
+//! Calls under server crashes (Kaur [AMVIA] chapter 3, RIFL's
 //! completion records): a caller and a server, each with the real
 //! protocol core in the virtual network, the call layer of `tether-rpc`
 //! on top. Every datagram may be lost, duplicated, corrupted (the run's

@@ -212,7 +212,7 @@ pub enum FaultMix {
     /// locked out, and only a message a receiver's epoch change cut in
     /// two may fail (reported, certainly not delivered).
     ForgedEpochs,
-    /// Calls (issue 15) from a caller to a server whose node crashes at
+    /// Calls from a caller to a server whose node crashes at
     /// moments drawn from the seed, between a handler's effect and its
     /// completion record, and in the middle of a log write, and restarts
     /// on its log; 2% of datagrams lost, duplicated and corrupted each,

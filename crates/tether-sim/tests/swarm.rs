@@ -107,7 +107,7 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
         FaultMix::Loss20 => assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.retransmits > 0)),
         FaultMix::HeavyReorder => {
             // Every datagram delayed 0-400 us on a 20 us link, nothing
-            // lost: at most 1% of data frames go again (issue 14's bar; a
+            // lost: at most 1% of data frames go again (the bar; a
             // count of later segments acknowledged resent each about
             // thirteen times).
             let resent = sum(&|r| r.stats.retransmits);

@@ -1,4 +1,4 @@
-//! Calls on an engine-attached endpoint (issue 15; docs/ARCHITECTURE.md,
+//! Calls on an engine-attached endpoint (docs/ARCHITECTURE.md,
 //! "Calls"; docs/ENGINE.md). The engine carries the calls' envelopes as
 //! messages marked as calls' (and keeps them across its own restarts, as
 //! it keeps every unsettled message); the call layer itself stays in the

@@ -1,4 +1,4 @@
-//! Calls on an endpoint (issue 15, docs/ARCHITECTURE.md "Calls"): the
+//! Calls on an endpoint (docs/ARCHITECTURE.md, "Calls (active messages)"): the
 //! call layer of `tether-rpc` (Kaur's AMVIA three-way exchange, RIFL's
 //! completion records) over the endpoint's streams. Each pump takes the
 //! calls' envelopes the stream delivered (`CallWire::recv_call`), runs the
@@ -539,7 +539,7 @@ impl Endpoint {
 /// Calls (active messages): handlers registered on one endpoint, invoked
 /// from another, each invocation followed through Kaur's three-way
 /// exchange to a reply or an abandon state that says whether the handler
-/// ran (docs/ARCHITECTURE.md, "Calls"). Embedded and engine-attached
+/// ran (docs/ARCHITECTURE.md, "Calls (active messages)"). Embedded and engine-attached
 /// endpoints alike: with an engine, the call layer and its log stay in
 /// this process and the engine carries the envelopes.
 impl Endpoint {

@@ -67,7 +67,7 @@ pub mod faults {
     pub use tether_io::FaultHandle;
 }
 
-/// Calls (active messages, issue 15): handlers registered on an endpoint
+/// Calls (active messages): handlers registered on an endpoint
 /// and invoked from others through a three-way request / acknowledgement /
 /// reply exchange, each call's `<AckStatus, OperationStatus>` state
 /// queryable and true about whether the handler ran (Kaur \[AMVIA\],

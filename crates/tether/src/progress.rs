@@ -141,9 +141,11 @@ fn start_worker(index: usize) -> std::io::Result<Arc<Worker>> {
     if event < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: as above.
     let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if epoll < 0 {
         let e = std::io::Error::last_os_error();
+        // SAFETY: `event` is ours and nothing else has it yet.
         unsafe { libc::close(event) };
         return Err(e);
     }

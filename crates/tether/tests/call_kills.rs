@@ -1,6 +1,6 @@
 //! A server process killed with SIGKILL at random moments and restarted on
-//! its call log, while a client makes calls to it over UDP (issue 15,
-//! "at-most-once, durably"): no handler's effect happens twice, every call
+//! its call log, while a client makes calls to it over UDP
+//! (at most once, durably): no handler's effect happens twice, every call
 //! ends, and what each call's final state says about its handler is true.
 //!
 //! The server is this test binary run again as a child (`server_child`,

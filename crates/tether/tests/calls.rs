@@ -1,4 +1,4 @@
-//! Calls between real endpoints over UDP on loopback (issue 15): the
+//! Calls between real endpoints over UDP on loopback: the
 //! three-way exchange end to end, its states, the credit, calls and
 //! messages on one stream, and calls under every message fault the
 //! injector has, each handler run once.

@@ -144,7 +144,7 @@ fn serving<'s>(s: &'s std::thread::Scope<'s, '_>, ep: &'s Endpoint, stop: &'s At
     });
 }
 
-/// Calls through two engines (issue 15): the call layer and its log in
+/// Calls through two engines: the call layer and its log in
 /// the applications, the envelopes carried by the engines as marked
 /// messages, in one stream with plain messages, each kind to its taker.
 /// Both engines are replaced mid-run: every call is answered, every

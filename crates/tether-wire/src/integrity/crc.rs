@@ -143,9 +143,10 @@ unsafe fn dispatch(kernel: CrcCopyKernel, crc: u32, dst: *mut u8, src: &[u8]) ->
     }
     #[cfg(target_arch = "x86_64")]
     match kernel {
-        // SAFETY (both arms): the caller passes a kernel the CPU runs and a
+        // SAFETY: the caller passes a kernel the CPU runs and a
         // destination for src.len() >= FUSED_MIN = 256 bytes.
         CrcCopyKernel::Avx512 => return unsafe { x86::crc32c_copy_avx512(crc, dst, src) },
+        // SAFETY: as for the arm above.
         CrcCopyKernel::Avx2 => return unsafe { x86::crc32c_copy_avx2(crc, dst, src) },
         CrcCopyKernel::Blocked => {}
     }
@@ -218,6 +219,7 @@ mod x86 {
         // not once (seen in the disassembly).
         macro_rules! load {
             ($at:expr) => {
+                // SAFETY: every `at` used is at most n - 32.
                 unsafe { _mm256_loadu_si256(s.add($at).cast()) }
             };
         }
@@ -274,6 +276,7 @@ mod x86 {
         while at + 16 <= n {
             // SAFETY: at + 16 <= n for both slices.
             let v = unsafe { _mm_loadu_si128(s.add(at).cast()) };
+            // SAFETY: as for the load; `d` is valid for n bytes.
             unsafe { _mm_storeu_si128(d.add(at).cast(), v) };
             x = _mm_xor_si128(fold128(x, k), v);
             at += 16;
@@ -345,6 +348,7 @@ mod x86 {
         // the store in `asm!` for the reason `crc32c_copy_avx2` gives.
         macro_rules! load {
             ($at:expr) => {
+                // SAFETY: every `at` used is at most n - 64.
                 unsafe { _mm512_loadu_si512(s.add($at).cast()) }
             };
         }
@@ -408,6 +412,7 @@ mod x86 {
         while at + 16 <= n {
             // SAFETY: at + 16 <= n for both slices.
             let v = unsafe { _mm_loadu_si128(s.add(at).cast()) };
+            // SAFETY: as for the load; `d` is valid for n bytes.
             unsafe { _mm_storeu_si128(d.add(at).cast(), v) };
             y = _mm_xor_si128(fold128(y, k), v);
             at += 16;
