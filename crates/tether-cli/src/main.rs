@@ -3,40 +3,14 @@
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod args;
-mod auth_bench;
-mod bandwidth;
-mod bench;
-mod calls_bench;
-mod campaign;
-mod congestion_bench;
-mod contention_bench;
-mod demo;
-mod demo_engine;
-mod demo_rpc;
-mod detection;
-mod engine_bench;
-mod engine_campaign;
 mod engine_cmd;
-mod engine_proc;
-mod fault_hook;
-mod flows;
-mod limit;
-mod logp_bench;
-mod loss_bench;
-mod model;
-mod net;
-mod netns;
-mod pattern;
-mod pingpong;
-mod plot;
-mod raw;
-mod shm_bench;
-mod stream;
-mod summary;
 mod table;
-mod timeline;
-mod verified_stream;
+
+use tether_lab::{
+    args, auth_bench, bandwidth, bench, calls_bench, campaign, congestion_bench, contention_bench, demo,
+    demo_engine, demo_rpc, detection, engine_bench, engine_campaign, flows, limit, logp_bench, loss_bench,
+    model, net, pingpong, shm_bench, stream, summary, timeline,
+};
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};

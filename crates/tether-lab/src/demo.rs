@@ -106,6 +106,18 @@ pub struct DemoOpts {
     pub json: bool,
 }
 
+impl DemoOpts {
+    /// What the engines of `--engine` need of these options.
+    pub fn cluster(&self) -> crate::demo_engine::Cluster {
+        crate::demo_engine::Cluster {
+            nodes: self.nodes,
+            seed: self.seed,
+            rails: self.rails,
+            hang_after_us: self.hang_after_us,
+        }
+    }
+}
+
 /// The most nodes a demo runs: each is a sender and a receiver thread, and
 /// the all-to-all traffic grows with the square. At 256 on two cores,
 /// 130,560 messages arrive exact in 22-25 s with fewer retransmissions
@@ -273,7 +285,10 @@ pub fn run(o: &DemoOpts) -> anyhow::Result<DemoReport> {
     // rail timeline printed.
     let start = Instant::now();
     let mut engines = match o.engine {
-        true => Some(crate::demo_engine::Engines::start(o, &[&link_rules(o)[..], &o.faults[..]].concat())?),
+        true => Some(crate::demo_engine::Engines::start(
+            o.cluster(),
+            &[&link_rules(o)[..], &o.faults[..]].concat(),
+        )?),
         false => None,
     };
     let endpoints = match &engines {

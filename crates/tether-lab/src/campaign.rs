@@ -108,7 +108,7 @@ pub struct CampaignOpts {
     pub engine: bool,
     /// With --engine: fault classes to strike, comma-separated [default: all].
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub classes: Vec<crate::engine_campaign::FaultClass>,
+    pub classes: Vec<crate::engine_fault::FaultClass>,
     /// With --engine: strikes per class.
     #[arg(long, default_value_t = 100, allow_negative_numbers = true,
           value_parser = args::int_in::<usize>(1, 100_000, "", ""))]

@@ -36,7 +36,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::ValueEnum;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
@@ -44,6 +43,7 @@ use tether::NodeId;
 use tether_engine::Client;
 
 use crate::campaign::CampaignOpts;
+pub use crate::engine_fault::FaultClass;
 use crate::engine_proc::{EngineProcess, Line};
 use crate::fault_hook::{Hook, Reply};
 use crate::netns::{Netns, NetnsError};
@@ -87,53 +87,14 @@ const WARMUP: Duration = Duration::from_millis(200);
 /// How often the observation looks at the stream between timeline lines.
 const LOOK: Duration = Duration::from_millis(2);
 
-/// What strikes an engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultClass {
-    /// SIGKILL the engine.
-    Kill,
-    /// SIGSTOP it for 1 to 50 ms.
-    Hang,
-    /// Flip a bit of a buffered payload (fault hook).
-    Payload,
-    /// Flip a bit of a sequence number (fault hook).
-    Seq,
-    /// Flip a bit of a window pointer (fault hook).
-    Window,
-    /// Flip a bit of an address-book entry (fault hook).
-    Book,
-    /// Flip a rail's state (fault hook).
-    Rail,
+/// The names of `classes` that strike inside an engine's state.
+fn internal_names(classes: &[FaultClass]) -> String {
+    classes.iter().filter(|c| c.internal()).map(|c| c.name()).collect::<Vec<_>>().join(", ")
 }
 
-impl FaultClass {
-    pub const ALL: [FaultClass; 7] = [
-        FaultClass::Kill,
-        FaultClass::Hang,
-        FaultClass::Payload,
-        FaultClass::Seq,
-        FaultClass::Window,
-        FaultClass::Book,
-        FaultClass::Rail,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultClass::Kill => "kill",
-            FaultClass::Hang => "hang",
-            FaultClass::Payload => "payload",
-            FaultClass::Seq => "seq",
-            FaultClass::Window => "window",
-            FaultClass::Book => "book",
-            FaultClass::Rail => "rail",
-        }
-    }
-
-    /// Struck through the fault hook, inside the engine's state.
-    pub fn internal(self) -> bool {
-        !matches!(self, FaultClass::Kill | FaultClass::Hang)
-    }
+/// The classes that strike an engine from outside, as `--classes` takes them.
+fn external_names() -> String {
+    FaultClass::ALL.iter().filter(|c| !c.internal()).map(|c| c.name()).collect::<Vec<_>>().join(",")
 }
 
 /// The fault classes asked for, in the order of `FaultClass::ALL`, each once.
@@ -469,6 +430,16 @@ pub fn run(o: &CampaignOpts, say: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
         plan.swap(i, rng.gen_range(0..=i));
     }
     let hooks = if classes.iter().any(|c| c.internal()) {
+        // The hook is test machinery: the shipped engine leaves it out.
+        if !cfg!(feature = "fault-hook") {
+            anyhow::bail!(
+                "faults inside the engine's state ({}) need the engine's fault hook, which this build \
+                 leaves out: build with `cargo build --release -p tether-cli --features fault-hook`, \
+                 or strike with --classes {}",
+                internal_names(&classes),
+                external_names()
+            );
+        }
         Some([Hook::bind(&shm_path("hook-a.sock"))?, Hook::bind(&shm_path("hook-b.sock"))?])
     } else {
         None

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tether::{Endpoint, Event, NodeId};
 
-use crate::demo::DemoOpts;
 use crate::engine_proc::{EngineProcess, Line};
 use crate::net::loopback;
 
@@ -77,10 +76,21 @@ fn signal_name(signal: libc::c_int) -> &'static str {
     }
 }
 
+/// The cluster the engines serve: what of the demo's options they need.
+#[derive(Debug, Clone, Copy)]
+pub struct Cluster {
+    pub nodes: u32,
+    /// The run's seed; each node's fault seed is drawn from it.
+    pub seed: u64,
+    pub rails: usize,
+    /// The engines' watchdog: a turn longer than this is a hang.
+    pub hang_after_us: u64,
+}
+
 impl Engines {
-    /// Start one supervised engine per node, each injecting `rules` into
-    /// what it receives, with a fault seed of its own.
-    pub fn start(o: &DemoOpts, rules: &[String]) -> anyhow::Result<Self> {
+    /// Start one supervised engine per node of `o`, each injecting `rules`
+    /// into what it receives, with a fault seed of its own.
+    pub fn start(o: Cluster, rules: &[String]) -> anyhow::Result<Self> {
         let mut procs = Vec::new();
         for node in 0..o.nodes {
             let dir = PathBuf::from(format!("/dev/shm/tether-demo-{}-{node}", std::process::id()));
