@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 use crate::attach::{self, Doorbell};
 use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
+use crate::clock::monotonic_ns;
 use crate::counters::EngineCounters;
 use crate::pairs::Pairs;
 use crate::records::{Completion, Submission, Taken};
@@ -356,14 +357,6 @@ impl Heartbeat {
         self.word(1).store(0, Ordering::Relaxed);
         self.word(2).store(max_sleep.as_nanos() as u64, Ordering::Release);
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the node.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl std::fmt::Debug for Engine {

@@ -21,6 +21,7 @@ pub mod attach;
 mod audit;
 mod book;
 mod client;
+mod clock;
 mod counters;
 mod engine;
 mod error;
@@ -32,8 +33,9 @@ mod selftest;
 mod supervisor;
 
 pub use client::{Client, ClientOptions, Tracker};
+pub use clock::monotonic_ns;
 pub use counters::EngineCounters;
-pub use engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
+pub use engine::{Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
 pub use error::EngineError;
 pub use records::{Completion, RecordError, Submission, Taken};
 pub use selftest::{is_probe_node, SelfTestOptions, SelfTestStats, PROBE_BASE};

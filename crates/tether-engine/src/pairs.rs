@@ -36,7 +36,7 @@ pub struct Pairs {
 
 impl Default for Pairs {
     fn default() -> Self {
-        Pairs { table: BTreeMap::new(), next_generation: crate::engine::monotonic_ns().max(1) }
+        Pairs { table: BTreeMap::new(), next_generation: crate::clock::monotonic_ns().max(1) }
     }
 }
 

@@ -132,7 +132,7 @@ fn random_secret() -> [u8; 32] {
     if n != s.len() as isize {
         // Never expected on Linux >= 3.17; the secret then only guards
         // handshakes between the engine and itself over its own address.
-        s[..16].copy_from_slice(&super::engine::monotonic_ns().to_le_bytes().repeat(2));
+        s[..16].copy_from_slice(&crate::clock::monotonic_ns().to_le_bytes().repeat(2));
     }
     s
 }

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use tether_shm::Region;
 
-use crate::engine::{monotonic_ns, Engine, EngineOptions, EngineSockets, Heartbeat};
+use crate::clock::monotonic_ns;
+use crate::engine::{Engine, EngineOptions, EngineSockets, Heartbeat};
 use crate::EngineError;
 
 /// How the supervisor watches.

@@ -5,7 +5,6 @@
 //! syntaxes, so they accept exactly the same keys, and an invalid plan is
 //! rejected with an error that names the rule and the field.
 
-use std::fmt;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -364,57 +363,5 @@ impl FaultPlan {
     /// Whether any rule applies at `side`.
     pub fn touches(&self, side: Side) -> bool {
         self.rules.iter().any(|r| r.side == side)
-    }
-
-    /// Parse one rule in the compact form, `kind:key=value,key=value`;
-    /// `index` names it in errors.
-    pub fn parse_rule(text: &str, index: usize) -> Result<Rule, PlanError> {
-        let (kind, rest) = text.split_once(':').unwrap_or((text, ""));
-        let fields = rest
-            .split(',')
-            .filter(|f| !f.trim().is_empty())
-            .map(|f| {
-                let (k, v) = f.split_once('=').unwrap_or((f, ""));
-                (k.trim().to_string(), v.trim().to_string())
-            })
-            .collect::<Vec<_>>();
-        crate::syntax::rule_from_fields(index, kind.trim(), &fields)
-    }
-
-    /// A plan from compact rules, e.g. the values of repeated `--fault` options.
-    pub fn parse_rules<S: AsRef<str>>(seed: u64, rules: &[S]) -> Result<Self, PlanError> {
-        let rules = rules.iter().enumerate().map(|(i, r)| Self::parse_rule(r.as_ref(), i));
-        Ok(FaultPlan { seed, rules: rules.collect::<Result<_, _>>()? })
-    }
-
-    /// A plan from TOML: an optional `seed` and `[[fault]]` tables whose
-    /// keys are the compact form's (`kind = "delay"`, `p = 0.001`,
-    /// `mean = "2ms"`).
-    pub fn from_toml(text: &str) -> Result<Self, PlanError> {
-        crate::syntax::plan_from_toml(text)
-    }
-
-    /// Where the error `e` that `from_toml(text)` returned lies in `text`,
-    /// as a 1-based line and column, to print as `FILE:LINE:COLUMN`: the
-    /// offending key or value, or the `[[fault]]` table it is missing from.
-    pub fn toml_error_location(text: &str, e: &PlanError) -> Option<(usize, usize)> {
-        let span = crate::syntax::toml_error_span(text, e)?;
-        Some(crate::syntax::line_column(text, span.start))
-    }
-
-    pub fn to_toml(&self) -> String {
-        crate::syntax::plan_to_toml(self)
-    }
-}
-
-impl fmt::Display for Rule {
-    /// The compact form, which `FaultPlan::parse_rule` reads back.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let fields = crate::syntax::rule_fields(self);
-        write!(f, "{}:", self.kind().name())?;
-        for (i, (k, v)) in fields.iter().enumerate() {
-            write!(f, "{}{k}={v}", if i == 0 { "" } else { "," })?;
-        }
-        Ok(())
     }
 }

@@ -4,8 +4,6 @@
 
 use tether_wire::NodeId;
 
-use crate::envelope::Refusal;
-
 /// A handler's number, as registered on the server.
 pub type HandlerId = u32;
 
@@ -157,6 +155,41 @@ impl CallState {
             self.op,
             OperationStatus::NotProcessed | OperationStatus::RequestSent | OperationStatus::Processing
         ) || !matches!(self.ack, AckStatus::NotAcked | AckStatus::Acked)
+    }
+}
+
+/// Why a server did not run a call (or cannot say whether it did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Refusal {
+    /// No handler is registered under the id (AMVIA's negative ACK): it
+    /// did not run and never will under this id.
+    NotFound = 1,
+    /// The caller is past the credit the server granted it: this copy did
+    /// not run; the caller may send it again once earlier calls finish.
+    Busy = 2,
+    /// The handler started in an earlier life of the server, which died
+    /// before logging its end: it may or may not have taken effect.
+    Indeterminate = 3,
+    /// Asked about by a QUERY before any copy of it arrived: the server
+    /// fenced it off, and no copy will ever run.
+    NotRun = 4,
+    /// The call is below what the server still remembers of its client
+    /// (freed by the client's own first-incomplete report, or its client's
+    /// life forgotten): this copy did not run, an earlier one may have.
+    Stale = 5,
+}
+
+impl Refusal {
+    pub(crate) fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => Refusal::NotFound,
+            2 => Refusal::Busy,
+            3 => Refusal::Indeterminate,
+            4 => Refusal::NotRun,
+            5 => Refusal::Stale,
+            _ => return None,
+        })
     }
 }
 

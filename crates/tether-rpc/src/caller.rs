@@ -26,9 +26,10 @@ use tether_proto::Instant;
 use tether_wire::NodeId;
 
 use crate::arena::Arena;
+use crate::call::Refusal;
 use crate::call::{AckStatus, CallId, CallRef, CallState, HandlerId, OperationStatus};
 use crate::config::RpcConfig;
-use crate::envelope::{Envelope, EnvelopeError, Refusal};
+use crate::envelope::{Envelope, EnvelopeError};
 use crate::target::Outgoing;
 
 /// Why a call could not be made.

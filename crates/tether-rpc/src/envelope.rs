@@ -22,7 +22,7 @@
 
 use thiserror::Error;
 
-use crate::call::{CallId, HandlerId};
+use crate::call::{CallId, HandlerId, Refusal};
 
 /// Bytes before any kind's own fields.
 pub const HEAD_LEN: usize = 24;
@@ -39,41 +39,6 @@ const QUERY: u8 = 7;
 
 /// REQUEST's flag: no reply is wanted (and none is kept).
 const ONE_WAY: u8 = 0x01;
-
-/// Why a server did not run a call (or cannot say whether it did).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-pub enum Refusal {
-    /// No handler is registered under the id (AMVIA's negative ACK): it
-    /// did not run and never will under this id.
-    NotFound = 1,
-    /// The caller is past the credit the server granted it: this copy did
-    /// not run; the caller may send it again once earlier calls finish.
-    Busy = 2,
-    /// The handler started in an earlier life of the server, which died
-    /// before logging its end: it may or may not have taken effect.
-    Indeterminate = 3,
-    /// Asked about by a QUERY before any copy of it arrived: the server
-    /// fenced it off, and no copy will ever run.
-    NotRun = 4,
-    /// The call is below what the server still remembers of its client
-    /// (freed by the client's own first-incomplete report, or its client's
-    /// life forgotten): this copy did not run, an earlier one may have.
-    Stale = 5,
-}
-
-impl Refusal {
-    pub(crate) fn from_u8(b: u8) -> Option<Self> {
-        Some(match b {
-            1 => Refusal::NotFound,
-            2 => Refusal::Busy,
-            3 => Refusal::Indeterminate,
-            4 => Refusal::NotRun,
-            5 => Refusal::Stale,
-            _ => return None,
-        })
-    }
-}
 
 /// One piece of a call, borrowed from the message it came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

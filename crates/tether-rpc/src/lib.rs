@@ -32,10 +32,11 @@ pub mod envelope;
 pub mod record;
 pub mod target;
 
-pub use call::{AckStatus, CallId, CallRef, CallState, Executed, HandlerId, OperationStatus};
+pub use call::{AckStatus, CallId, CallRef, CallState, Executed, HandlerId, OperationStatus, Refusal};
 pub use caller::{CallError, CallEvent, Caller, CallerStats};
 pub use config::RpcConfig;
-pub use envelope::{Envelope, EnvelopeError, Refusal};
+
+pub use envelope::{Envelope, EnvelopeError};
 pub use record::{replay, CallLog, LogError, MemLog, Record, Torn};
 pub use target::{CompleteError, Dispatch, Outgoing, Target, TargetStats};
 

@@ -18,8 +18,8 @@ use thiserror::Error;
 
 use tether_wire::NodeId;
 
+use crate::call::Refusal;
 use crate::call::{CallId, CallState, HandlerId};
-use crate::envelope::Refusal;
 
 /// Bytes of every record before its payload.
 pub const RECORD_HEAD_LEN: usize = 40;

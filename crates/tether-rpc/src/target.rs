@@ -30,9 +30,10 @@ use tether_proto::Instant;
 use tether_wire::NodeId;
 
 use crate::arena::Arena;
+use crate::call::Refusal;
 use crate::call::{CallId, HandlerId};
 use crate::config::RpcConfig;
-use crate::envelope::{Envelope, EnvelopeError, Refusal};
+use crate::envelope::{Envelope, EnvelopeError};
 use crate::record::{CallLog, LogError, Record};
 
 /// A handler to run for the application: it runs it and calls
