@@ -668,16 +668,16 @@ impl Peer {
     fn on_stream_reset(&mut self, cx: &mut Context<'_>, receiver_epoch: u32) {
         let ours = self.send.epoch();
         let failed = self.send.resync(self.id, receiver_epoch);
-        cx.stats.messages_failed += failed.len();
-        cx.stats.streams_reset += 1;
-        warn!(
-            peer = self.id,
-            ours,
-            theirs = receiver_epoch,
-            failed = failed.len(),
-            "peer acknowledged a stream epoch we never started: resynchronised"
-        );
+        self.count_reset(cx, ours, receiver_epoch, failed.len(), "resynchronised");
         cx.events.push_back(Event::StreamReset { failed });
+    }
+
+    /// Count and log a stream reset toward the peer: our epoch `ours` left
+    /// for one past `theirs`, `failed` messages failed, and how (`what`).
+    fn count_reset(&self, cx: &mut Context<'_>, ours: u32, theirs: u32, failed: u64, what: &str) {
+        cx.stats.messages_failed += failed;
+        cx.stats.streams_reset += 1;
+        warn!(peer = self.id, ours, theirs, failed, "peer's stream epoch {theirs} is not ours: {what}");
     }
 
     /// The receiver left our epoch for `receiver_epoch` (which it took
@@ -689,15 +689,7 @@ impl Peer {
     fn on_overtaken(&mut self, cx: &mut Context<'_>, now: Instant, receiver_epoch: u32) {
         let ours = self.send.epoch();
         let failed = self.send.carry_over(cx.config, self.id, receiver_epoch, now);
-        cx.stats.messages_failed += failed.len();
-        cx.stats.streams_reset += 1;
-        warn!(
-            peer = self.id,
-            ours,
-            theirs = receiver_epoch,
-            failed = failed.len(),
-            "peer's receiver moved to a stream epoch we never started: unacknowledged messages carried over"
-        );
+        self.count_reset(cx, ours, receiver_epoch, failed.len(), "unacknowledged messages carried over");
         if !failed.is_empty() {
             cx.events.push_back(Event::StreamReset { failed });
         }
