@@ -27,11 +27,11 @@ use tether_io::FaultHandle;
 use tether_proto::{Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats};
 
 use crate::attached_calls::AttachedCalls;
+use crate::call_layer::Calls;
 use crate::call_log::CallLogOptions;
-use crate::calls::Calls;
 use crate::clock::Clock;
-use crate::endpoint::{Owner, SendHandle};
 use crate::faults::FaultCounters;
+use crate::handle::{Owner, SendHandle};
 use crate::Error;
 
 pub(crate) struct Attached {

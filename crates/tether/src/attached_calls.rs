@@ -29,7 +29,7 @@ use bytes::Bytes;
 use tether_engine::{Client, EngineError};
 use tether_proto::{Delivery, Instant, NodeId, SendError};
 
-use crate::calls::{CallWire, Calls, Handlers};
+use crate::call_layer::{CallWire, Calls, Handlers};
 use crate::clock::Clock;
 use crate::Error;
 

@@ -10,6 +10,9 @@
 //! Each rail is a transport of its own (a socket bound to one interface);
 //! the core says which rail every datagram takes and hears which rail each
 //! arrived on (Trahay et al. [NMAD] sections 3-4; docs/REFERENCES.md).
+//!
+//! What rides on the core's streams above it (an endpoint's calls) is a
+//! `Layer` the driver pumps at every step; the driver knows nothing of it.
 
 use std::time::Duration;
 
@@ -17,15 +20,31 @@ use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, RecvBatch, Transport, TransportError};
 use tether_proto::{Endpoint as Core, Instant, Origin, RailId, Transmit};
 
-use crate::calls::Calls;
-
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
 
-pub(crate) struct Driver {
+/// What runs over the core's streams, above the driver: it takes what the
+/// core delivered for it and gives the core what it sends, once per step,
+/// after the core's timers and before the step transmits.
+pub(crate) trait Layer {
+    fn pump(&mut self, now: Instant, core: &mut Core);
+    /// When its own timers next want a step.
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+/// No layer above the core.
+impl Layer for () {
+    fn pump(&mut self, _now: Instant, _core: &mut Core) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+pub(crate) struct Driver<L> {
     pub core: Core,
-    /// The calls made and served over the core's streams.
-    pub calls: Calls,
+    /// What runs over the core's streams (an endpoint's calls).
+    pub layer: L,
     /// One transport per rail, indexed by rail id.
     rails: Vec<Box<dyn Transport + Send>>,
     rx: RecvBatch,
@@ -66,11 +85,11 @@ const HOT_TURNS: u16 = 4096;
 /// answered within it), long against a spinning turn.
 const QUIET_POLL: Duration = Duration::from_micros(50);
 
-impl Driver {
+impl<L: Layer> Driver<L> {
     /// `rails` is non-empty: rail 0 at least.
     pub fn new(
         core: Core,
-        calls: Calls,
+        layer: L,
         rails: Vec<Box<dyn Transport + Send>>,
         api: Option<(Injector, Instant)>,
     ) -> Self {
@@ -84,7 +103,7 @@ impl Driver {
             tx_len: 0,
             slot,
             core,
-            calls,
+            layer,
             heat: vec![HOT_TURNS; rails.len()],
             quiet_poll_at: Instant::ZERO,
             backlog: 0,
@@ -168,7 +187,7 @@ impl Driver {
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.core.handle_timeout(now);
         }
-        self.calls.pump(now, &mut self.core);
+        self.layer.pump(now, &mut self.core);
         self.transmit(now);
     }
 
@@ -177,9 +196,9 @@ impl Driver {
         now.saturating_since(self.last_step)
     }
 
-    /// The earliest deadline of the core and the call layer.
+    /// The earliest deadline of the core and the layer above it.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.core.poll_timeout(), self.calls.poll_timeout()) {
+        match (self.core.poll_timeout(), self.layer.poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -358,13 +377,12 @@ mod tests {
         let net = MemNetwork::new(10_000);
         let mut flood = net.attach(2);
         let core = Core::new(Config::default(), 1, 1).unwrap();
-        let calls = Calls::open(Default::default(), 1, None, None, Instant::ZERO).unwrap();
-        let mut driver = Driver::new(core, calls, vec![Box::new(net.attach(1))], None);
+        let mut driver = Driver::new(core, (), vec![Box::new(net.attach(1))], None);
         for _ in 0..1000 {
             // Garbage, dropped by the core's parser: counted, cheap.
             flood.send_to(1, &[0xAB; 40]).unwrap();
         }
-        let received = |d: &Driver| d.core.stats().datagrams_received;
+        let received = |d: &Driver<()>| d.core.stats().datagrams_received;
         driver.step(Instant::from_nanos(1));
         assert_eq!(received(&driver), RECV_BUDGET as u64, "one step, one budget");
         for turn in 2..=4 {

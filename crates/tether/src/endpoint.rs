@@ -1,12 +1,7 @@
-//! The public endpoint: the sans-IO core driven over a real transport.
-//!
-//! Who drives the core: while an application thread is inside a blocking
-//! tether call it drives progress itself (spinning briefly, then sleeping
-//! on the socket), so a reply costs no thread hand-off; while the
-//! application is away computing, the progress thread drives it, so ACKs
-//! and retransmissions flow and failures are detected within a bounded time
-//! (Trahay et al. [NMAD] section 4). With `Progress::Polling` there is no thread and
-//! the application calls `progress()` itself.
+//! The public endpoint: the sans-IO core driven over a real transport,
+//! embedded in this process (its state shared by the application's threads
+//! and a progress worker: `shared`, `progress`) or attached to an engine
+//! process on the node (`attached`).
 //!
 //! A fault plan in `Options` (Li et al. [CI]) is applied here too: its send and
 //! receive rules by wrapping the transport, its `api` rules to the
@@ -14,9 +9,7 @@
 //! failed sends and failed operations.
 
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -29,13 +22,14 @@ use tether_proto::{
 use tether_rpc::RpcConfig;
 
 use crate::attached::Attached;
+use crate::call_layer::Calls;
 use crate::call_log::CallLogOptions;
-use crate::calls::Calls;
 use crate::clock::Clock;
 use crate::driver::Driver;
-use crate::progress;
+use crate::handle::{Owner, SendHandle};
+use crate::shared::{block_on, Awaits, Shared};
 use crate::waiter::Waiter;
-use crate::Error;
+use crate::{leave, progress, Error};
 
 /// Who drives the protocol when the application is not inside a tether call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,17 +42,6 @@ pub enum Progress {
     /// Nobody: the application calls `Endpoint::progress` often enough.
     Polling,
 }
-
-/// Longest a blocked call that drives its endpoint sleeps without a
-/// deadline, so a stop request is never left waiting long.
-const IDLE_SLICE: Duration = Duration::from_millis(20);
-
-/// Longest a parked call sleeps without a deadline: a safety net only, as
-/// the steps that bring what it waits for, `stop` and the worker letting go
-/// all wake it. At 20 ms the 256-node demo's 253 parked receivers woke
-/// 12,600 times a second for nothing, most of its thread switches.
-const PARK_SLICE: Duration = Duration::from_millis(200);
-
 /// How an endpoint runs: the protocol's configuration and the runtime's own
 /// choices. `Endpoint::builder` sets these one by one.
 #[derive(Debug, Clone)]
@@ -110,291 +93,6 @@ impl Default for Options {
     }
 }
 
-pub(crate) struct Shared {
-    driver: Mutex<Driver>,
-    waiter: Waiter,
-    pub(crate) clock: Clock,
-    /// Application threads currently driving progress inside a blocking call.
-    app_active: AtomicUsize,
-    /// When the last application thread left a blocking call, in clock nanoseconds.
-    app_left_ns: AtomicU64,
-    stop: AtomicBool,
-    spin: Duration,
-    /// The transports' fault injectors (one per rail), when the plan has
-    /// send or receive rules.
-    faults: Vec<FaultHandle>,
-    /// The rails' descriptors, for the progress worker to wait on.
-    pub(crate) fds: Vec<RawFd>,
-    /// The progress worker no longer drives this endpoint (after `stop`,
-    /// or a step that panicked): parked calls must drive it themselves.
-    pub(crate) released: AtomicBool,
-    /// The progress worker holds no reference to this endpoint any more,
-    /// so its sockets close with the application's last one. Outside
-    /// `Shared`, as it is set after the worker's reference is dropped.
-    pub(crate) dropped: Arc<AtomicBool>,
-    /// A progress worker serves this endpoint (`Progress::Thread`): a
-    /// blocked call without leave to drive it may wait for the worker.
-    served: bool,
-    /// Blocked calls waiting for someone else's step (`block_on`), by what
-    /// they wait for, and where they wait, one condition variable for
-    /// each: a step that may have brought it (and `stop`) wakes them. One
-    /// for all woke a node's sender, waiting for room, with every message
-    /// delivered to its receiver, and the receiver with every ACK.
-    parked: [AtomicUsize; Awaits::COUNT],
-    progressed: [Condvar; Awaits::COUNT],
-    /// The handlers served here, by id (outside the lock: they run outside it).
-    pub(crate) handlers: crate::calls::Handlers,
-    /// Messages settled (acknowledged or failed) and segments acknowledged
-    /// when a step last looked.
-    settled_seen: AtomicU64,
-    /// The core's earliest deadline (its nanoseconds; `u64::MAX`: none) as
-    /// the lock was last let go: what the progress worker must drive the
-    /// endpoint at, whoever set it. A worker that knew only the deadlines
-    /// of its own steps never drove an endpoint whose timer was set by a
-    /// non-blocking `send` or a parked call (a retransmission timeout for
-    /// a lost datagram to a silent peer, a HELLO's retry): the call waited
-    /// for ever.
-    deadline_ns: AtomicU64,
-    /// The progress worker handed this endpoint's next step to a call
-    /// parked on it (`Shared::hand_off`): set under the lock, taken by the
-    /// first parked call that wakes, which steps the endpoint on its own
-    /// thread's time.
-    pub(crate) help: AtomicBool,
-}
-
-/// The endpoint's state, locked; letting it go publishes the core's
-/// earliest deadline (`Shared::deadline_ns`) and wakes the parked calls a
-/// step under it found something for.
-pub(crate) struct Locked<'a> {
-    guard: Option<MutexGuard<'a, Driver>>,
-    shared: &'a Shared,
-    /// Condition variables to notify once the lock is let go (bit per
-    /// `Awaits`): a call woken under the lock would wake only to wait for
-    /// it again, a second thread switch for every wake-up.
-    wakes: u8,
-}
-
-impl Locked<'_> {
-    fn publish(&mut self) {
-        if let Some(d) = &self.guard {
-            let t = d.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
-            self.shared.deadline_ns.store(t, Ordering::Release);
-        }
-    }
-
-    /// Notify the condition variables a step marked. After the lock is let
-    /// go this loses no wake-up: a call that parks later checked what it
-    /// waits for under the lock, after the step that brought it.
-    fn notify(&mut self) {
-        if self.wakes == 0 {
-            return;
-        }
-        for (k, c) in self.shared.progressed.iter().enumerate() {
-            if self.wakes & (1 << k) != 0 {
-                c.notify_all();
-            }
-        }
-        self.wakes = 0;
-    }
-}
-
-impl core::ops::Deref for Locked<'_> {
-    type Target = Driver;
-    fn deref(&self) -> &Driver {
-        self.guard.as_ref().expect("held until dropped")
-    }
-}
-
-impl core::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Driver {
-        self.guard.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        self.publish();
-        drop(self.guard.take());
-        self.notify();
-    }
-}
-
-/// What a blocked call waits for: a step wakes the calls parked for it only
-/// when that may have come. Waking every parked call at every step cost
-/// the 256-node demo a fifth of its CPU in thread switches: a sender
-/// waiting for room and its receiver for a message, woken for each other's
-/// datagrams.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Awaits {
-    /// A message in the delivery queue.
-    Delivery,
-    /// An event for the application.
-    Event,
-    /// A message settled: room to send, a handle's outcome.
-    Settled,
-    /// Every message settled (`flush`, `close`). Woken with each segment
-    /// acknowledged, as `Settled` is, the 256-node demo's 256 flushing
-    /// threads made most of its 72,000 thread switches a second (39,000
-    /// once woken only when all had settled).
-    AllSettled,
-    /// Anything at all.
-    Anything,
-    /// A call moved (an answer, a state change) or a handler waits to run.
-    Calls,
-}
-
-impl Awaits {
-    const COUNT: usize = 6;
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> Locked<'_> {
-        // A panic while holding the lock leaves the core in whatever state
-        // it reached; its invariants do not depend on the panicking caller.
-        Locked { guard: Some(self.driver.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
-    }
-
-    /// The lock if nobody holds it now: the progress worker serves its
-    /// other endpoints first rather than wait behind an application call
-    /// (a thread preempted inside `send` holds it for its whole time
-    /// slice, and every endpoint behind it in the worker's turn waited
-    /// that long).
-    pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
-        let guard = match self.driver.try_lock() {
-            Ok(g) => g,
-            // As `lock`: the core's invariants do not depend on the caller
-            // that panicked.
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        Some(Locked { guard: Some(guard), shared: self, wakes: 0 })
-    }
-
-    /// Hand the endpoint's next step to a call parked on it, with its lock
-    /// `d` (so none parks unseen between the look and the wake-up); the
-    /// lock back if none is parked. The step is then paid for by the
-    /// thread waiting for it, at its own share of the CPU, not by a
-    /// progress worker shared with many other endpoints.
-    pub(crate) fn hand_off<'a>(&'a self, d: Locked<'a>) -> Result<(), Locked<'a>> {
-        let waiting = (0..Awaits::COUNT)
-            .filter(|&k| self.parked[k].load(Ordering::SeqCst) > 0)
-            .fold(0u8, |w, k| w | 1 << k);
-        if waiting == 0 {
-            return Err(d);
-        }
-        self.help.store(true, Ordering::SeqCst);
-        // Notified once the lock is let go, as `Locked` does.
-        drop(d);
-        for (k, c) in self.progressed.iter().enumerate() {
-            if waiting & 1 << k != 0 {
-                c.notify_all();
-            }
-        }
-        Ok(())
-    }
-
-    /// The core's earliest deadline as last published, on the wall clock.
-    pub(crate) fn deadline(&self) -> Option<StdInstant> {
-        let t = self.deadline_ns.load(Ordering::Acquire);
-        (t != u64::MAX).then(|| self.clock.wall(Instant::from_nanos(t)))
-    }
-
-    /// Wake every parked call (the endpoint stopped, or its worker let go).
-    pub(crate) fn wake_parked(&self) {
-        // Under the lock, so a call about to park sees why or is woken.
-        drop(self.lock());
-        for c in &self.progressed {
-            c.notify_all();
-        }
-    }
-
-    /// Wait on `awaits`'s condition variable with the lock `d` for at most
-    /// `sleep`.
-    fn park(&self, mut d: Locked<'_>, awaits: Awaits, sleep: Duration) {
-        d.publish();
-        d.notify();
-        let guard = d.guard.take().expect("held until dropped");
-        let parked = &self.parked[awaits as usize];
-        parked.fetch_add(1, Ordering::SeqCst);
-        let (guard, _) =
-            self.progressed[awaits as usize].wait_timeout(guard, sleep).unwrap_or_else(|e| e.into_inner());
-        parked.fetch_sub(1, Ordering::SeqCst);
-        d.guard = Some(guard);
-    }
-
-    pub(crate) fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// Step the endpoint `d` (this endpoint's, locked) at `now`, and mark
-    /// the calls parked for what it brought to be woken as the lock goes.
-    pub(crate) fn step(&self, d: &mut Locked<'_>, now: Instant) {
-        d.step(now);
-        // Under the lock the parked calls wait with: none can park between
-        // these loads and the wake-up and miss it.
-        let parked = |k: Awaits| self.parked[k as usize].load(Ordering::SeqCst) > 0;
-        if !self.parked.iter().any(|p| p.load(Ordering::SeqCst) > 0) {
-            return;
-        }
-        let stats = d.core.stats();
-        // Room to send opens with every segment acknowledged, not only
-        // with whole messages settled.
-        let settled = stats.messages_acked + stats.messages_failed + stats.segments_acked;
-        let moved = self.settled_seen.swap(settled, Ordering::SeqCst) != settled;
-        let mut wakes = 0;
-        let mut wake = |k: Awaits| wakes |= 1 << k as usize;
-        if parked(Awaits::Anything) {
-            wake(Awaits::Anything);
-        }
-        if parked(Awaits::Delivery) && d.core.pending_deliveries() > 0 {
-            wake(Awaits::Delivery);
-        }
-        if parked(Awaits::Event) && d.core.has_events() {
-            wake(Awaits::Event);
-        }
-        if parked(Awaits::Settled) && moved {
-            wake(Awaits::Settled);
-        }
-        if parked(Awaits::AllSettled) && d.core.unsettled() == 0 {
-            wake(Awaits::AllSettled);
-        }
-        if parked(Awaits::Calls) && d.calls.moved {
-            d.calls.moved = false;
-            wake(Awaits::Calls);
-        }
-        d.wakes |= wakes;
-    }
-
-    /// `Some(wait)` while an application thread drives the endpoint, or
-    /// did a moment ago: the progress worker looks again after `wait`.
-    pub(crate) fn app_driving_for(&self, wall: StdInstant) -> Option<Duration> {
-        let active = self.app_active.load(Ordering::SeqCst) > 0;
-        let left = Instant::from_nanos(self.app_left_ns.load(Ordering::SeqCst));
-        progress::app_away(active, self.clock.at(wall).saturating_since(left))
-    }
-}
-
-/// Marks an application thread as the driver for the duration of a call.
-struct Active<'a>(&'a Shared);
-
-impl<'a> Active<'a> {
-    fn enter(shared: &'a Shared) -> Self {
-        shared.app_active.fetch_add(1, Ordering::SeqCst);
-        Active(shared)
-    }
-}
-
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        // No wake-up for the progress thread: an application that calls in
-        // again at once (a pingpong, a stream) would pay a thread switch per
-        // call. The progress thread takes over once the application has been
-        // away for `progress::HANDOVER`.
-        self.0.app_left_ns.store(self.0.clock.now().as_nanos(), Ordering::SeqCst);
-        self.0.app_active.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// One node's tether endpoint: send to and receive from its peers over one
 /// or more rails, with a progress thread (or the application) driving the
 /// protocol.
@@ -440,67 +138,6 @@ impl std::fmt::Debug for Endpoint {
             .field("peers", &d.core.peers().collect::<Vec<_>>())
             .field("progress_thread", &e.progress.is_some())
             .finish()
-    }
-}
-
-/// A sent message: ask it how it fared.
-#[derive(Clone)]
-pub struct SendHandle {
-    id: Option<MessageId>,
-    /// Set when an injected operation fault decided the outcome.
-    injected: Option<FailReason>,
-    owner: Owner,
-}
-
-/// The endpoint a handle asks.
-#[derive(Clone)]
-pub(crate) enum Owner {
-    Embedded(Arc<Shared>),
-    Engine(tether_engine::Tracker),
-}
-
-impl std::fmt::Debug for SendHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendHandle").field("id", &self.id).field("injected", &self.injected).finish()
-    }
-}
-
-impl SendHandle {
-    pub(crate) fn new(id: Option<MessageId>, injected: Option<FailReason>, owner: Owner) -> Self {
-        SendHandle { id, injected, owner }
-    }
-
-    /// The message's number in its stream; `None` when an injected
-    /// operation fault kept it from ever entering one.
-    pub fn id(&self) -> Option<MessageId> {
-        self.id
-    }
-
-    /// Where the message stands now: pending, delivered (acknowledged at
-    /// the peer's commit point) or failed, and why.
-    pub fn state(&self) -> MessageState {
-        match (self.injected, self.id) {
-            (Some(reason), _) => MessageState::Failed(reason),
-            (None, Some(id)) => match &self.owner {
-                Owner::Embedded(shared) => shared.lock().core.message_state(id),
-                Owner::Engine(t) => t.message_state(id),
-            },
-            (None, None) => MessageState::Unknown,
-        }
-    }
-
-    /// Block until the message is delivered or failed, or `timeout` passes.
-    pub fn wait(&self, timeout: Option<Duration>) -> Result<MessageState, Error> {
-        let (None, Some(id)) = (self.injected, self.id) else { return Ok(self.state()) };
-        match &self.owner {
-            Owner::Embedded(shared) => {
-                block_on(shared, timeout, Awaits::Settled, |d| match d.core.message_state(id) {
-                    MessageState::Pending => None,
-                    settled => Some(settled),
-                })
-            }
-            Owner::Engine(t) => t.wait_settled(id, timeout).map_err(Error::from),
-        }
     }
 }
 
@@ -610,26 +247,9 @@ impl Endpoint {
             options.caller_log.as_ref(),
             clock.now(),
         )?;
-        let shared = Arc::new(Shared {
-            driver: Mutex::new(Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())))),
-            waiter,
-            clock,
-            app_active: AtomicUsize::new(0),
-            app_left_ns: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            spin: options.spin,
-            faults,
-            fds,
-            released: AtomicBool::new(false),
-            dropped: Arc::new(AtomicBool::new(false)),
-            served: options.progress == Progress::Thread,
-            parked: Default::default(),
-            progressed: Default::default(),
-            handlers: Default::default(),
-            settled_seen: AtomicU64::new(0),
-            deadline_ns: AtomicU64::new(u64::MAX),
-            help: AtomicBool::new(false),
-        });
+        let node = Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())));
+        let served = options.progress == Progress::Thread;
+        let shared = Arc::new(Shared::new(node, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {
             Progress::Polling => None,
             Progress::Thread => Some(progress::serve(shared.clone())?),
@@ -711,11 +331,7 @@ impl Embedded {
             // A small message joining others that wait to share a datagram:
             // no clock, no timers, no transmit attempt.
             if let Some(id) = msg.join_waiting(&mut d.core, peer) {
-                return Ok(SendHandle {
-                    id: Some(id),
-                    injected: None,
-                    owner: Owner::Embedded(self.shared.clone()),
-                });
+                return Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())));
             }
         }
         let now = self.shared.clock.now();
@@ -723,11 +339,11 @@ impl Embedded {
             CallVerdict::Proceed => None,
             CallVerdict::Invocation(e) => return Err(Error::Transport(error_of(e))),
             CallVerdict::Operation { dropped: true, .. } => {
-                return Ok(SendHandle {
-                    id: None,
-                    injected: Some(FailReason::OperationFault),
-                    owner: Owner::Embedded(self.shared.clone()),
-                })
+                return Ok(SendHandle::new(
+                    None,
+                    Some(FailReason::OperationFault),
+                    Owner::Embedded(self.shared.clone()),
+                ))
             }
             // The status says failed, yet the message goes: the application
             // cannot tell which, as with a real lost completion.
@@ -735,7 +351,7 @@ impl Embedded {
         };
         d.learn_peer(peer);
         let id = msg.queue(&mut d.core, now, peer)?;
-        if self.progress.is_some() && d.unstepped_for(now) >= progress::HANDOVER {
+        if self.progress.is_some() && d.unstepped_for(now) >= leave::HANDOVER {
             // Nobody has stepped it for a while: the worker is late (on two
             // cores shared with this and other busy threads, by tens of
             // milliseconds). The thread that keeps sending takes in its
@@ -748,7 +364,7 @@ impl Embedded {
         } else {
             d.transmit(now);
         }
-        Ok(SendHandle { id: Some(id), injected, owner: Owner::Embedded(self.shared.clone()) })
+        Ok(SendHandle::new(Some(id), injected, Owner::Embedded(self.shared.clone())))
     }
 
     fn send_blocking(
@@ -773,7 +389,7 @@ impl Embedded {
             d.transmit(now);
             Some(r)
         })??;
-        Ok(SendHandle { id: Some(id), injected: None, owner: Owner::Embedded(shared.clone()) })
+        Ok(SendHandle::new(Some(id), None, Owner::Embedded(shared.clone())))
     }
 
     fn try_recv(&self) -> Option<Delivery> {
@@ -824,7 +440,7 @@ impl Embedded {
 
     fn fault_counters(&self) -> FaultCounters {
         let mut c = self.shared.lock().api_fault_counters();
-        for f in &self.shared.faults {
+        for f in self.shared.faults() {
             c.accumulate(&f.snapshot());
         }
         c
@@ -832,13 +448,13 @@ impl Embedded {
 
     fn set_faults_enabled(&self, on: bool) {
         self.shared.lock().set_api_faults_enabled(on);
-        for f in &self.shared.faults {
+        for f in self.shared.faults() {
             f.set_enabled(on);
         }
     }
 
     fn fault_handle(&self) -> Option<FaultHandle> {
-        self.shared.faults.first().cloned()
+        self.shared.faults().first().cloned()
     }
 
     fn buffered(&self) -> (usize, usize) {
@@ -1168,9 +784,7 @@ impl Embedded {
     }
 
     fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.waiter.wake();
-        self.shared.wake_parked();
+        self.shared.request_stop();
         if let Some(p) = self.progress.take() {
             // The worker lets go at its next turn; a worker stuck that long
             // in another endpoint's step keeps the sockets open until it
@@ -1192,7 +806,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         // An engine's client lingers as it goes (`ClientOptions::linger`).
         let Inner::Embedded(e) = &mut self.inner else { return };
-        if e.progress.is_some() || !e.shared.stop.load(Ordering::SeqCst) {
+        if e.progress.is_some() || !e.shared.stopped() {
             // Accepted messages get their chance before the sockets close
             // (the type's docs); a failure to settle them in time is not
             // reportable from a destructor.
@@ -1234,108 +848,12 @@ impl Outgoing<'_> {
     }
 }
 
-/// Wait until `ready` yields a value: driving progress from the calling
-/// thread, or, when as many threads of this process as it has cores do
-/// already (`progress::Permit::take_drive`), parked until the endpoint's
-/// progress worker (or the thread that drives it) has stepped it.
-pub(crate) fn block_on<R>(
-    shared: &Shared,
-    timeout: Option<Duration>,
-    awaits: Awaits,
-    mut ready: impl FnMut(&mut Driver) -> Option<R>,
-) -> Result<R, Error> {
-    let start = StdInstant::now();
-    // A timeout past the end of time (Duration::MAX: "as long as it
-    // takes") is no deadline, not an overflow.
-    let deadline = timeout.and_then(|t| start.checked_add(t));
-    let mut driving: Option<(progress::Permit, Active<'_>)> = None;
-    // Busy-polling only while fewer threads of this process do than it
-    // has cores: with more, each spinner's turn is another's delay.
-    let mut spinning = None;
-    // Counted among the calls waiting for the workers while parked.
-    let mut waiting: Option<progress::Waiting> = None;
-    loop {
-        if driving.is_none() {
-            // Parking needs someone else to drive: a worker that still serves it.
-            let must = !shared.served || shared.released.load(Ordering::SeqCst);
-            // No leave while other calls wait for the workers: those that
-            // held one drove their endpoints on their own threads while
-            // the others waited for the turns of workers shared by all
-            // (64 streams: the slowest had 0.52-0.62 of its fair share
-            // with leaves still taken meanwhile, 0.64-0.74 without).
-            let permit = if progress::others_waiting(waiting.is_some()) {
-                None
-            } else {
-                progress::Permit::take_drive()
-            };
-            let permit = permit.or_else(|| must.then(progress::Permit::none));
-            if permit.is_some() {
-                waiting = None;
-            } else if waiting.is_none() {
-                waiting = Some(progress::Waiting::new());
-            }
-            driving = permit.map(|p| (p, Active::enter(shared)));
-            if driving.is_some() && !shared.spin.is_zero() {
-                spinning = progress::Permit::take_spin();
-            }
-        }
-        let mut d = shared.lock();
-        // What is already queued is served without a system call.
-        if let Some(r) = ready(&mut d) {
-            return Ok(r);
-        }
-        // One clock reading per turn (it is on the hot path of every
-        // spin), taken under the lock: a reading from before a wait for it
-        // would hand the core a time earlier than the one another thread
-        // just stepped it with. With 256 threads on two cores the wait was
-        // tens of milliseconds; time running backwards made round trips
-        // negative and probe answers arrive before their probes, and RACK
-        // resent what had not been lost.
-        let wall = StdInstant::now();
-        let mut sleep = if driving.is_some() { IDLE_SLICE } else { PARK_SLICE };
-        if driving.is_some() {
-            let now = shared.clock.at(wall);
-            shared.step(&mut d, now);
-            if let Some(r) = ready(&mut d) {
-                return Ok(r);
-            }
-            sleep = d.idle_for(now).map_or(sleep, |t| t.min(sleep));
-        } else if shared.help.swap(false, Ordering::SeqCst) {
-            // The worker handed this step to us (`Shared::hand_off`): one
-            // step, then parked again.
-            shared.step(&mut d, shared.clock.at(wall));
-            if let Some(r) = ready(&mut d) {
-                return Ok(r);
-            }
-        }
-        if deadline.is_some_and(|d| wall >= d) {
-            return Err(Error::TimedOut);
-        }
-        if shared.stop.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        if let Some(d) = deadline {
-            sleep = sleep.min(d.saturating_duration_since(wall));
-        }
-        if driving.is_none() {
-            // Parked: `Shared::step` wakes it; the slice is a safety net.
-            shared.park(d, awaits, sleep);
-            continue;
-        }
-        drop(d);
-        if spinning.is_some() && wall - start < shared.spin {
-            std::hint::spin_loop();
-            continue;
-        }
-        spinning = None;
-        shared.waiter.wait(sleep);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     // The test measures wall-clock bounds on real sockets.
     #![allow(clippy::disallowed_methods)]
+
+    use std::sync::Mutex;
 
     use super::*;
 
@@ -1362,7 +880,7 @@ mod tests {
         // Every leave to drive this process has, taken: each blocking call
         // below waits for the workers.
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
-        let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
         assert!(!held.is_empty());
         let limit = Some(Duration::from_secs(20));
         let start = StdInstant::now();
@@ -1395,7 +913,7 @@ mod tests {
         let eps = two_on_loopback(Default::default());
         let limit = Some(Duration::from_secs(20));
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
-        let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
         let start = StdInstant::now();
         for i in 0..ROUNDS {
             let h = eps[0].send(1, &i.to_le_bytes()).unwrap();
@@ -1431,7 +949,7 @@ mod tests {
         assert_eq!(&b.recv(limit).unwrap().message[..], b"first");
         std::thread::sleep(Duration::from_millis(110).saturating_sub(start.elapsed()));
         let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
-        let held: Vec<_> = std::iter::from_fn(progress::Permit::take_drive).collect();
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
         let h = a.send(1, b"second").unwrap();
         let state = h.wait(limit);
         drop(held);

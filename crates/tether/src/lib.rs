@@ -33,20 +33,25 @@
 mod attached;
 mod attached_calls;
 mod builder;
+mod call_layer;
 mod call_log;
 mod calls;
 mod clock;
 mod driver;
 mod endpoint;
 mod error;
+mod handle;
+mod leave;
 mod progress;
+mod shared;
 mod waiter;
 
 pub use builder::Builder;
 /// The message type of `Endpoint::send_bytes` and of every `Delivery`.
 pub use bytes::Bytes;
-pub use endpoint::{Endpoint, Options, Progress, SendHandle};
+pub use endpoint::{Endpoint, Options, Progress};
 pub use error::Error;
+pub use handle::SendHandle;
 pub use tether_proto::{
     ClusterKey, Config, ConfigError, CongestionControl, CongestionInfo, Controller, ControllerFactory,
     Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,
@@ -73,8 +78,9 @@ pub mod faults {
 /// queryable and true about whether the handler ran (Kaur \[AMVIA\],
 /// docs/REFERENCES.md; docs/ARCHITECTURE.md, "Calls").
 pub mod rpc {
+    pub use crate::call_layer::{Handler, Request};
     pub use crate::call_log::{CallLogOptions, SyncPolicy};
-    pub use crate::calls::{Call, CallOptions, CallOutcome, CallStats, Handler, Request};
+    pub use crate::calls::{Call, CallOptions, CallOutcome, CallStats};
     pub use tether_rpc::{
         AckStatus, CallError, CallEvent, CallId, CallRef, CallState, CallerStats, Executed, HandlerId,
         OperationStatus, Refusal, RpcConfig, TargetStats,

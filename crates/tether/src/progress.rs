@@ -47,15 +47,12 @@ use std::time::{Duration, Instant as StdInstant};
 
 use tether_proto::Instant;
 
-use crate::endpoint::{Locked, Shared};
+use crate::leave::{cores, HANDOVER};
+use crate::shared::{Locked, Shared};
 
 /// Longest a worker sleeps while it serves endpoints, so an application's
 /// newly queued message or timer is never left waiting long.
 const IDLE_SLICE: Duration = Duration::from_millis(20);
-/// Longest an endpoint is left undriven after its application stops
-/// driving it: below the 1 ms retransmission floor, so a computing
-/// application costs its peers no spurious retransmission.
-pub(crate) const HANDOVER: Duration = Duration::from_micros(500);
 /// How long into a turn the worker steps endpoints itself; after that it
 /// hands those with a parked call to the call (below a step's cost on a
 /// busy stream: a single flow's worker, with one endpoint ready, never
@@ -76,12 +73,6 @@ struct Pool {
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| Pool { workers: Mutex::new(Vec::new()), cores: cores() })
-}
-
-/// The cores this process may run on (at least one).
-pub(crate) fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// One progress thread's shared half: endpoints handed to it, and the
@@ -453,16 +444,6 @@ fn drive(shared: &Shared, mut d: Locked<'_>) -> Driven {
     .unwrap_or(Driven::Panicked)
 }
 
-/// Whether the application has been away long enough for the worker to
-/// drive its endpoint: `Some(wait)` while it is (or just was) driving.
-pub(crate) fn app_away(active: bool, away: Duration) -> Option<Duration> {
-    if active || away < HANDOVER {
-        Some(HANDOVER.saturating_sub(away).max(HANDOVER / 4))
-    } else {
-        None
-    }
-}
-
 /// Wait, at most `bound`, until the worker has dropped its reference to
 /// an endpoint (it sets `dropped` after); whether it has.
 pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) -> bool {
@@ -474,85 +455,4 @@ pub(crate) fn wait_dropped(dropped: &AtomicBool, bound: Duration) -> bool {
         std::thread::sleep(Duration::from_micros(20));
     }
     true
-}
-
-/// Application threads of this process driving an endpoint inside a
-/// blocking call now, and those of them busy-polling.
-static DRIVING: AtomicUsize = AtomicUsize::new(0);
-static SPINNING: AtomicUsize = AtomicUsize::new(0);
-
-/// Application threads per core that drive endpoints from blocking calls.
-const DRIVERS_PER_CORE: usize = 4;
-
-/// Blocking calls of this process parked for want of a leave to drive
-/// (`Permit::take_drive`): while there are any, no call takes a leave, so
-/// every endpoint waits for its turn in the same way.
-static WAITING: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether calls other than this one (`me`: counted among them) wait for
-/// the workers for want of a leave to drive.
-pub(crate) fn others_waiting(me: bool) -> bool {
-    WAITING.load(Ordering::Acquire) > usize::from(me)
-}
-
-/// A blocking call counted among those waiting for the workers.
-pub(crate) struct Waiting(());
-
-impl Waiting {
-    pub fn new() -> Self {
-        WAITING.fetch_add(1, Ordering::AcqRel);
-        Waiting(())
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        WAITING.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A place among the threads of this process that do some work inside
-/// blocking calls, at most one per core (`take_drive`, `take_spin`).
-pub(crate) struct Permit(Option<&'static AtomicUsize>);
-
-impl Permit {
-    /// Leave to drive an endpoint from a blocking call. Without one, the
-    /// call waits for whoever drives it (the endpoint's worker) to make
-    /// progress: 256 endpoints' 512 blocked application threads each
-    /// stepping its endpoint and sleeping on its sockets to the next timer
-    /// kept 150-190 threads runnable on two cores. A thread then ran every
-    /// second or so, its timers fired that late, and the retransmissions
-    /// they made kept it so (a 256-node demo never finished).
-    pub fn take_drive() -> Option<Self> {
-        Self::take(&DRIVING, DRIVERS_PER_CORE * cores())
-    }
-
-    /// Leave to busy-poll: so many endpoints' blocked calls in one process
-    /// sleep on their sockets instead of taking turns at spinning.
-    pub fn take_spin() -> Option<Self> {
-        Self::take(&SPINNING, cores())
-    }
-
-    /// No place counted: for a call that must drive whatever the others
-    /// do (nobody else drives its endpoint).
-    pub fn none() -> Self {
-        Permit(None)
-    }
-
-    fn take(count: &'static AtomicUsize, most: usize) -> Option<Self> {
-        if count.fetch_add(1, Ordering::AcqRel) < most {
-            Some(Permit(Some(count)))
-        } else {
-            count.fetch_sub(1, Ordering::AcqRel);
-            None
-        }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(count) = self.0 {
-            count.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
 }
