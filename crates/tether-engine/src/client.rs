@@ -24,7 +24,8 @@ use tether_fault::FaultCounters;
 
 use crate::counters::EngineCounters;
 use tether_proto::{
-    Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, Unsettled, MAX_RAILS,
+    Channel, Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, Unsettled,
+    MAX_RAILS,
 };
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
@@ -39,9 +40,14 @@ use crate::EngineError;
 /// some runs measured 50.8 us one way instead of 0.27).
 const DIRECT_SPIN: Duration = Duration::from_micros(1);
 
-/// The top bit of a direct path's record id: the record is a call's
-/// envelope. Ids count messages from zero and never reach it.
-const DIRECT_CALL: u64 = 1 << 63;
+/// The top bit of a direct path's record id: the message is on the second
+/// channel (`Channel`: tether's calls). Ids count messages from zero and
+/// never reach it.
+const DIRECT_SECOND: u64 = 1 << 63;
+const _: () = assert!(Channel::COUNT == 2, "a direct record names its channel with one bit");
+
+/// The second channel, which the direct path's top bit names.
+const SECOND: Channel = Channel::new(1);
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
@@ -78,8 +84,8 @@ struct PeerLog {
 
 /// A direct path to a peer on the same engine (docs/ENGINE.md, "The
 /// direct path"): a ring each way in a pair region, each record a message
-/// id (u64, little-endian; its top bit `DIRECT_CALL` set for a call's
-/// envelope) and the message.
+/// id (u64, little-endian; its top bit `DIRECT_SECOND` set for a
+/// message on the second channel) and the message.
 struct Direct {
     end: PairEnd,
     generation: u64,
@@ -206,40 +212,42 @@ struct Attachment {
     checks_before: EngineCounters,
 }
 
-/// Messages delivered and not yet taken, and calls' envelopes: each kind
-/// in the order it came (nothing needs the order between them).
-#[derive(Debug, Default)]
+/// Messages delivered and not yet taken, by channel: each channel's in
+/// the order they came (nothing needs the order between channels).
+#[derive(Debug)]
 struct Inbox {
-    messages: VecDeque<Delivery>,
-    calls: VecDeque<Delivery>,
-    /// Calls' envelopes are taken (`recv_call`): a call layer serves this
-    /// endpoint. Until one does, they are dropped as they come (counted),
-    /// never left to pile up unread.
-    takes_calls: bool,
-    calls_dropped: u64,
+    queues: [VecDeque<Delivery>; Channel::COUNT],
+    /// The channels a layer takes from (`Client::serve_channel`; the
+    /// application's always). Messages on the others are dropped as they
+    /// come (counted), never left to pile up unread.
+    served: [bool; Channel::COUNT],
+    dropped: [u64; Channel::COUNT],
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        let mut served = [false; Channel::COUNT];
+        served[Channel::APP.index()] = true;
+        Inbox { queues: Default::default(), served, dropped: [0; Channel::COUNT] }
+    }
 }
 
 impl Inbox {
-    /// Queue a delivery for the application, or drop a call's envelope
-    /// nobody takes.
+    /// Queue a delivery on its channel, or drop it if nobody takes from
+    /// that channel.
     fn deliver(&mut self, d: Delivery) {
-        if !d.call {
-            self.messages.push_back(d);
-        } else if self.takes_calls {
-            self.calls.push_back(d);
+        let c = d.channel.index();
+        if self.served[c] {
+            self.queues[c].push_back(d);
         } else {
-            self.calls_dropped += 1;
-            tracing::debug!(from = d.from, "a call's envelope, and no call layer here: dropped");
+            self.dropped[c] += 1;
+            tracing::debug!(from = d.from, channel = c, "a message on a channel nobody takes: dropped");
         }
     }
 
-    /// The oldest delivery of a kind.
-    fn pop(&mut self, call: bool) -> Option<Delivery> {
-        if call {
-            self.calls.pop_front()
-        } else {
-            self.messages.pop_front()
-        }
+    /// The oldest delivery on a channel.
+    fn pop(&mut self, channel: Channel) -> Option<Delivery> {
+        self.queues[channel.index()].pop_front()
     }
 }
 
@@ -403,7 +411,7 @@ impl Attachment {
         peer: NodeId,
         msg: &[u8],
         timeout: Option<Duration>,
-        call: bool,
+        channel: Channel,
     ) -> Result<MessageId, EngineError> {
         let Some(seq) = self.peers.get(&peer).map(|p| p.next) else {
             return Err(EngineError::UnknownPeer(peer));
@@ -419,13 +427,13 @@ impl Attachment {
             .into());
         }
         if self.peers[&peer].is_local {
-            return self.send_direct(peer, seq, msg, timeout, call);
+            return self.send_direct(peer, seq, msg, timeout, channel);
         }
-        self.submit(&Submission::Send { id: seq, peer, payload: msg, call }, timeout)?;
+        self.submit(&Submission::Send { id: seq, peer, payload: msg, channel }, timeout)?;
         let p = self.peers.entry(peer).or_default();
         p.next = seq + 1;
         if self.retain {
-            p.retained.push_back(Unsettled { data: Bytes::copy_from_slice(msg), call });
+            p.retained.push_back(Unsettled { data: Bytes::copy_from_slice(msg), channel });
         }
         Ok(MessageId { peer, seq })
     }
@@ -440,10 +448,10 @@ impl Attachment {
         seq: u64,
         msg: &[u8],
         timeout: Option<Duration>,
-        call: bool,
+        channel: Channel,
     ) -> Result<MessageId, EngineError> {
         let deadline = timeout.map(|t| StdInstant::now() + t);
-        let id = if call { seq | DIRECT_CALL } else { seq };
+        let id = if channel == Channel::APP { seq } else { seq | DIRECT_SECOND };
         loop {
             let p = self.peers.get_mut(&peer).expect("a known peer");
             let Some(d) = p.direct.as_mut() else {
@@ -501,7 +509,8 @@ impl Attachment {
                     break;
                 };
                 let id = u64::from_le_bytes(*id);
-                let (id, call) = (id & !DIRECT_CALL, id & DIRECT_CALL != 0);
+                let channel = if id & DIRECT_SECOND != 0 { SECOND } else { Channel::APP };
+                let id = id & !DIRECT_SECOND;
                 if d.expect.is_some_and(|e| e != id) {
                     broken = Some(format!("message {id} where {:?} was next", d.expect));
                     break;
@@ -510,7 +519,7 @@ impl Attachment {
                 d.taken += 1;
                 self.progress += 1;
                 let message = Bytes::copy_from_slice(message);
-                self.inbox.deliver(Delivery { from: peer, message, fragment: None, call });
+                self.inbox.deliver(Delivery { from: peer, message, fragment: None, channel });
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -613,19 +622,18 @@ impl Attachment {
         result
     }
 
-    /// A delivery of the kind asked for (a message, or a call's envelope)
-    /// if one is waiting.
-    pub fn try_recv(&mut self, call: bool) -> Result<Option<Delivery>, EngineError> {
-        if let Some(d) = self.pop(call) {
+    /// A delivery on `channel`, if one is waiting.
+    pub fn try_recv(&mut self, channel: Channel) -> Result<Option<Delivery>, EngineError> {
+        if let Some(d) = self.pop(channel) {
             return Ok(Some(d));
         }
         self.take_completions()?;
-        Ok(self.pop(call))
+        Ok(self.pop(channel))
     }
 
-    /// The oldest delivery of a kind.
-    fn pop(&mut self, call: bool) -> Option<Delivery> {
-        self.inbox.pop(call)
+    /// The oldest delivery on a channel.
+    fn pop(&mut self, channel: Channel) -> Option<Delivery> {
+        self.inbox.pop(channel)
     }
 
     /// The next failure report, if one is waiting.
@@ -803,7 +811,7 @@ impl Attachment {
             for (i, m) in retained.iter().enumerate() {
                 let id = first + i as u64;
                 if id >= failed_upto {
-                    self.submit(&Submission::Send { id, peer, payload: &m.data, call: m.call }, None)?;
+                    self.submit(&Submission::Send { id, peer, payload: &m.data, channel: m.channel }, None)?;
                 }
             }
         }
@@ -857,7 +865,7 @@ impl Attachment {
     fn on_completion(&mut self, c: Completion<'_>) {
         self.progress += 1;
         match c {
-            Completion::Delivery { from, fragment: f, call, payload } => {
+            Completion::Delivery { from, fragment: f, channel, payload } => {
                 let max = self.max_message_len();
                 let p = self.peers.entry(from).or_default();
                 let t = match p.taken {
@@ -874,9 +882,9 @@ impl Attachment {
                     return;
                 }
                 p.taken = Some(Taken { next: f.seq + 1, ..t });
-                match p.partial.take(f.first, f.last, call, payload, max) {
-                    Ok(Some((message, call))) => {
-                        self.inbox.deliver(Delivery { from, message, fragment: None, call })
+                match p.partial.take(f.first, f.last, channel, payload, max) {
+                    Ok(Some((message, channel))) => {
+                        self.inbox.deliver(Delivery { from, message, fragment: None, channel })
                     }
                     Ok(None) => {}
                     Err(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
@@ -1015,34 +1023,38 @@ impl Client {
         msg: &[u8],
         timeout: Option<Duration>,
     ) -> Result<MessageId, EngineError> {
-        self.lock().send(peer, msg, timeout, false)
+        self.lock().send(peer, msg, timeout, Channel::APP)
     }
 
-    /// `send` for a call's envelope (`tether-rpc`): marked as one on the
-    /// wire, delivered to the peer's call layer, not its application.
+    /// `send` on `channel`, for a layer riding the stream (tether's calls):
+    /// delivered to the peer's layer on that channel, not its application.
     /// Never waits, not even for another thread's use of the client (a
     /// recovery from the engine's death holds it for its whole length):
-    /// `Timeout` then, and the call layer offers the envelope again.
-    pub fn send_call(&self, peer: NodeId, envelope: &[u8]) -> Result<MessageId, EngineError> {
+    /// `Timeout` then, and the layer offers the message again.
+    pub fn send_on(&self, channel: Channel, peer: NodeId, msg: &[u8]) -> Result<MessageId, EngineError> {
         let mut a = self.try_lock().ok_or(EngineError::Timeout)?;
-        a.send(peer, envelope, Some(Duration::ZERO), true)
+        a.send(peer, msg, Some(Duration::ZERO), channel)
     }
 
     /// Whether `peer` was added (`None`: the client is busy, see
-    /// `send_call`).
+    /// `send_on`).
     pub fn knows(&self, peer: NodeId) -> Option<bool> {
         Some(self.try_lock()?.peers.contains_key(&peer))
     }
 
-    /// Whether calls' envelopes are taken (`try_recv_call`,
-    /// `recv_call_until`): a call layer serves this endpoint. While not,
-    /// they are dropped as they come (and those waiting now are).
-    pub fn take_calls(&self, on: bool) {
+    /// Whether a layer takes the messages on `channel` (`try_recv_on`,
+    /// `recv_on_until`; the application's own channel is always taken).
+    /// While not, they are dropped as they come (and those waiting now are).
+    pub fn serve_channel(&self, channel: Channel, on: bool) {
+        if channel == Channel::APP {
+            return;
+        }
         let mut a = self.lock();
-        a.inbox.takes_calls = on;
+        let c = channel.index();
+        a.inbox.served[c] = on;
         if !on {
-            a.inbox.calls_dropped += a.inbox.calls.len() as u64;
-            a.inbox.calls.clear();
+            a.inbox.dropped[c] += a.inbox.queues[c].len() as u64;
+            a.inbox.queues[c].clear();
         }
     }
 
@@ -1057,41 +1069,44 @@ impl Client {
         }
     }
 
-    /// Calls' envelopes dropped because no call layer took them.
-    pub fn calls_dropped(&self) -> u64 {
-        self.lock().inbox.calls_dropped
+    /// Messages on `channel` dropped because no layer took them.
+    pub fn dropped_on(&self, channel: Channel) -> u64 {
+        self.lock().inbox.dropped[channel.index()]
     }
 
-    /// A call's envelope, if one is waiting (none while another thread
-    /// holds the client, see `send_call`).
-    pub fn try_recv_call(&self) -> Result<Option<Delivery>, EngineError> {
+    /// A message on `channel`, if one is waiting (none while another
+    /// thread holds the client, see `send_on`).
+    pub fn try_recv_on(&self, channel: Channel) -> Result<Option<Delivery>, EngineError> {
         match self.try_lock() {
-            Some(mut a) => a.try_recv(true),
+            Some(mut a) => a.try_recv(channel),
             None => Ok(None),
         }
     }
 
-    /// The next call's envelope, waiting for one until `until()` (asked
-    /// again at every look, so a call layer's timer set meanwhile is
+    /// The next message on `channel`, waiting for one until `until()`
+    /// (asked again at every look, so a layer's timer set meanwhile is
     /// kept) has passed: `Ok(None)` then.
-    pub fn recv_call_until(
+    pub fn recv_on_until(
         &self,
+        channel: Channel,
         until: impl Fn() -> Option<StdInstant>,
     ) -> Result<Option<Delivery>, EngineError> {
-        match wait_until(&self.inner, until, |c| c.pop(true)) {
+        match wait_until(&self.inner, until, |c| c.pop(channel)) {
             Err(EngineError::Timeout) => Ok(None),
             other => other.map(Some),
         }
     }
 
-    /// A message, if one is waiting (calls' envelopes are passed over).
+    /// An application message, if one is waiting (other channels'
+    /// messages are passed over).
     pub fn try_recv(&self) -> Result<Option<Delivery>, EngineError> {
-        self.lock().try_recv(false)
+        self.lock().try_recv(Channel::APP)
     }
 
-    /// The next message, waiting up to `timeout` (`None`: for ever).
+    /// The next application message, waiting up to `timeout` (`None`: for
+    /// ever).
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, EngineError> {
-        self.wait(timeout, |c| c.pop(false))
+        self.wait(timeout, |c| c.pop(Channel::APP))
     }
 
     /// The next failure report or recovery, if one is waiting.
@@ -1353,8 +1368,8 @@ fn watch(inner: Weak<Mutex<Attachment>>, stop: Arc<AtomicBool>) {
 #[derive(Debug, Default)]
 struct Reassembly {
     buf: Vec<u8>,
-    /// Its first fragment said it is a call's envelope.
-    call: bool,
+    /// The channel its first fragment named.
+    channel: Channel,
     state: Assembly,
 }
 
@@ -1369,19 +1384,19 @@ enum Assembly {
 }
 
 impl Reassembly {
-    /// Take the next fragment in order: the whole message (and whether it
-    /// is a call's) once its last fragment came, or why it was dropped.
+    /// Take the next fragment in order: the whole message (and its
+    /// channel) once its last fragment came, or why it was dropped.
     fn take(
         &mut self,
         first: bool,
         last: bool,
-        call: bool,
+        channel: Channel,
         payload: &[u8],
         max: usize,
-    ) -> Result<Option<(Bytes, bool)>, &'static str> {
+    ) -> Result<Option<(Bytes, Channel)>, &'static str> {
         if first {
             self.buf.clear();
-            (self.call, self.state) = (call, Assembly::Assembling);
+            (self.channel, self.state) = (channel, Assembly::Assembling);
         }
         let broken = match self.state {
             Assembly::Discarding => {
@@ -1389,8 +1404,8 @@ impl Reassembly {
                 return Ok(None);
             }
             Assembly::Idle => Some("a fragment without its message's first"),
-            Assembly::Assembling if call != self.call => {
-                Some("fragments disagree on whether their message is a call's")
+            Assembly::Assembling if channel != self.channel => {
+                Some("fragments disagree on their message's channel")
             }
             Assembly::Assembling if self.buf.len() + payload.len() > max => {
                 Some("a message beyond the largest allowed")
@@ -1407,23 +1422,26 @@ impl Reassembly {
             return Ok(None);
         }
         self.state = Assembly::Idle;
-        Ok(Some((Bytes::from(std::mem::take(&mut self.buf)), self.call)))
+        Ok(Some((Bytes::from(std::mem::take(&mut self.buf)), self.channel)))
     }
 }
 
 #[cfg(test)]
 mod reassembly_tests {
-    use super::Reassembly;
+    use super::{Reassembly, SECOND};
+    use tether_proto::Channel;
+
+    const APP: Channel = Channel::APP;
 
     #[test]
-    fn a_message_is_put_together_with_its_kind() {
+    fn a_message_is_put_together_with_its_channel() {
         let mut r = Reassembly::default();
-        assert_eq!(r.take(true, false, true, b"ab", 10), Ok(None));
-        assert_eq!(r.take(false, false, true, b"cd", 10), Ok(None));
-        let (m, call) = r.take(false, true, true, b"e", 10).unwrap().unwrap();
-        assert_eq!((&m[..], call), (&b"abcde"[..], true));
-        let (m, call) = r.take(true, true, false, b"x", 10).unwrap().unwrap();
-        assert_eq!((&m[..], call), (&b"x"[..], false));
+        assert_eq!(r.take(true, false, SECOND, b"ab", 10), Ok(None));
+        assert_eq!(r.take(false, false, SECOND, b"cd", 10), Ok(None));
+        let (m, channel) = r.take(false, true, SECOND, b"e", 10).unwrap().unwrap();
+        assert_eq!((&m[..], channel), (&b"abcde"[..], SECOND));
+        let (m, channel) = r.take(true, true, APP, b"x", 10).unwrap().unwrap();
+        assert_eq!((&m[..], channel), (&b"x"[..], APP));
     }
 
     /// Before, the tail of a dropped message was delivered as a message.
@@ -1431,18 +1449,18 @@ mod reassembly_tests {
     fn a_dropped_message_takes_its_other_fragments_with_it() {
         let mut r = Reassembly::default();
         // Too large.
-        assert_eq!(r.take(true, false, false, b"12345", 6), Ok(None));
-        assert!(r.take(false, false, false, b"6789", 6).is_err());
-        assert_eq!(r.take(false, false, false, b"tail", 6), Ok(None));
-        assert_eq!(r.take(false, true, false, b"end", 6), Ok(None));
-        // Fragments that disagree on the kind.
-        assert_eq!(r.take(true, false, true, b"ab", 10), Ok(None));
-        assert!(r.take(false, false, false, b"cd", 10).is_err());
-        assert_eq!(r.take(false, true, true, b"ef", 10), Ok(None));
+        assert_eq!(r.take(true, false, APP, b"12345", 6), Ok(None));
+        assert!(r.take(false, false, APP, b"6789", 6).is_err());
+        assert_eq!(r.take(false, false, APP, b"tail", 6), Ok(None));
+        assert_eq!(r.take(false, true, APP, b"end", 6), Ok(None));
+        // Fragments that disagree on the channel.
+        assert_eq!(r.take(true, false, SECOND, b"ab", 10), Ok(None));
+        assert!(r.take(false, false, APP, b"cd", 10).is_err());
+        assert_eq!(r.take(false, true, SECOND, b"ef", 10), Ok(None));
         // A middle or last fragment with no first before it.
-        assert!(r.take(false, true, false, b"orphan", 10).is_err());
+        assert!(r.take(false, true, APP, b"orphan", 10).is_err());
         // And the next message comes whole.
-        let (m, _) = r.take(true, true, false, b"next", 10).unwrap().unwrap();
+        let (m, _) = r.take(true, true, APP, b"next", 10).unwrap().unwrap();
         assert_eq!(&m[..], b"next");
     }
 }

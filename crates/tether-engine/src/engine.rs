@@ -30,7 +30,7 @@ use tether_io::{
     AddressBook, FaultHandle, FaultyTransport, RecvBatch, Transport, TransportError, UdpTransport,
 };
 use tether_proto::{
-    Config, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, PayloadCursor, RailId,
+    Channel, Config, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, PayloadCursor, RailId,
     ResumedStream, SendError, StreamMarks, Unsettled, MAX_RAILS,
 };
 use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
@@ -1106,18 +1106,19 @@ fn take_submissions(
     taken > 0 || c.gone
 }
 
-/// Queue an application's message, or a call's envelope, on the core.
+/// Queue an application's message on `channel` (a call's envelope rides
+/// another) on the core.
 fn send(
     core: &mut Core,
     now: Instant,
     peer: NodeId,
     payload: &[u8],
-    call: bool,
+    channel: Channel,
 ) -> Result<MessageId, SendError> {
-    if call {
-        core.send_call_slice(now, peer, payload)
-    } else {
+    if channel == Channel::APP {
         core.send(now, peer, payload)
+    } else {
+        core.send_on_slice(now, peer, channel, payload)
     }
 }
 
@@ -1133,8 +1134,8 @@ fn take(
 ) -> Result<bool, String> {
     let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
     match s {
-        Submission::Send { id, peer, payload, call } if c.resuming.is_some() => {
-            if !c.resumed_message(peer, id, payload, call) {
+        Submission::Send { id, peer, payload, channel } if c.resuming.is_some() => {
+            if !c.resumed_message(peer, id, payload, channel) {
                 return Err(format!("resuming: message {id} to {peer} out of order"));
             }
         }
@@ -1143,15 +1144,17 @@ fn take(
             (r.failed_upto, r.taken) = (failed_upto, taken);
         }
         Submission::ResumeEnd => c.resume(now, beat)?,
-        Submission::Send { id, peer, payload, call } => match send(&mut c.core, now, peer, payload, call) {
-            Ok(m) if m.seq == id => c.stalled = false,
-            Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
-            Err(SendError::WouldBlock) => {
-                c.stalled = true;
-                return Ok(false);
+        Submission::Send { id, peer, payload, channel } => {
+            match send(&mut c.core, now, peer, payload, channel) {
+                Ok(m) if m.seq == id => c.stalled = false,
+                Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
+                Err(SendError::WouldBlock) => {
+                    c.stalled = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(format!("send {id} to {peer}: {e}")),
             }
-            Err(e) => return Err(format!("send {id} to {peer}: {e}")),
-        },
+        }
         Submission::AddPeer { node, .. } if is_probe_node(node) => {
             return Err(format!("peer {node} is reserved for the engine's self-test"));
         }
@@ -1253,7 +1256,7 @@ fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
             continue;
         };
         out.resize(d.message.len() + RECORD_OVERHEAD, 0);
-        let n = Completion::Delivery { from: d.from, fragment, call: d.call, payload: &d.message }
+        let n = Completion::Delivery { from: d.from, fragment, channel: d.channel, payload: &d.message }
             .encode(out)
             .expect("sized for the fragment");
         any = true;
@@ -1372,14 +1375,14 @@ impl Attached {
     }
 
     /// A message given again while resuming: the next of its peer's.
-    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8], call: bool) -> bool {
+    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8], channel: Channel) -> bool {
         let Some(r) = self.resuming.as_mut().and_then(|r| r.get_mut(&peer)) else { return false };
         let next = r.first_id.unwrap_or(id) + r.messages.len() as u64;
         if id != next {
             return false;
         }
         r.first_id.get_or_insert(id);
-        r.messages.push(Unsettled { data: Bytes::copy_from_slice(payload), call });
+        r.messages.push(Unsettled { data: Bytes::copy_from_slice(payload), channel });
         true
     }
 

@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use tether_proto::{FailReason, FailedMessages, Fragment, NodeId, MAX_RAILS};
+use tether_proto::{Channel, FailReason, FailedMessages, Fragment, NodeId, MAX_RAILS};
 use thiserror::Error;
 
 /// Why a record was refused.
@@ -37,9 +37,9 @@ pub enum RecordError {
 #[allow(clippy::large_enum_variant)]
 pub enum Submission<'a> {
     /// Send `payload` to `peer`; `id` is the application's name for the
-    /// message, used in the completions that settle it. `call`: it is a
-    /// call's envelope (`tether-rpc`), marked so on the wire.
-    Send { id: u64, peer: NodeId, payload: &'a [u8], call: bool },
+    /// message, used in the completions that settle it, on `channel`
+    /// (the application's, or tether's calls').
+    Send { id: u64, peer: NodeId, payload: &'a [u8], channel: Channel },
     /// Learn a peer's address on each rail (rail `i` is `rails[i]`).
     AddPeer { node: NodeId, rails: Rails },
     /// The application is leaving: settle what it sent within `linger_ns`.
@@ -94,9 +94,9 @@ pub struct Taken {
 /// From an engine to its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion<'a> {
-    /// A message from `from`, the `seq`-th of its stream to us; `call`: a
-    /// fragment of a call's envelope (`Delivery::call`).
-    Delivery { from: NodeId, fragment: Fragment, call: bool, payload: &'a [u8] },
+    /// A message from `from`, the `seq`-th of its stream to us, on
+    /// `channel` (`Delivery::channel`).
+    Delivery { from: NodeId, fragment: Fragment, channel: Channel, payload: &'a [u8] },
     /// Every message to `peer` with an application id below `below` is
     /// acknowledged (ids are assigned in order per peer).
     Settled { peer: NodeId, below: u64 },
@@ -133,6 +133,20 @@ pub fn counter_values(values: &[u8]) -> impl Iterator<Item = u64> + '_ {
     values.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
 }
 
+/// The channel besides the application's: records name a message's
+/// channel with one bit, as the wire does.
+const SECOND: Channel = Channel::new(1);
+const _: () = assert!(Channel::COUNT == 2, "records carry a message's channel in one bit");
+
+/// The channel a record's bit names.
+fn channel_bit(set: bool) -> Channel {
+    if set {
+        SECOND
+    } else {
+        Channel::APP
+    }
+}
+
 mod kind {
     pub const SEND: u8 = 1;
     pub const ADD_PEER: u8 = 2;
@@ -140,7 +154,8 @@ mod kind {
     pub const RESUME: u8 = 4;
     pub const RESUME_END: u8 = 5;
     pub const WAKE: u8 = 6;
-    pub const SEND_CALL: u8 = 7;
+    /// `SEND` on channel 1 (tether's calls).
+    pub const SEND_ON_1: u8 = 7;
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
@@ -268,8 +283,8 @@ impl<'a> Submission<'a> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut o = Out { buf, at: 0 };
         match self {
-            Submission::Send { id, peer, payload, call } => {
-                o.put(&[if *call { kind::SEND_CALL } else { kind::SEND }])?;
+            Submission::Send { id, peer, payload, channel } => {
+                o.put(&[if *channel == Channel::APP { kind::SEND } else { kind::SEND_ON_1 }])?;
                 o.put(&id.to_le_bytes())?;
                 o.put(&peer.to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
@@ -314,11 +329,11 @@ impl<'a> Submission<'a> {
         let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
         let mut i = In { rest };
         let s = match k {
-            kind::SEND | kind::SEND_CALL => Submission::Send {
+            kind::SEND | kind::SEND_ON_1 => Submission::Send {
                 id: i.u64()?,
                 peer: i.u32()?,
                 payload: i.bytes()?,
-                call: k == kind::SEND_CALL,
+                channel: if k == kind::SEND { Channel::APP } else { SECOND },
             },
             kind::ADD_PEER => {
                 let node = i.u32()?;
@@ -356,7 +371,7 @@ impl<'a> Completion<'a> {
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
         let mut o = Out { buf, at: 0 };
         match self {
-            Completion::Delivery { from, fragment: f, call, payload } => {
+            Completion::Delivery { from, fragment: f, channel, payload } => {
                 o.put(&[kind::DELIVERY])?;
                 o.put(&from.to_le_bytes())?;
                 o.put(&f.incarnation.to_le_bytes())?;
@@ -365,7 +380,7 @@ impl<'a> Completion<'a> {
                 let flags = u8::from(f.first)
                     | u8::from(f.last) << 1
                     | u8::from(f.total_len.is_some()) << 2
-                    | u8::from(*call) << 3;
+                    | u8::from(*channel != Channel::APP) << 3;
                 o.put(&[flags])?;
                 o.put(&f.total_len.unwrap_or(0).to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
@@ -429,7 +444,12 @@ impl<'a> Completion<'a> {
                     last: flags & 2 != 0,
                     total_len,
                 };
-                Completion::Delivery { from, fragment, call: flags & 8 != 0, payload: i.bytes()? }
+                Completion::Delivery {
+                    from,
+                    fragment,
+                    channel: channel_bit(flags & 8 != 0),
+                    payload: i.bytes()?,
+                }
             }
             kind::SETTLED => Completion::Settled { peer: i.u32()?, below: i.u64()? },
             kind::FAILED => {
@@ -477,8 +497,8 @@ mod tests {
             addrs in proptest::collection::vec(addr(), 1..=MAX_RAILS), linger in any::<u64>(),
         ) {
             let all = [
-                Submission::Send { id, peer, payload: &payload, call: false },
-                Submission::Send { id, peer, payload: &payload, call: true },
+                Submission::Send { id, peer, payload: &payload, channel: Channel::APP },
+                Submission::Send { id, peer, payload: &payload, channel: SECOND },
                 Submission::AddPeer { node: peer, rails: Rails::new(&addrs).unwrap() },
                 Submission::Close { linger_ns: linger },
                 Submission::Resume { peer, failed_upto: id, taken: None },
@@ -521,7 +541,7 @@ mod tests {
                         last: flags & 2 != 0,
                         total_len: (flags & 4 != 0).then_some(total),
                     },
-                    call: flags & 8 != 0,
+                    channel: channel_bit(flags & 8 != 0),
                     payload: &payload,
                 },
                 Completion::Settled { peer: from, below: seq },

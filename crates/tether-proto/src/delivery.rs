@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::{Delivery, Stats};
+use crate::{Channel, Delivery, Stats};
 
 /// Arena chunks are allocated at least this large, so most copies land in
 /// space already there (one allocation per chunk, not per message).
@@ -35,16 +35,22 @@ pub(crate) struct DeliveryQueue {
     queue: VecDeque<Delivery>,
     /// Memory charged: each message's bytes plus `DELIVERY_COST`.
     bytes: usize,
-    /// Calls' envelopes among them (`Delivery::call`): a search for one
-    /// kind stops at once when none of it waits.
-    calls: usize,
+    /// How many of them each channel has (`Delivery::channel`): a search
+    /// for one channel's stops at once when none of it waits.
+    per_channel: [usize; Channel::COUNT],
     limit: usize,
     max_messages: usize,
 }
 
 impl DeliveryQueue {
     pub fn new(limit: usize, max_messages: usize) -> Self {
-        DeliveryQueue { queue: VecDeque::new(), bytes: 0, calls: 0, limit, max_messages }
+        DeliveryQueue {
+            queue: VecDeque::new(),
+            bytes: 0,
+            per_channel: [0; Channel::COUNT],
+            limit,
+            max_messages,
+        }
     }
 
     pub fn has_room(&self) -> bool {
@@ -55,7 +61,7 @@ impl DeliveryQueue {
 
     pub fn push(&mut self, d: Delivery, stats: &mut Stats) {
         self.bytes += d.message.len() + DELIVERY_COST;
-        self.calls += usize::from(d.call);
+        self.per_channel[d.channel.index()] += 1;
         stats.messages_delivered += 1;
         self.queue.push_back(d);
     }
@@ -71,20 +77,18 @@ impl DeliveryQueue {
         Some(d)
     }
 
-    /// Whether the front delivery is a call's envelope.
-    pub fn front_is_call(&self) -> Option<bool> {
-        self.queue.front().map(|d| d.call)
+    /// The front delivery's channel.
+    pub fn front_channel(&self) -> Option<Channel> {
+        self.queue.front().map(|d| d.channel)
     }
 
-    /// The oldest delivery of one kind (a call's envelope or a message),
-    /// passing over the other: each kind stays in order, and neither waits
-    /// for the application to take the other.
-    pub fn pop_kind(&mut self, call: bool) -> Option<Delivery> {
-        let waiting = if call { self.calls } else { self.queue.len() - self.calls };
-        if waiting == 0 {
+    /// The oldest delivery on `channel`, passing over the others': each
+    /// channel stays in order, and none waits for another's to be taken.
+    pub fn pop_channel(&mut self, channel: Channel) -> Option<Delivery> {
+        if self.per_channel[channel.index()] == 0 {
             return None;
         }
-        let i = self.queue.iter().position(|d| d.call == call)?;
+        let i = self.queue.iter().position(|d| d.channel == channel)?;
         let d = self.queue.remove(i)?;
         self.taken(&d);
         Some(d)
@@ -92,7 +96,7 @@ impl DeliveryQueue {
 
     fn taken(&mut self, d: &Delivery) {
         self.bytes -= d.message.len() + DELIVERY_COST;
-        self.calls -= usize::from(d.call);
+        self.per_channel[d.channel.index()] -= 1;
         give_back(&mut self.queue);
     }
 
@@ -118,10 +122,12 @@ impl DeliveryQueue {
             self.bytes == self.queue.iter().map(|d| d.message.len() + DELIVERY_COST).sum::<usize>(),
             "delivery queue byte count disagrees with its contents"
         );
-        assert!(
-            self.calls == self.queue.iter().filter(|d| d.call).count(),
-            "delivery queue call count disagrees with its contents"
-        );
+        for (i, &n) in self.per_channel.iter().enumerate() {
+            assert!(
+                n == self.queue.iter().filter(|d| d.channel.index() == i).count(),
+                "delivery queue's count for channel {i} disagrees with its contents"
+            );
+        }
     }
 }
 

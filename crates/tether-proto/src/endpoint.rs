@@ -35,7 +35,7 @@ use crate::ready::ReadyList;
 use crate::recv_stream::RecvSnapshot;
 use crate::send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
-use crate::{Config, ConfigError, Delivery, Instant, NodeId, Stats};
+use crate::{Channel, Config, ConfigError, Delivery, Instant, NodeId, Stats};
 
 /// The handshake secret's seed when the driver gives none: reproducible
 /// (tests, the simulator), not secret.
@@ -395,7 +395,7 @@ impl Endpoint {
             }
             let msg = m.settled_msg + i as u64;
             let total_len = u.data.len() as u32;
-            let bounds = DataFlags::new(true, true).with_call(u.call);
+            let bounds = DataFlags::new(true, true).with_channel(u.channel);
             for (flags, data) in crate::send_stream::cut(&u.data, bounds, max_fragment) {
                 segments.push(LoggedSegment { seq, msg, flags, total_len, data });
                 seq += 1;
@@ -653,7 +653,7 @@ impl Endpoint {
     pub fn send(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        self.queue(now, peer, data, false)
+        self.queue(now, peer, data, Channel::APP)
     }
 
     /// Queue a message the application hands over whole: the log keeps
@@ -663,28 +663,36 @@ impl Endpoint {
     /// larger buffer it may be a slice of.
     pub fn send_bytes(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
-        self.queue(now, peer, msg, false)
+        self.queue(now, peer, msg, Channel::APP)
     }
 
-    /// Queue a call's envelope (`tether-rpc`) for `peer`: a message like
-    /// any other on the stream, in order with them, marked so the peer's
-    /// endpoint delivers it with [`Delivery::call`] set.
-    pub fn send_call(&mut self, now: Instant, peer: NodeId, msg: Bytes) -> Result<MessageId, SendError> {
-        self.check_send(peer, msg.len())?;
-        self.queue(now, peer, msg, true)
-    }
-
-    /// `send_call` for an envelope the caller holds as a slice: copied
-    /// once, into the send log's arena, as `send` copies a message.
-    pub fn send_call_slice(
+    /// Queue a message for `peer` on `channel`, handed over whole as
+    /// `send_bytes` does: a layer riding the stream (tether's calls) sends
+    /// its messages so, in order with the application's, and the peer's
+    /// endpoint delivers them on the same channel (`recv_on`).
+    pub fn send_on(
         &mut self,
         now: Instant,
         peer: NodeId,
+        channel: Channel,
+        msg: Bytes,
+    ) -> Result<MessageId, SendError> {
+        self.check_send(peer, msg.len())?;
+        self.queue(now, peer, msg, channel)
+    }
+
+    /// `send_on` for a message held as a slice: copied once, into the send
+    /// log's arena, as `send` copies a message.
+    pub fn send_on_slice(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        channel: Channel,
         msg: &[u8],
     ) -> Result<MessageId, SendError> {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
-        self.queue(now, peer, data, true)
+        self.queue(now, peer, data, channel)
     }
 
     /// Queue a message behind small ones that wait for company to share a
@@ -726,11 +734,17 @@ impl Endpoint {
         Some(MessageId { peer, seq })
     }
 
-    fn queue(&mut self, now: Instant, peer: NodeId, data: Bytes, call: bool) -> Result<MessageId, SendError> {
+    fn queue(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        data: Bytes,
+        channel: Channel,
+    ) -> Result<MessageId, SendError> {
         let seq = self
             .with_peer(peer, |p, cx, _| {
                 let max_fragment = cx.config.max_fragment_for(p.max_datagram(cx.config));
-                let seq = p.send.push_message(now, data, max_fragment, call);
+                let seq = p.send.push_message(now, data, max_fragment, channel);
                 p.want_session(cx, now);
                 seq
             })
@@ -1200,38 +1214,38 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// The next delivery, of either kind (a message, or a call's envelope:
-    /// `Delivery::call`), in per-peer send order.
+    /// The next delivery, on any channel (`Delivery::channel`), in
+    /// per-peer send order.
     pub fn recv(&mut self) -> Option<Delivery> {
         self.take(None)
     }
 
-    /// The next application message, in per-peer send order; calls'
-    /// envelopes waiting before it stay for `recv_call`.
+    /// The next application message (`Channel::APP`), in per-peer send
+    /// order; other channels' messages waiting before it stay for them.
     pub fn recv_message(&mut self) -> Option<Delivery> {
-        self.take(Some(false))
+        self.take(Some(Channel::APP))
     }
 
-    /// The next call's envelope (`tether-rpc`), in per-peer send order;
-    /// messages waiting before it stay for `recv_message`.
-    pub fn recv_call(&mut self) -> Option<Delivery> {
-        self.take(Some(true))
+    /// The next message on `channel`, in per-peer send order; other
+    /// channels' messages waiting before it stay for them.
+    pub fn recv_on(&mut self, channel: Channel) -> Option<Delivery> {
+        self.take(Some(channel))
     }
 
-    /// The next delivery, or the next of one kind (`Some(call)`). In
-    /// fragment mode taking is the commit point and must go in order: a
-    /// kind is taken only from the front.
-    fn take(&mut self, call: Option<bool>) -> Option<Delivery> {
+    /// The next delivery, or the next on one channel. In fragment mode
+    /// taking is the commit point and must go in order: a channel's
+    /// message is taken only from the front.
+    fn take(&mut self, channel: Option<Channel>) -> Option<Delivery> {
         let was_full = !self.deliveries.has_room();
-        let d = match call {
+        let d = match channel {
             None => self.deliveries.pop()?,
-            Some(_) if self.config.deliver_fragments => {
-                if self.deliveries.front_is_call()? != call? {
+            Some(channel) if self.config.deliver_fragments => {
+                if self.deliveries.front_channel()? != channel {
                     return None;
                 }
                 self.deliveries.pop()?
             }
-            Some(call) => self.deliveries.pop_kind(call)?,
+            Some(channel) => self.deliveries.pop_channel(channel)?,
         };
         if let Some(f) = d.fragment {
             // The commit point (fragment mode): now it may be acknowledged.

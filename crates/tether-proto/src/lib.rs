@@ -75,7 +75,7 @@ pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 pub use snapshot::{EndpointSnapshot, PeerSnapshot, ResumedStream, StreamMarks, Unsettled};
 pub use stats::Stats;
-pub use tether_wire::{AuthKind, DataFlags, NodeId};
+pub use tether_wire::{AuthKind, Channel, DataFlags, NodeId};
 pub use time::Instant;
 pub use timer::Timer;
 
@@ -90,9 +90,9 @@ pub struct Delivery {
     /// With [`Config::deliver_fragments`]: which fragment, where. `None`
     /// for a whole message.
     pub fragment: Option<Fragment>,
-    /// A call's envelope (sent with `Endpoint::send_call`), for the call
-    /// layer (`tether-rpc`), not the application's `recv`.
-    pub call: bool,
+    /// The channel it came on (`Endpoint::send_on`): the application's
+    /// own messages, or a layer's riding the same stream.
+    pub channel: Channel,
 }
 
 /// A fragment delivered as it came in order ([`Config::deliver_fragments`]):

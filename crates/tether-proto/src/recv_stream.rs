@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 use core::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tether_wire::{AckRepr, DataFlags, DataFrame, SackRange};
+use tether_wire::{AckRepr, Channel, DataFlags, DataFrame, SackRange};
 
 use crate::context::Context;
 use crate::delivery::copy_to_bytes;
@@ -134,8 +134,8 @@ pub enum PartialMessage {
         received: Bytes,
         /// The message's length.
         total: usize,
-        /// A call's envelope (`Delivery::call`).
-        call: bool,
+        /// Its channel (`Delivery::channel`).
+        channel: Channel,
     },
     /// A message that broke a rule: its remaining fragments are dropped.
     Discarding,
@@ -166,8 +166,8 @@ enum Partial {
         /// the landing wrote those bytes into this very buffer, untouched
         /// since.
         lent: usize,
-        /// A call's envelope: every fragment must say so too.
-        call: bool,
+        /// Its channel: every fragment must name it too.
+        channel: Channel,
     },
     /// The message broke a rule (too large, inconsistent lengths): its
     /// remaining fragments are consumed and dropped, so the stream goes on.
@@ -266,10 +266,10 @@ impl RecvStream {
     /// Export the hard state.
     pub fn snapshot(&self) -> RecvSnapshot {
         let partial = self.partial.as_ref().map(|p| match p {
-            Partial::Assembling { buf, total, call, .. } => PartialMessage::Assembling {
+            Partial::Assembling { buf, total, channel, .. } => PartialMessage::Assembling {
                 received: Bytes::copy_from_slice(buf),
                 total: *total,
-                call: *call,
+                channel: *channel,
             },
             Partial::Discarding => PartialMessage::Discarding,
         });
@@ -295,10 +295,10 @@ impl RecvStream {
         r.marks_copy = (r.expected, r.taken);
         r.out_of_order = snapshot.out_of_order.into_iter().collect();
         r.partial = snapshot.partial.map(|p| match p {
-            PartialMessage::Assembling { received, total, call } => {
+            PartialMessage::Assembling { received, total, channel } => {
                 let mut buf = Vec::with_capacity(total);
                 buf.extend_from_slice(&received);
-                Partial::Assembling { buf, total, lent: 0, call }
+                Partial::Assembling { buf, total, lent: 0, channel }
             }
             PartialMessage::Discarding => Partial::Discarding,
         });
@@ -580,7 +580,7 @@ impl RecvStream {
             };
             let message = landed.into_bytes(payload, cx.recv_arena, stats);
             cx.deliveries
-                .push(Delivery { from, message, fragment: Some(fragment), call: flags.call() }, stats);
+                .push(Delivery { from, message, fragment: Some(fragment), channel: flags.channel() }, stats);
             return;
         }
         if flags.first() {
@@ -590,7 +590,8 @@ impl RecvStream {
             }
             if flags.last() {
                 let message = landed.into_bytes(payload, cx.recv_arena, stats);
-                cx.deliveries.push(Delivery { from, message, fragment: None, call: flags.call() }, stats);
+                cx.deliveries
+                    .push(Delivery { from, message, fragment: None, channel: flags.channel() }, stats);
                 return;
             }
             let total = total_len.map_or(0, |t| t as usize);
@@ -600,7 +601,7 @@ impl RecvStream {
                 return;
             }
             let buf = self.start_message(total, payload, landed, stats, cx.messages);
-            self.partial = Some(Partial::Assembling { buf, total, lent: 0, call: flags.call() });
+            self.partial = Some(Partial::Assembling { buf, total, lent: 0, channel: flags.channel() });
             return;
         }
         match self.partial.take() {
@@ -610,10 +611,10 @@ impl RecvStream {
                     self.partial = Some(Partial::Discarding);
                 }
             }
-            Some(Partial::Assembling { mut buf, total, lent, call }) => {
-                // Every fragment says whether its message is a call's, and
-                // they must agree: one that does not is not this message's.
-                let mismatch = flags.call() != call;
+            Some(Partial::Assembling { mut buf, total, lent, channel }) => {
+                // Every fragment names its message's channel, and they
+                // must agree: one that does not is not this message's.
+                let mismatch = flags.channel() != channel;
                 if mismatch
                     || buf.len() + payload.len() > total
                     || (flags.last() && buf.len() + payload.len() != total)
@@ -641,9 +642,9 @@ impl RecvStream {
                 }
                 if flags.last() {
                     let message = cx.messages.seal(buf);
-                    cx.deliveries.push(Delivery { from, message, fragment: None, call }, stats);
+                    cx.deliveries.push(Delivery { from, message, fragment: None, channel }, stats);
                 } else {
-                    self.partial = Some(Partial::Assembling { buf, total, lent: 0, call });
+                    self.partial = Some(Partial::Assembling { buf, total, lent: 0, channel });
                 }
             }
         }

@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tether_wire::{DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
+use tether_wire::{Channel, DataFlags, DataFrame, PacketWriter, SackRange, MAX_SACK_RANGES};
 
 use crate::aggregate::{Aggregate, Room};
 use crate::congestion::{AckSignal, CongestionInfo, Controller, LossSignal, Pacer};
@@ -162,8 +162,8 @@ pub(crate) fn cut(
     let total = data.len();
     (0..total.div_ceil(max_fragment).max(1)).map(move |i| {
         let (start, end) = (i * max_fragment, ((i + 1) * max_fragment).min(total));
-        let flags =
-            DataFlags::new(bounds.first() && i == 0, bounds.last() && end == total).with_call(bounds.call());
+        let flags = DataFlags::new(bounds.first() && i == 0, bounds.last() && end == total)
+            .with_channel(bounds.channel());
         (flags, data.slice(start..end))
     })
 }
@@ -617,13 +617,13 @@ impl SendStream {
     pub fn push_waiting(&mut self, data: Bytes) -> u64 {
         let stamp = self.segments.back().map_or(Instant::ZERO, |s| s.tx.last_tx);
         let fragment = self.fragment;
-        self.push_message(stamp, data, fragment, false)
+        self.push_message(stamp, data, fragment, Channel::APP)
     }
 
     /// Queue one message, cut into fragments of at most `max_fragment` bytes,
-    /// each marked as a call's (`call`) or not. The caller checked the size
-    /// limits. Returns the message number.
-    pub fn push_message(&mut self, now: Instant, data: Bytes, max_fragment: usize, call: bool) -> u64 {
+    /// each naming `channel`. The caller checked the size limits. Returns
+    /// the message number.
+    pub fn push_message(&mut self, now: Instant, data: Bytes, max_fragment: usize, channel: Channel) -> u64 {
         if self.segments.is_empty() {
             // The patience clock starts when there is something to deliver.
             self.last_heard = now;
@@ -633,7 +633,7 @@ impl SendStream {
         self.fragment = max_fragment;
         self.bytes_buffered += data.len();
         let total_len = data.len() as u32;
-        let bounds = DataFlags::new(true, true).with_call(call);
+        let bounds = DataFlags::new(true, true).with_channel(channel);
         self.push_cut(msg, data, total_len, bounds, TxState::unsent(now), max_fragment);
         msg
     }
@@ -710,7 +710,7 @@ impl SendStream {
                 }
             };
             let bounds = DataFlags::new(head.log.flags.first(), pieces[n - 1].log.flags.last())
-                .with_call(head.log.flags.call());
+                .with_channel(head.log.flags.channel());
             self.push_cut(head.log.msg, data, head.log.total_len, bounds, head.tx, max_fragment);
         }
     }

@@ -17,7 +17,7 @@
 use crate::paths::RailId;
 use crate::recv_stream::RecvSnapshot;
 use crate::send_stream::SendSnapshot;
-use crate::{Delivery, Event, NodeId, Stats};
+use crate::{Channel, Delivery, Event, NodeId, Stats};
 
 /// One peer's hard state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,19 +89,19 @@ pub struct StreamMarks {
 }
 
 /// An unsettled message an application kept for a new engine: its bytes,
-/// and whether it is a call's envelope (which goes again marked as one).
+/// and its channel (it goes again on the same one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsettled {
     /// The message's bytes.
     pub data: bytes::Bytes,
-    /// It is a call's envelope (`Endpoint::send_call`).
-    pub call: bool,
+    /// The channel it was sent on.
+    pub channel: Channel,
 }
 
 impl Unsettled {
     /// An application message.
     pub fn message(data: bytes::Bytes) -> Self {
-        Unsettled { data, call: false }
+        Unsettled { data, channel: Channel::APP }
     }
 }
 

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tether_proto::{
-    AuthKind, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState, Origin,
-    RetransmitMode, SendError,
+    AuthKind, Channel, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState,
+    Origin, RetransmitMode, SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{
@@ -19,6 +19,8 @@ use tether_wire::{
 
 const A: u32 = 1;
 const B: u32 = 2;
+/// A channel besides the application's (tether's calls ride on it).
+const SIDE: Channel = Channel::new(1);
 const LATENCY: Duration = Duration::from_micros(50);
 
 /// The wire: decides the fate of every datagram.
@@ -122,9 +124,9 @@ fn delivers_in_order_exactly_once() {
     assert!(p.a().is_idle() && p.b().is_idle());
 }
 
-/// Calls' envelopes (`send_call`) share the stream with messages, in
-/// order with them, whole or in fragments, under loss, and each arrives
-/// marked as what it is.
+/// A second channel's messages (`send_on`: tether's calls) share the
+/// stream with the application's, in order with them, whole or in
+/// fragments, under loss, and each arrives on the channel it was sent on.
 #[test]
 fn calls_and_messages_share_a_stream_each_marked() {
     let mut p = Pair::new(Config::default());
@@ -137,7 +139,7 @@ fn calls_and_messages_share_a_stream_each_marked() {
             let m = msg(i * 2 + call as usize, len);
             let now = p.now();
             if call {
-                p.a().send_call(now, B, bytes::Bytes::from(m.clone())).unwrap();
+                p.a().send_on(now, B, SIDE, bytes::Bytes::from(m.clone())).unwrap();
             } else {
                 p.a().send(now, B, &m).unwrap();
             }
@@ -145,7 +147,8 @@ fn calls_and_messages_share_a_stream_each_marked() {
         }
     }
     p.run(Duration::from_secs(2));
-    let got: Vec<_> = std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.call)).collect();
+    let got: Vec<_> =
+        std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.channel == SIDE)).collect();
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
@@ -160,8 +163,8 @@ fn calls_and_messages_share_a_stream_each_marked() {
     assert!(p.a().stats().retransmits > 0, "losses were repaired");
 }
 
-/// A message whose fragments disagree on being a call's is a protocol
-/// violation: dropped whole, never delivered as either kind, and the
+/// A message whose fragments disagree on their channel is a protocol
+/// violation: dropped whole, never delivered on either, and the
 /// stream goes on. (The fragments come as A would send them: without a
 /// cluster key anyone can, and the checksum cannot tell.)
 #[test]
@@ -176,14 +179,15 @@ fn fragments_that_disagree_on_their_kind_are_dropped() {
         buf.truncate(n);
         buf
     };
-    let call = |first, last| DataFlags::new(first, last).with_call(true);
+    let call = |first, last| DataFlags::new(first, last).with_channel(SIDE);
     // A call's first fragment, a middle one that says "message", its last.
     p.b().handle_datagram(now, &fragment(0, call(true, false), 9, b"abc"));
     p.b().handle_datagram(now, &fragment(1, DataFlags::new(false, false), 0, b"def"));
     p.b().handle_datagram(now, &fragment(2, call(false, true), 0, b"ghi"));
     // Then a whole message.
     p.b().handle_datagram(now, &fragment(3, DataFlags::new(true, true), 0, b"whole"));
-    let got: Vec<_> = std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.call)).collect();
+    let got: Vec<_> =
+        std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.channel == SIDE)).collect();
     assert_eq!(got, [(b"whole".to_vec(), false)]);
     assert_eq!(p.b().stats().protocol_violations, 1);
 }
@@ -664,7 +668,7 @@ fn reassemble_marked(
         partial.extend_from_slice(&d.message);
         if f.last {
             out.push(std::mem::take(partial));
-            calls.push(d.call);
+            calls.push(d.channel == SIDE);
         }
     }
 }
@@ -777,10 +781,10 @@ fn lossy_fragments() -> (Pair, Vec<Vec<u8>>) {
     (p, (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect())
 }
 
-/// Calls' envelopes among the messages keep their mark through a resume
-/// (an engine replaced under its applications): the application
-/// kept the mark with each unsettled message, and the resumed sender cuts
-/// it again with the `CALL` flag on every fragment.
+/// Messages on the second channel (calls' envelopes) keep it through a
+/// resume (an engine replaced under its applications): the application
+/// kept the channel with each unsettled message, and the resumed sender
+/// cuts it again with the channel on every fragment.
 #[test]
 fn a_resumed_sender_keeps_calls_marked_as_calls() {
     for crash_after_ms in [0, 1, 2, 3, 5, 8] {
@@ -789,7 +793,7 @@ fn a_resumed_sender_keeps_calls_marked_as_calls() {
         for (m, &call) in want.iter().zip(&calls) {
             let now = p.now();
             if call {
-                p.a().send_call(now, B, bytes::Bytes::from(m.clone())).unwrap();
+                p.a().send_on(now, B, SIDE, bytes::Bytes::from(m.clone())).unwrap();
             } else {
                 p.a().send(now, B, m).unwrap();
             }
@@ -834,7 +838,7 @@ fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: 
 }
 
 /// `resume_sender_after` where `calls[i]` says message `i` is a call's
-/// envelope (`send_call`; missing: not): the application kept that mark
+/// envelope (sent on `SIDE`; missing: not): the application kept that mark
 /// with the message, and B must get each one marked as it was sent.
 fn resume_marked_sender_after(
     p: &mut Pair,
@@ -858,7 +862,7 @@ fn resume_marked_sender_after(
         .enumerate()
         .map(|(i, m)| tether_proto::Unsettled {
             data: bytes::Bytes::from(m.clone()),
-            call: is_call(first + i),
+            channel: if is_call(first + i) { SIDE } else { Channel::APP },
         })
         .collect();
     let stream = tether_proto::ResumedStream {

@@ -40,6 +40,11 @@ pub use envelope::{Envelope, EnvelopeError};
 pub use record::{replay, CallLog, LogError, MemLog, Record, Torn};
 pub use target::{CompleteError, Dispatch, Outgoing, Target, TargetStats};
 
+/// The stream channel calls' envelopes ride on, beside the application's
+/// messages (`tether_proto::Channel::APP`): in order with them, and handed
+/// to the call layer, not to the application.
+pub const CHANNEL: tether_proto::Channel = tether_proto::Channel::new(1);
+
 /// Which side an envelope is for: the server's (REQUEST, QUERY,
 /// REPLY_ACK) or the caller's (the rest). Unparseable bytes go to the
 /// server, which counts them.

@@ -219,7 +219,7 @@ impl World {
     fn pump(&mut self, id: NodeId) {
         let now = self.net.now();
         let ep = self.net.ep_mut(id);
-        while let Some(d) = ep.recv_call() {
+        while let Some(d) = ep.recv_on(tether_rpc::CHANNEL) {
             // A malformed envelope is the call layer's to count.
             let _ = if id == SERVER && for_server(&d.message) {
                 self.server.handle(now, d.from, &d.message, &mut self.log)
@@ -250,10 +250,10 @@ impl World {
         let now = self.net.now();
         while let Some(o) = self.caller.poll_transmit() {
             // Refused only when the stream is full: the caller retransmits.
-            let _ = self.net.ep_mut(CLIENT).send_call(now, o.to, o.bytes);
+            let _ = self.net.ep_mut(CLIENT).send_on(now, o.to, tether_rpc::CHANNEL, o.bytes);
         }
         while let Some(o) = self.server.poll_transmit() {
-            let _ = self.net.ep_mut(SERVER).send_call(now, o.to, o.bytes);
+            let _ = self.net.ep_mut(SERVER).send_on(now, o.to, tether_rpc::CHANNEL, o.bytes);
         }
         let next = [self.caller.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
         if let Some(t) = next {

@@ -42,27 +42,55 @@ const ACK_ANSWER: u8 = 0x02;
 /// Most selective ranges one ACK frame carries.
 pub const MAX_SACK_RANGES: usize = 16;
 
+/// Which layer a message belongs to: the application's own messages
+/// ([`Channel::APP`]), or a layer that rides the same stream (tether's
+/// calls). The stream orders and acknowledges every channel alike; the
+/// receiver hands each its own messages in order, passing over the
+/// others'. Carried in every DATA fragment's flags, so a fragment alone
+/// says where its message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Channel(u8);
+
+impl Channel {
+    /// The application's own messages.
+    pub const APP: Channel = Channel(0);
+    /// How many channels a fragment can name (one flag bit).
+    pub const COUNT: usize = 2;
+
+    /// Channel `n`, which must be below `COUNT` (a constant's is checked
+    /// as it compiles).
+    pub const fn new(n: u8) -> Channel {
+        assert!((n as usize) < Self::COUNT, "no such channel");
+        Channel(n)
+    }
+
+    /// Its number, below `COUNT`.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DataFlags(u8);
 
 impl DataFlags {
     pub const FIRST: u8 = 0x01;
     pub const LAST: u8 = 0x02;
-    /// The fragment belongs to a call's envelope (`tether-rpc`), not to an
-    /// application message: set on every fragment of such a message, so a
-    /// fragment alone says where its message goes.
-    pub const CALL: u8 = 0x04;
-    const KNOWN: u8 = Self::FIRST | Self::LAST | Self::CALL;
+    /// The fragment's channel (`Channel`): set on every fragment of a
+    /// message on channel 1.
+    const CHANNEL: u8 = 0x04;
+    const CHANNEL_SHIFT: u32 = 2;
+    const KNOWN: u8 = Self::FIRST | Self::LAST | Self::CHANNEL;
 
     pub fn new(first: bool, last: bool) -> Self {
         DataFlags(((first as u8) * Self::FIRST) | ((last as u8) * Self::LAST))
     }
-    /// These flags, marking (or not) a call's fragment.
-    pub fn with_call(self, call: bool) -> Self {
-        DataFlags((self.0 & !Self::CALL) | ((call as u8) * Self::CALL))
+    /// These flags, for a fragment of a message on `channel`.
+    pub fn with_channel(self, channel: Channel) -> Self {
+        DataFlags((self.0 & !Self::CHANNEL) | (channel.0 << Self::CHANNEL_SHIFT))
     }
-    pub fn call(self) -> bool {
-        self.0 & Self::CALL != 0
+    pub fn channel(self) -> Channel {
+        Channel((self.0 & Self::CHANNEL) >> Self::CHANNEL_SHIFT)
     }
     pub fn first(self) -> bool {
         self.0 & Self::FIRST != 0

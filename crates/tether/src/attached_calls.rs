@@ -43,11 +43,11 @@ impl CallWire for ClientWire<'_> {
     fn recv_call(&mut self) -> Option<Delivery> {
         // An engine gone for good is the pump's to report; here it is
         // simply nothing more to take.
-        self.0.try_recv_call().ok().flatten()
+        self.0.try_recv_on(tether_rpc::CHANNEL).ok().flatten()
     }
 
     fn send_call(&mut self, _now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError> {
-        match self.0.send_call(to, envelope) {
+        match self.0.send_on(tether_rpc::CHANNEL, to, envelope) {
             Ok(_) => Ok(()),
             Err(EngineError::Send(e)) => Err(e),
             Err(EngineError::UnknownPeer(n)) => Err(SendError::UnknownPeer(n)),
@@ -188,7 +188,7 @@ impl AttachedCalls {
         if pump.is_some() || self.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        client.take_calls(true);
+        client.serve_channel(tether_rpc::CHANNEL, true);
         let (me, client) = (self.clone(), client.clone());
         let name = format!("tether-calls-{}", client.node());
         *pump = Some(std::thread::Builder::new().name(name).spawn(move || me.run(&client))?);
@@ -221,7 +221,7 @@ impl AttachedCalls {
         struct Ended<'a>(&'a AttachedCalls, &'a Client);
         impl Drop for Ended<'_> {
             fn drop(&mut self) {
-                self.1.take_calls(false);
+                self.1.serve_channel(tether_rpc::CHANNEL, false);
                 self.0.end();
             }
         }
@@ -235,7 +235,7 @@ impl AttachedCalls {
         };
         let mut wire = ClientWire(client);
         while !self.stop.load(Ordering::SeqCst) {
-            match client.recv_call_until(until) {
+            match client.recv_on_until(tether_rpc::CHANNEL, until) {
                 Ok(first) => {
                     let mut c = self.lock();
                     let now = self.clock.now();

@@ -41,12 +41,12 @@ pub(crate) trait CallWire {
 
 impl CallWire for Core {
     fn recv_call(&mut self) -> Option<Delivery> {
-        Core::recv_call(self)
+        Core::recv_on(self, tether_rpc::CHANNEL)
     }
 
     fn send_call(&mut self, now: Instant, to: NodeId, envelope: &Bytes) -> Result<(), SendError> {
         // The stream keeps these very bytes (reference-counted).
-        Core::send_call(self, now, to, envelope.clone()).map(drop)
+        Core::send_on(self, now, to, tether_rpc::CHANNEL, envelope.clone()).map(drop)
     }
 
     fn knows(&self, peer: NodeId) -> bool {
