@@ -19,6 +19,12 @@
 //! every payload against its CRC before anything leaves the ring, so memory
 //! a stray write damaged is a typed error
 //! ([`ShmError::Corrupt`]), not a crash or a wrong message.
+//!
+//! The same goes for both positions: they are in the region too, where the
+//! other process, crashed or hostile, or a stray write can leave anything.
+//! Nothing read from the region is ever asserted on. The assertions here
+//! are on this side's own arithmetic once those checks have passed: where
+//! it is about to write a record, and what it is about to publish.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -244,11 +250,19 @@ impl Ring {
                 return Err(ShmError::Full { needed: pad + need, free });
             }
         }
+        // What the checks above established, before anything is written:
+        // the record and its padding fit the room the consumer released.
+        assert!(free(self.seen_head).is_some_and(|f| pad + need <= f), "a record pushed past the consumer");
         let (mut at, mut pos) = (idx, tail);
         if pad > 0 {
             self.publish(at, pos, PAD, record_crc(pos, PAD, &[]));
             (at, pos) = (0, tail.wrapping_add(pad as u64));
         }
+        // On the grid and before the end: a record never wraps.
+        assert!(
+            at.is_multiple_of(16) && at + need <= self.capacity as usize,
+            "a record of {need} bytes placed at {at}, off the grid or past the end"
+        );
         let field = len as u32 + 1;
         // SAFETY: `at + need <= capacity` (a record fits before the end, or
         // starts at 0 after the padding), in space the consumer has
@@ -323,6 +337,9 @@ impl Ring {
             if len > self.max_record() || need > to_end {
                 return Err(ShmError::Corrupt { at: head, why: "record length out of bounds" });
             }
+            // The header checked out against the geometry: what is copied
+            // below lies inside the ring.
+            assert!(idx + need <= self.capacity as usize, "a record taken from past the ring's end");
             out.clear();
             out.reserve(len);
             let found = if len <= SMALL {
