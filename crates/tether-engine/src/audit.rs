@@ -27,8 +27,8 @@
 //! 0.9 ms: 4.4% of a 64 KiB stream's time at one every 10 ms). The
 //! payload pass is paced: a slice runs only while the pass has taken less
 //! than `SHARE` of the time since it began (one pass over 64 MiB took
-//! 3.6% of a 2 s stream's time when its slices ran back to back). Issue
-//! 13's bar for all of the engine's checking together is 1%.
+//! 3.6% of a 2 s stream's time when its slices ran back to back). The bar
+//! for all of the engine's checking together is 1%.
 
 use std::time::Duration;
 
@@ -79,7 +79,9 @@ impl AuditClock {
 
     /// The bookkeeping pass begun at `now` took `took`.
     pub fn quick_took(&mut self, now: Instant, took: Duration) {
+        let before = self.next_quick;
         self.next_quick = self.next_quick.max(now + took.div_f64(SHARE));
+        assert!(self.next_quick >= before, "a long audit pulled the next one in");
     }
 
     /// May the payload pass under way take its next slice now?
@@ -90,12 +92,14 @@ impl AuditClock {
 
     /// A slice of the payload pass took `took`.
     pub fn deep_took(&mut self, took: Duration) {
+        let before = self.next_deep;
         self.deep_spent += took;
         self.next_deep = self.next_deep.max(self.deep_began + self.deep_spent.div_f64(SHARE));
+        assert!(self.next_deep >= before, "a long payload pass pulled the next one in");
     }
 
     pub fn due(&mut self, now: Instant) -> Due {
-        if now >= self.next_deep {
+        let due = if now >= self.next_deep {
             self.next_deep = now + self.deep_every;
             self.next_quick = self.next_quick.max(now + QUICK_EVERY);
             (self.deep_began, self.deep_spent) = (now, Duration::ZERO);
@@ -105,7 +109,11 @@ impl AuditClock {
             Due::Quick
         } else {
             Due::Nothing
-        }
+        };
+        // Whatever is due, the bookkeeping's next pass is later: an audit
+        // never runs twice in a turn.
+        assert!(self.next_quick > now, "the bookkeeping audit due again at once");
+        due
     }
 }
 

@@ -41,6 +41,7 @@ impl Book {
             }
         }
         self.by_node.insert(node, entry);
+        assert!(self.by_node.len() <= MAX_NODES, "the address book past MAX_NODES");
         Ok(())
     }
 
@@ -85,7 +86,14 @@ impl Book {
         }
         let mut placed = 0;
         for (&(rail, a), nodes) in &self.by_addr {
-            for &node in nodes {
+            // `origin` names the first node an address lists.
+            if nodes.is_empty() {
+                return Err(format!("{a} on rail {rail} lists no node"));
+            }
+            for (i, &node) in nodes.iter().enumerate() {
+                if nodes[..i].contains(&node) {
+                    return Err(format!("{a} on rail {rail} lists node {node} twice"));
+                }
                 placed += 1;
                 if self.addr(node, rail) != Some(a) {
                     return Err(format!("{a} on rail {rail} lists node {node}, which is not there"));

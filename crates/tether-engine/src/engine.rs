@@ -685,6 +685,8 @@ impl Engine {
                     );
                     self.stats.attached += 1;
                     self.clients.push(c);
+                    // `check_attachment` refused past the bound.
+                    assert!(self.clients.len() <= MAX_CLIENTS, "more applications attached than MAX_CLIENTS");
                 }
                 Err(why) => {
                     self.stats.attach_refused += 1;
@@ -1083,6 +1085,9 @@ fn take_submissions(
     while taken < SUBMISSIONS_PER_TURN && c.closing.is_none() {
         // Long work is progress, not a hang: the heartbeat says so.
         beat.inspect(|h| h.beat());
+        // A stalled submission is this process's copy, taken whole from
+        // the ring before (never re-read from shared memory).
+        assert!(!c.stalled || !record.is_empty(), "node {}: stalled on no submission", c.node);
         if !c.stalled {
             match c.region.submissions.pop(&mut record) {
                 Ok(true) => {}
@@ -1167,6 +1172,7 @@ fn take(
                     return Err("more direct paths asked for than an engine serves applications".into());
                 }
                 c.local_requests.push(node);
+                assert!(c.local_requests.len() <= MAX_CLIENTS, "direct paths asked for past the bound");
             } else {
                 c.add_remote_peer(book, node, &addrs)?;
                 c.control_out.push_back(completion(&Completion::PeerAdded { peer: node }));
@@ -1176,6 +1182,7 @@ fn take(
             if !c.wakes.contains(&peer) && c.wakes.len() < MAX_CLIENTS {
                 c.wakes.push(peer);
             }
+            assert!(c.wakes.len() <= MAX_CLIENTS, "doorbells asked for past the bound");
         }
         Submission::Close { linger_ns } => c.closing = Some(now + Duration::from_nanos(linger_ns)),
     }
@@ -1366,9 +1373,16 @@ impl Attached {
             Some(l) if l.epoch == b.epoch && l.sent_upto >= m.sent_upto => l.sent_upto,
             _ => m.sent_upto + SENT_MARGIN,
         };
+        // Record before send: the block covers every sequence number the
+        // core may put in a datagram now. (`last` is this engine's memory
+        // of what it wrote, never read back from the region.)
+        assert!(b.sent_upto >= m.sent_upto, "peer {peer}: backup's sent mark behind the stream's");
         if *last == Some(b) {
             return;
         }
+        // Slots are handed out below the region's blocks (`add_remote_peer`,
+        // `read_backups`).
+        assert!(2 * *slot + 1 < self.region.backups.len(), "peer {peer}: backup slot {slot} past the region");
         self.region.backups[2 * *slot].write(&b);
         self.region.backups[2 * *slot + 1].write(&b);
         *last = Some(b);
@@ -1377,12 +1391,19 @@ impl Attached {
     /// A message given again while resuming: the next of its peer's.
     fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8], channel: Channel) -> bool {
         let Some(r) = self.resuming.as_mut().and_then(|r| r.get_mut(&peer)) else { return false };
-        let next = r.first_id.unwrap_or(id) + r.messages.len() as u64;
-        if id != next {
+        // The id is the application's word: one near the end of the
+        // numbers is refused like any other out of order, not overflowed.
+        let next = r.first_id.unwrap_or(id).checked_add(r.messages.len() as u64);
+        if next != Some(id) {
             return false;
         }
         r.first_id.get_or_insert(id);
         r.messages.push(Unsettled { data: Bytes::copy_from_slice(payload), channel });
+        // The id was checked above; what is kept runs without a gap.
+        assert!(
+            r.first_id.is_some_and(|f| f.wrapping_add(r.messages.len() as u64 - 1) == id),
+            "resuming {peer}: messages kept out of order"
+        );
         true
     }
 
@@ -1480,6 +1501,9 @@ impl Attached {
     }
 
     fn push_or_hold(&mut self, record: &[u8]) -> bool {
+        // Completions go out in order: nothing is published past one held
+        // back (`publish` stops at a hold, and sends the held one first).
+        assert!(self.held.is_empty(), "node {}: a completion published past one held back", self.node);
         match self.region.completions.push(record) {
             Ok(()) => true,
             Err(ShmError::Full { .. }) => {

@@ -66,8 +66,13 @@ impl Pairs {
     }
 
     fn lay(&mut self, dir: &Path, a: NodeId, b: NodeId, capacity: usize) -> Result<u64, ShmError> {
+        assert_ne!(a, b, "a direct path laid from node {a} to itself");
         let generation = self.next_generation;
         self.next_generation += 1;
+        // This engine's own generations only rise. (Not compared with the
+        // table's: a generation adopted from a file name in the directory
+        // is whatever the file says.)
+        assert!(self.next_generation > generation, "a direct path's generation reused");
         create_pair(&dir.join(pair_file(a, b, generation)), a, b, capacity)?;
         self.table.insert(key(a, b), Pair { generation, live: true });
         Ok(generation)

@@ -22,7 +22,9 @@ impl Arena {
     pub fn envelope(&mut self, env: &Envelope<'_>) -> Bytes {
         self.room(env.len());
         env.write(&mut self.0);
-        self.0.split().freeze()
+        let bytes = self.0.split().freeze();
+        assert_eq!(bytes.len(), env.len(), "an envelope wrote other than its length");
+        bytes
     }
 
     /// A copy of `data`.
@@ -36,6 +38,7 @@ impl Arena {
         if self.0.capacity() - self.0.len() < n {
             self.0.reserve(n.max(CHUNK));
         }
+        assert!(self.0.capacity() - self.0.len() >= n, "the arena made no room for {n} bytes");
     }
 }
 

@@ -148,6 +148,26 @@ impl CallState {
         }
     }
 
+    /// How far along a call a state is: made, sent, running, abandoned
+    /// (its fate still to be asked), answered. A call's state only ever
+    /// moves to a later stage (`may_become`).
+    pub(crate) fn stage(self) -> u8 {
+        match (self.ack, self.op) {
+            (AckStatus::NotAcked, OperationStatus::NotProcessed) => 0,
+            (AckStatus::NotAcked, OperationStatus::RequestSent) => 1,
+            (AckStatus::Acked, OperationStatus::Processing) => 2,
+            (_, OperationStatus::Processed) | (AckStatus::NotFound | AckStatus::ErrorAck(_), _) => 4,
+            _ => 3,
+        }
+    }
+
+    /// Whether a call in this state may move to `next` (Figure 3.2's
+    /// transitions): forward only, never back to a state it left, and
+    /// nothing after an answer. The caller asserts this at every change.
+    pub(crate) fn may_become(self, next: CallState) -> bool {
+        self.stage() < next.stage()
+    }
+
     /// No further transition comes by itself: the call was answered or
     /// abandoned. (An abandoned call may still be resolved by a query.)
     pub fn is_final(self) -> bool {
@@ -210,6 +230,23 @@ mod tests {
         assert!(timed_out.is_final());
         assert!(!CallState::SENT.is_final() && !CallState::PROCESSING.is_final());
         assert!(CallState::refused(Refusal::NotFound).is_final());
+    }
+
+    #[test]
+    fn states_move_forward_only() {
+        let abandoned = CallState { ack: AckStatus::NotAcked, op: OperationStatus::RequestRtxExceeded };
+        let reply_lost = CallState { ack: AckStatus::ReplyRtxExceeded, op: OperationStatus::RequestSent };
+        let refused = CallState::refused(Refusal::Indeterminate);
+        let path =
+            [CallState::CREATED, CallState::SENT, CallState::PROCESSING, reply_lost, CallState::PROCESSED];
+        for (i, a) in path.iter().enumerate() {
+            for (j, b) in path.iter().enumerate() {
+                assert_eq!(a.may_become(*b), i < j, "{a:?} -> {b:?}");
+            }
+        }
+        assert!(CallState::SENT.may_become(abandoned) && abandoned.may_become(refused));
+        assert!(!abandoned.may_become(reply_lost), "abandoned once");
+        assert!(!refused.may_become(CallState::PROCESSED) && !CallState::PROCESSED.may_become(refused));
     }
 
     #[test]

@@ -198,13 +198,14 @@ impl Caller {
         }
         let first_incomplete = self.first_incomplete(server, self.life);
         let seq = self.next_seq.entry(server).or_insert(0);
+        assert!(first_incomplete <= *seq, "node {server}'s first incomplete call is past its next one");
         let id = CallId { client: self.life, seq: *seq };
         *seq += 1;
         let call = CallRef { server, id };
         let args = self.arena.copy(args);
         let env = Envelope::Request { call: id, handler, one_way, first_incomplete, args: &args };
         self.out.push_back(Outgoing::new(server, self.arena.envelope(&env)));
-        self.calls.insert(
+        let made = self.calls.insert(
             call,
             Call {
                 handler,
@@ -223,7 +224,13 @@ impl Caller {
                 end_logged: false,
             },
         );
-        self.open.insert(call);
+        assert!(made.is_none(), "call {call:?} made twice");
+        assert!(self.open.insert(call), "call {call:?} open before it was made");
+        // The check above let it through only with credit to spare.
+        assert!(
+            self.open_toward(server) <= self.config.credit,
+            "more calls open toward node {server} than the credit"
+        );
         self.stats.calls += 1;
         self.event(call);
         Ok(call)
@@ -237,7 +244,7 @@ impl Caller {
         if self.take_up(call, unknown, None, false) {
             let c = self.calls.get_mut(&call).expect("taken up");
             (c.next_send, c.interval, c.watch, c.resolving) = (now, self.config.ack_timeout, watch, true);
-            self.open.insert(call);
+            assert!(self.open.insert(call), "adopted call {call:?} was open already");
         }
     }
 
@@ -277,6 +284,11 @@ impl Caller {
     pub fn poll_ended(&mut self) -> Option<(CallRef, CallState, Option<Bytes>)> {
         while let Some(call) = self.ended.pop_front() {
             let Some(c) = self.calls.get_mut(&call) else { continue };
+            // Queued by `finish`, once: an end is logged once.
+            assert!(
+                c.finished && !c.end_logged,
+                "call {call:?} queued for its end's record twice or unended"
+            );
             c.end_logged = true;
             let ended = (call, c.state, c.reply.clone());
             if c.forgotten {
@@ -398,6 +410,7 @@ impl Caller {
             self.stats.events_dropped += 1;
         }
         self.events.push_back(CallEvent { call, state: c.state });
+        assert!(self.events.len() <= self.config.max_events.max(1), "more events kept than max_events");
     }
 
     /// An envelope for the caller's side (ACK, REFUSED, REPLY, ACK_REQUEST)
@@ -430,12 +443,12 @@ impl Caller {
         }
         match answer {
             Answer::Ack if c.one_way && !c.resolving => {
-                c.state = CallState::PROCESSED;
+                advance(call, c, CallState::PROCESSED);
                 self.finish(call);
             }
             Answer::Ack => {
                 if c.state.ack == AckStatus::NotAcked && !c.resolving {
-                    c.state = CallState::PROCESSING;
+                    advance(call, c, CallState::PROCESSING);
                     c.sends = 0;
                 }
                 // Running: wait for its reply, then ask again.
@@ -446,7 +459,7 @@ impl Caller {
                 }
             }
             Answer::Reply(result) => {
-                c.state = CallState::PROCESSED;
+                advance(call, c, CallState::PROCESSED);
                 c.reply = Some(self.arena.copy(result));
                 self.stats.replies += 1;
                 self.finish(call);
@@ -457,7 +470,7 @@ impl Caller {
                 c.next_send = now + c.interval;
             }
             Answer::Refused(reason) => {
-                c.state = CallState::refused(reason);
+                advance(call, c, CallState::refused(reason));
                 self.finish(call);
             }
         }
@@ -467,13 +480,16 @@ impl Caller {
     /// `call` is answered for good.
     fn finish(&mut self, call: CallRef) {
         let c = self.calls.get_mut(&call).expect("kept");
+        assert!(!c.finished, "call {call:?} finished twice");
+        // Answered, or abandoned with its fate unknown: either way final.
+        assert!(c.state.is_final(), "call {call:?} finished in {:?}, not a final state", c.state);
         if c.resolving {
             self.stats.resolved += 1;
         }
         c.finished = true;
         c.resolving = false;
         let forgotten = c.forgotten;
-        self.open.remove(&call);
+        assert!(self.open.remove(&call), "finished call {call:?} was not open");
         self.event(call);
         if self.logging {
             self.ended.push_back(call);
@@ -496,18 +512,20 @@ impl Caller {
             .collect();
         for call in due {
             let first_incomplete = self.first_incomplete(call.server, call.id.client);
+            assert!(first_incomplete <= call.id.seq, "open call {call:?} below its first incomplete");
             let (retries, cap) = (self.config.retries, self.config.max_retry_interval);
             let c = self.calls.get_mut(&call).expect("open calls are kept");
             let past_deadline = !c.resolving && c.deadline.is_some_and(|d| d <= now);
             if past_deadline || (c.sends > retries && !c.resolving) {
                 // Abandon (AMVIA's abandon states), then learn its fate.
-                c.state = match (past_deadline, c.state.ack) {
+                let abandoned = match (past_deadline, c.state.ack) {
                     (true, ack) => CallState { ack, op: OperationStatus::DeadlineExceeded },
                     (false, AckStatus::Acked) => {
                         CallState { ack: AckStatus::ReplyRtxExceeded, op: OperationStatus::RequestSent }
                     }
                     (false, ack) => CallState { ack, op: OperationStatus::RequestRtxExceeded },
                 };
+                advance(call, c, abandoned);
                 c.resolving = true;
                 c.sends = 0;
                 c.interval = self.config.ack_timeout;
@@ -541,6 +559,8 @@ impl Caller {
                 self.stats.retransmissions += 1;
             }
             c.sends += 1;
+            // Each phase ends after its k retransmissions (above).
+            assert!(c.sends - 1 <= retries, "call {call:?} sent {} times in one phase", c.sends);
             c.next_send = now + c.interval;
             c.interval = (c.interval * 2).min(cap);
             let bytes = self.arena.envelope(&env);
@@ -561,6 +581,87 @@ impl Caller {
             })
             .min()
     }
+
+    /// The caller's tables checked against each other, a pass over every
+    /// call (tests and the simulator run it after each step; the
+    /// assertions at each change are the cheap half): the open set is
+    /// exactly the calls not finished, each state fits where its call
+    /// stands, no server has more calls open than the credit, and nothing
+    /// kept is past its bound.
+    pub fn check_invariants(&self) {
+        let mut this_life = 0;
+        for (call, c) in &self.calls {
+            assert_eq!(
+                self.open.contains(call),
+                !c.finished,
+                "call {call:?}: the open set disagrees with it"
+            );
+            assert!(!(c.finished && c.resolving), "call {call:?}: finished and still being resolved");
+            assert!(
+                c.finished || c.resolving || call.id.client == self.life,
+                "call {call:?}: an earlier life's, open, not being resolved"
+            );
+            assert!(c.finished || !c.end_logged, "call {call:?}: its end logged before it ended");
+            // Let go of and its end logged: nothing keeps it.
+            assert!(
+                !(c.forgotten && c.finished && c.end_logged),
+                "call {call:?}: kept after it was let go of"
+            );
+            if call.id.client != self.life {
+                // Taken up from a caller's log: as the log says.
+                continue;
+            }
+            this_life += 1;
+            let next = self.next_seq.get(&call.server).copied().unwrap_or(0);
+            assert!(call.id.seq < next, "call {call:?}: at or past its server's next seq {next}");
+            assert!(
+                c.sends <= self.config.retries.saturating_add(1),
+                "call {call:?}: {} sends in one phase",
+                c.sends
+            );
+            let fits = match (c.finished, c.resolving) {
+                (true, _) => c.state.is_final(),
+                // Abandoned, its fate asked of the server.
+                (false, true) => c.state.stage() == 3,
+                (false, false) => c.state == CallState::SENT || c.state == CallState::PROCESSING,
+            };
+            assert!(
+                fits,
+                "call {call:?}: state {:?} where it stands (finished {}, resolving {})",
+                c.state, c.finished, c.resolving
+            );
+        }
+        assert!(
+            this_life <= self.config.max_calls,
+            "{this_life} calls made, max_calls {}",
+            self.config.max_calls
+        );
+        for &server in self.next_seq.keys() {
+            let open = self.open_toward(server);
+            assert!(
+                open <= self.config.credit,
+                "{open} calls open toward node {server}, credit {}",
+                self.config.credit
+            );
+        }
+        for call in &self.ended {
+            if let Some(c) = self.calls.get(call) {
+                assert!(
+                    c.finished && !c.end_logged,
+                    "call {call:?}: queued for its end's record, yet unended or logged"
+                );
+            }
+        }
+        assert!(self.events.len() <= self.config.max_events.max(1), "more events kept than max_events");
+    }
+}
+
+/// `call` moves to `next`: a later stage than where it stands, never back
+/// (`CallState::may_become`), and never once it is finished.
+fn advance(call: CallRef, c: &mut Call, next: CallState) {
+    assert!(!c.finished, "finished call {call:?} changed state to {next:?}");
+    assert!(c.state.may_become(next), "call {call:?} went from {:?} back or across to {next:?}", c.state);
+    c.state = next;
 }
 
 enum Answer<'a> {

@@ -264,7 +264,11 @@ impl CallLog for MemLog {
         if self.bytes.len() + record.len() > self.capacity {
             return Err(LogError::Full { capacity: self.capacity });
         }
+        let end = self.bytes.len();
         record.write(&mut self.bytes);
+        // A log only grows at its end, by the record, inside its bound.
+        assert_eq!(self.bytes.len(), end + record.len(), "a record wrote other than its length");
+        assert!(self.bytes.len() <= self.capacity, "the log past its capacity");
         self.appends += 1;
         Ok(())
     }
@@ -278,6 +282,7 @@ impl CallLog for MemLog {
             return Err(LogError::Full { capacity: self.capacity });
         }
         self.bytes = fresh;
+        assert!(self.bytes.len() <= self.capacity, "the log compacted past its capacity");
         self.compactions += 1;
         Ok(())
     }

@@ -293,11 +293,25 @@ impl Target {
             let life =
                 self.nodes.get_mut(&d.from).and_then(|n| n.lives.get_mut(&d.call.client)).expect("looked up");
             if !started {
-                life.entries.remove(&d.call.seq);
+                let was = life.entries.remove(&d.call.seq);
+                assert_eq!(
+                    was,
+                    Some(Entry::Queued),
+                    "call {:?} of node {} dropped from the queue",
+                    d.call,
+                    d.from
+                );
                 self.refuse(d.from, d.call, Refusal::Busy);
                 continue;
             }
-            life.entries.insert(d.call.seq, Entry::Running { one_way: d.one_way });
+            let was = life.entries.insert(d.call.seq, Entry::Running { one_way: d.one_way });
+            assert_eq!(
+                was,
+                Some(Entry::Queued),
+                "call {:?} of node {} started, not from the queue",
+                d.call,
+                d.from
+            );
             self.stats.handlers_started += 1;
             self.send(d.from, Envelope::Ack { call: d.call }, Some(d.call));
             return Some(d);
@@ -417,7 +431,8 @@ impl Target {
             // Started (logged, acknowledged) when the application takes it.
             let life =
                 self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("made above");
-            life.entries.insert(call.seq, Entry::Queued);
+            let was = life.entries.insert(call.seq, Entry::Queued);
+            assert_eq!(was, None, "new call {call:?} of node {from} queued over an entry");
             let args = self.arena.copy(args);
             self.runnable.push_back(Dispatch { from, call, handler, one_way, args });
             return;
@@ -439,7 +454,8 @@ impl Target {
             return self.refuse(from, call, Refusal::Busy);
         }
         let life = self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("made above");
-        life.entries.insert(call.seq, entry);
+        let was = life.entries.insert(call.seq, entry);
+        assert_eq!(was, None, "new call {call:?} of node {from} refused over an entry");
         if let Envelope::Refused { reason, .. } = answer {
             self.refuse(from, call, reason);
         }
@@ -469,7 +485,8 @@ impl Target {
         }
         self.runnable.retain(|d| !(d.from == from && d.call == call));
         if let Some(life) = self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)) {
-            life.entries.insert(call.seq, Entry::Refused(Refusal::NotRun));
+            let was = life.entries.insert(call.seq, Entry::Refused(Refusal::NotRun));
+            assert_eq!(was, Some(Entry::Queued), "call {call:?} of node {from} fenced, not from the queue");
         }
         self.refuse(from, call, Refusal::NotRun);
     }
@@ -487,6 +504,12 @@ impl Target {
             if client < oldest {
                 return Err(Refusal::Stale);
             }
+            // Every life kept is at or above `below`, so it only rises.
+            assert!(
+                oldest >= node.below,
+                "node {from}'s life {oldest} kept below the forgotten ({})",
+                node.below
+            );
             // Forgotten in memory only (see `live_records`).
             node.below = oldest.saturating_add(1);
             node.lives.remove(&oldest);
@@ -542,11 +565,17 @@ impl Target {
         append(log, &Record::Completed { node: from, call, result }, &self.nodes, &mut self.stats)?;
         let life =
             self.nodes.get_mut(&from).and_then(|n| n.lives.get_mut(&call.client)).expect("looked up above");
+        let done = if one_way { Entry::OneWayDone } else { Entry::Replied(self.arena.copy(result)) };
+        // Only a running call completes, and only once (the log took it).
+        let was = life.entries.insert(call.seq, done);
+        assert_eq!(
+            was,
+            Some(Entry::Running { one_way }),
+            "call {call:?} of node {from} completed, not running"
+        );
         if one_way {
-            life.entries.insert(call.seq, Entry::OneWayDone);
             return Ok(());
         }
-        life.entries.insert(call.seq, Entry::Replied(self.arena.copy(result)));
         if life.ask_at.is_none() {
             life.ask_interval = self.config.ack_request_after;
             life.ask_at = Some(life.last_heard + life.ask_interval);
@@ -578,6 +607,10 @@ impl Target {
                     // Not `clamp`: a configuration whose floor is above the
                     // cap must not panic; the floor wins.
                     life.ask_interval = (life.ask_interval * 2).min(cap).max(self.config.ack_request_after);
+                    assert!(
+                        life.ask_interval >= self.config.ack_request_after,
+                        "ACK requests sooner than ack_request_after"
+                    );
                     life.ask_at = Some(now + life.ask_interval);
                 }
             }
@@ -602,6 +635,60 @@ impl Target {
     /// Entries held, over every node and life (for bounds checks).
     pub fn entries(&self) -> usize {
         self.nodes.values().flat_map(|n| n.lives.values()).map(|l| l.entries.len()).sum()
+    }
+
+    /// The server's table checked whole, a pass over every entry (tests
+    /// and the simulator run it after each step): each life above its
+    /// node's forgotten ones, its entries inside its credit window from
+    /// its first incomplete, and the run queue exactly the calls queued.
+    /// A restarted server's table holds this too, from a log this code
+    /// wrote (`recover` trims each life to its window).
+    pub fn check_invariants(&self) {
+        let credit = u64::from(self.config.credit);
+        let mut queued = BTreeSet::new();
+        for (&node, n) in &self.nodes {
+            for (&client, life) in &n.lives {
+                assert!(
+                    client >= n.below,
+                    "node {node}: life {client} kept below the forgotten ({})",
+                    n.below
+                );
+                assert!(
+                    life.entries.len() as u64 <= credit,
+                    "node {node}, life {client}: {} entries, credit {credit}",
+                    life.entries.len()
+                );
+                for (&seq, e) in &life.entries {
+                    let call = CallId { client, seq };
+                    // (`recover` saturates at the last seq there is.)
+                    let window = seq >= life.first_incomplete
+                        && (seq - life.first_incomplete < credit || seq == u64::MAX);
+                    assert!(
+                        window,
+                        "node {node}: call {call:?} outside its window from {}",
+                        life.first_incomplete
+                    );
+                    if *e == Entry::Queued {
+                        queued.insert((node, call));
+                    }
+                }
+            }
+        }
+        let mut waiting = BTreeSet::new();
+        for d in &self.runnable {
+            assert!(
+                waiting.insert((d.from, d.call)),
+                "call {:?} of node {} queued to run twice",
+                d.call,
+                d.from
+            );
+            assert!(
+                d.args.len() <= self.config.max_args,
+                "call {:?} queued with arguments past max_args",
+                d.call
+            );
+        }
+        assert!(waiting == queued, "the run queue {waiting:?} is not the calls queued {queued:?}");
     }
 }
 
@@ -679,5 +766,9 @@ fn forget_below(life: &mut Life, first_incomplete: u64) -> bool {
         e.remove();
         freed = true;
     }
+    assert!(
+        life.entries.first_key_value().is_none_or(|(&seq, _)| seq >= first_incomplete),
+        "an entry kept below the first incomplete {first_incomplete}"
+    );
     freed
 }

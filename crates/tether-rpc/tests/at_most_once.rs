@@ -95,6 +95,7 @@ impl World {
         let mut clean = MemLog::new(16 << 10);
         clean.compact(&records).unwrap();
         self.log.log = clean;
+        server.check_invariants();
         self.server = server;
     }
 
@@ -156,6 +157,8 @@ impl World {
         }
         let bound = config().credit as usize * config().lives_per_node;
         assert!(self.server.entries() <= bound, "server holds {} entries", self.server.entries());
+        self.caller.check_invariants();
+        self.server.check_invariants();
     }
 
     fn call(&mut self, n: u64) {

@@ -45,6 +45,7 @@ impl Pair {
             self.server.handle(self.now, C, &o.bytes, &mut self.log).unwrap();
             n += 1;
         }
+        self.check();
         n
     }
 
@@ -56,6 +57,7 @@ impl Pair {
             self.caller.handle(self.now, S, &o.bytes).unwrap();
             sent.push(o.bytes);
         }
+        self.check();
         sent
     }
 
@@ -67,6 +69,7 @@ impl Pair {
             self.server.complete(d.from, d.call, &reply, &mut self.log).unwrap();
             n += 1;
         }
+        self.check();
         n
     }
 
@@ -74,6 +77,22 @@ impl Pair {
         self.now = self.now + d;
         self.caller.handle_timeout(self.now);
         self.server.handle_timeout(self.now);
+        self.check();
+    }
+
+    /// Both sides' tables, checked whole.
+    fn check(&self) {
+        self.caller.check_invariants();
+        self.server.check_invariants();
+    }
+}
+
+/// Whatever a test did last, the tables still hold together.
+impl Drop for Pair {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.check();
+        }
     }
 }
 
@@ -143,10 +162,12 @@ fn a_missing_handler_is_a_negative_ack_that_holds() {
     assert!(p.server.poll_dispatch(&mut p.log).is_none());
     let restarted = Target::recover(config(), &replay(p.log.bytes()).0);
     let mut restarted = restarted;
+    restarted.check_invariants();
     restarted.register(99);
     assert!(restarted.poll_dispatch(&mut p.log).is_none());
     restarted.handle(p.now, C, &copy.to_vec(), &mut p.log).unwrap();
     assert!(restarted.poll_dispatch(&mut p.log).is_none(), "refused after a restart too");
+    restarted.check_invariants();
 }
 
 #[test]
@@ -325,6 +346,7 @@ fn a_log_naming_the_last_call_recovers() {
     server.handle(Instant::from_nanos(1), 1, &query.to_vec(), &mut log).unwrap();
     let answer = server.poll_transmit().unwrap().bytes;
     assert_eq!(Envelope::parse(&answer).unwrap(), Envelope::Refused { call, reason: Refusal::Indeterminate });
+    server.check_invariants();
 }
 
 /// A call still waiting for the application when the server dies never
@@ -381,6 +403,7 @@ fn a_server_without_a_durable_log_claims_nothing_did_not_run() {
             Envelope::Refused { call, reason: Refusal::Indeterminate }
         );
     }
+    server.check_invariants();
 }
 
 /// Requests waiting to run go when the caller's first incomplete frees

@@ -134,6 +134,11 @@ impl<B: BlockBody> Block<B> {
         // From an odd version (a writer died mid-write) start a fresh even one.
         let odd = (v | 1).wrapping_add(if v % 2 == 1 { 2 } else { 0 });
         let done = odd.wrapping_add(1);
+        // `v` is read from shared memory and may be anything (a writer that
+        // died, a stray write): it is only moved on, never asserted on.
+        // What this writer makes of it is its own: odd while it writes,
+        // even once done.
+        assert!(odd % 2 == 1 && done % 2 == 0, "the sequence lock's versions out of step");
         self.version().store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
         let bytes = body.encode();

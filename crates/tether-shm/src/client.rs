@@ -108,6 +108,8 @@ impl ClientHeader {
     }
 
     fn backup_at(&self, stream: usize) -> usize {
+        // A block per stream the header names, and the end of the last.
+        assert!(stream <= self.streams as usize, "backup block {stream} of {} streams", self.streams);
         self.completions_at() + Ring::footprint(self.completion_capacity as usize) + stream * ALIGN
     }
 }
@@ -232,6 +234,7 @@ impl ClientRegion {
         encoded[8..8 + BLOCK_BODY].copy_from_slice(&header.encode());
         ClientHeader::decode(encoded[8..8 + BLOCK_BODY].try_into().expect("the body"))?;
         let region = Arc::new(Region::create(path, header.region_len())?);
+        assert_eq!(region.len(), header.region_len(), "a region laid out at another length");
         let submissions =
             Ring::create(region.clone(), header.submissions_at(), header.submission_capacity as usize)?;
         let completions =
@@ -252,6 +255,9 @@ impl ClientRegion {
         let header = Block::<ClientHeader>::at(region.clone(), 0)?
             .read()?
             .ok_or(ShmError::BadField("no header: the region is not laid out yet"))?;
+        // The header came from the region: checked as it was decoded, and
+        // its layout against the file here, so an impossible one is an
+        // error; what follows lays nothing past the mapping.
         if region.len() < header.region_len() {
             return Err(ShmError::TooSmall { needed: header.region_len(), got: region.len() });
         }

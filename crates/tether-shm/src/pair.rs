@@ -30,6 +30,8 @@ const RINGS_AT: usize = 3 * ALIGN;
 /// Within a side's line: its waiting flag, then the messages it took.
 const WAITING: usize = 0;
 const TAKEN: usize = 8;
+// The header and both sides' lines come before the rings.
+const _: () = assert!(SIDES_AT >= ALIGN && SIDES_AT + 2 * ALIGN <= RINGS_AT);
 
 /// One application's end of a direct path: its ring to the other, the
 /// other's ring to it, and the words they share.
@@ -75,6 +77,8 @@ pub fn create_pair(path: &Path, a: u32, b: u32, capacity: usize) -> Result<(), S
         return Err(ShmError::BadField("a pair of one node"));
     }
     let (lo, hi) = (a.min(b), a.max(b));
+    // The second ring ends where the region does.
+    assert_eq!(ring_at(capacity, false) + Ring::footprint(capacity), pair_len(capacity), "pair layout");
     let region = Arc::new(Region::create(path, pair_len(capacity))?);
     Ring::create(region.clone(), ring_at(capacity, true), capacity)?;
     Ring::create(region.clone(), ring_at(capacity, false), capacity)?;
@@ -129,12 +133,14 @@ impl PairEnd {
     }
 
     fn word32(&self, line: usize, at: usize) -> &AtomicU32 {
+        assert!(line + at + 4 <= RINGS_AT, "a side's word past its line");
         // SAFETY: `line + at + 4 <= RINGS_AT <= region.len()` (checked at
         // open), 4-aligned in a page-aligned mapping; lives with `self`.
         unsafe { &*(self.region.base().add(line + at) as *const AtomicU32) }
     }
 
     fn word64(&self, line: usize, at: usize) -> &AtomicU64 {
+        assert!(line + at + 8 <= RINGS_AT, "a side's word past its line");
         // SAFETY: as `word32`, 8-aligned.
         unsafe { &*(self.region.base().add(line + at) as *const AtomicU64) }
     }

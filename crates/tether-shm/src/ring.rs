@@ -19,6 +19,12 @@
 //! every payload against its CRC before anything leaves the ring, so memory
 //! a stray write damaged is a typed error
 //! ([`ShmError::Corrupt`]), not a crash or a wrong message.
+//!
+//! The same goes for both positions: they are in the region too, where the
+//! other process, crashed or hostile, or a stray write can leave anything.
+//! Nothing read from the region is ever asserted on. The assertions here
+//! are on this side's own arithmetic once those checks have passed: where
+//! it is about to write a record, and what it is about to publish.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -220,6 +226,12 @@ impl Ring {
         let need = RECORD_HEADER + pad16(len);
         let tail = self.position(TAIL_AT).load(Ordering::Relaxed);
         let idx = (tail & (self.capacity - 1)) as usize;
+        // Our own position, but in shared memory: one another process (or
+        // a stray write) moved off the records' 16-byte grid would put a
+        // header where no atomic may be.
+        if !idx.is_multiple_of(16) {
+            return Err(ShmError::Corrupt { at: tail, why: "producer position out of the ring's geometry" });
+        }
         let to_end = self.capacity as usize - idx;
         let pad = if need > to_end { to_end } else { 0 };
         // The consumer's position is the other side's word: one beyond ours
@@ -238,11 +250,19 @@ impl Ring {
                 return Err(ShmError::Full { needed: pad + need, free });
             }
         }
+        // What the checks above established, before anything is written:
+        // the record and its padding fit the room the consumer released.
+        assert!(free(self.seen_head).is_some_and(|f| pad + need <= f), "a record pushed past the consumer");
         let (mut at, mut pos) = (idx, tail);
         if pad > 0 {
             self.publish(at, pos, PAD, record_crc(pos, PAD, &[]));
-            (at, pos) = (0, tail + pad as u64);
+            (at, pos) = (0, tail.wrapping_add(pad as u64));
         }
+        // On the grid and before the end: a record never wraps.
+        assert!(
+            at.is_multiple_of(16) && at + need <= self.capacity as usize,
+            "a record of {need} bytes placed at {at}, off the grid or past the end"
+        );
         let field = len as u32 + 1;
         // SAFETY: `at + need <= capacity` (a record fits before the end, or
         // starts at 0 after the padding), in space the consumer has
@@ -263,18 +283,19 @@ impl Ring {
         self.publish(at, pos, field, crc);
         // For `len` and the producer's own next position; the consumer
         // finds records by their headers and never waits on this line.
-        self.position(TAIL_AT).store(tail + (pad + need) as u64, Ordering::Release);
+        self.position(TAIL_AT).store(tail.wrapping_add((pad + need) as u64), Ordering::Release);
         Ok(())
     }
 
     /// Word `i` (0: the tag, 1: length field and checksum) of the header
     /// at `at`.
     fn header(&self, at: usize, i: usize) -> &AtomicU64 {
-        // SAFETY: `at` is 8-aligned and `at + 16 <= capacity` (records and
-        // markers start at 8-aligned offsets and take at least 16 bytes
+        // SAFETY: `at` is 16-aligned and `at + 16 <= capacity` (records and
+        // markers start at 16-aligned offsets, which `push_parts` and `pop`
+        // check of the positions they read, and take at least 16 bytes
         // before the end: `to_end` is a multiple of 16 as every record's
-        // size is rounded to 8 and the capacity to a power of two, see
-        // `pad8` and `push`); the region lives as long as `self`.
+        // size is rounded to 16 and the capacity is a power of two of at
+        // least 64, see `pad16`); the region lives as long as `self`.
         unsafe { &*(self.data.add(at + 8 * i) as *const AtomicU64) }
     }
 
@@ -307,7 +328,7 @@ impl Ring {
                 if record_crc(head, PAD, &[]) != crc {
                     return Err(ShmError::Corrupt { at: head, why: "padding checksum mismatch" });
                 }
-                head += to_end as u64;
+                head = head.wrapping_add(to_end as u64);
                 self.position(HEAD_AT).store(head, Ordering::Release);
                 continue;
             }
@@ -316,6 +337,9 @@ impl Ring {
             if len > self.max_record() || need > to_end {
                 return Err(ShmError::Corrupt { at: head, why: "record length out of bounds" });
             }
+            // The header checked out against the geometry: what is copied
+            // below lies inside the ring.
+            assert!(idx + need <= self.capacity as usize, "a record taken from past the ring's end");
             out.clear();
             out.reserve(len);
             let found = if len <= SMALL {
@@ -345,7 +369,7 @@ impl Ring {
                 out.clear();
                 return Err(ShmError::Corrupt { at: head, why: "record checksum mismatch" });
             }
-            self.position(HEAD_AT).store(head + need as u64, Ordering::Release);
+            self.position(HEAD_AT).store(head.wrapping_add(need as u64), Ordering::Release);
             return Ok(true);
         }
     }

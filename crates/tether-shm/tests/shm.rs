@@ -210,6 +210,35 @@ fn a_forged_padding_marker_is_refused() {
     r.push(b"still works").unwrap();
 }
 
+/// The positions live in shared memory too, where the other process (or
+/// a stray write) can put anything: one off the records' grid is a typed
+/// error for the producer, and positions at the end of their range wrap
+/// as they would after 2^64 bytes, never overflow.
+#[test]
+fn positions_moved_by_another_process_are_errors_or_wrap() {
+    let s = Scratch::new("positions");
+    let region = Arc::new(Region::create(&s.0, Ring::footprint(1024)).unwrap());
+    let mut r = Ring::create(region.clone(), 0, 1024).unwrap();
+    let set = |at: usize, pos: u64| {
+        // SAFETY: the producer's (64) or the consumer's (128) position,
+        // 8-aligned inside the ring's header, in a mapping `region` keeps.
+        unsafe { (region.as_ptr().add(at) as *mut u64).write_volatile(pos) };
+    };
+    let (tail, head) = (64, 128);
+    set(tail, 3);
+    assert!(matches!(r.push(b"x"), Err(ShmError::Corrupt { at: 3, .. })));
+    let last = u64::MAX - 15;
+    set(tail, last);
+    set(head, last);
+    let mut out = Vec::new();
+    for record in [&b"at the end"[..], b"wrapped"] {
+        r.push(record).unwrap();
+        assert!(r.pop(&mut out).unwrap());
+        assert_eq!(out, record);
+    }
+    assert!(!r.pop(&mut out).unwrap());
+}
+
 #[test]
 fn a_record_its_writer_never_published_is_invisible() {
     let s = Scratch::new("unpublished");

@@ -339,6 +339,10 @@ impl World {
                     self.flush();
                 }
             }
+            // The call layers' tables after every step, as the cores'
+            // invariants are checked after every operation (`net`).
+            self.caller.check_invariants();
+            self.server.check_invariants();
         }
         events
     }
