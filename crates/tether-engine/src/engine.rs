@@ -36,15 +36,16 @@ use tether_proto::{
 use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
 use tracing::{debug, info, warn};
 
-use crate::attach::{self, Doorbell};
 use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
-use crate::clock::monotonic_ns;
-use crate::counters::EngineCounters;
 use crate::pairs::Pairs;
-use crate::records::{Completion, Submission, Taken};
-use crate::selftest::{is_probe_node, SelfTest, SelfTestOptions, SelfTestStats};
-use crate::EngineError;
+use crate::selftest::{SelfTest, SelfTestOptions, SelfTestStats};
+use tether_attach::attach::{self, Doorbell};
+use tether_attach::is_probe_node;
+use tether_attach::monotonic_ns;
+use tether_attach::records::{Completion, Submission, Taken};
+use tether_attach::EngineCounters;
+use tether_attach::EngineError;
 
 /// Datagrams per receive batch.
 const BATCH: usize = 32;
@@ -1486,7 +1487,7 @@ impl Attached {
         let fields = stats.fields();
         let faulted = faults.values();
         let all = fields.iter().map(|(_, v)| *v).chain(faulted).chain(checks.values());
-        for v in all.take(crate::records::MAX_COUNTERS) {
+        for v in all.take(tether_attach::records::MAX_COUNTERS) {
             values.extend_from_slice(&v.to_le_bytes());
         }
         scratch.resize(values.len() + 16, 0);

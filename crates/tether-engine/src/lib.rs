@@ -3,12 +3,11 @@
 //! the protocol for any number of applications, which reach it through
 //! shared memory.
 //!
-//! - [`records`]: what an application and its engine exchange through the
-//!   rings of the application's region;
-//! - [`attach`]: the rendezvous on the engine's Unix socket, which then
-//!   carries only doorbells and the news of either side dying;
+//! What an application and its engine exchange, and the application's
+//! side, are `tether-attach`'s (re-exported here for the engine's users);
+//! this crate is the engine's side:
+//!
 //! - [`Engine`]: the engine's loop (`tether engine`);
-//! - [`Client`]: an application's side;
 //! - [`supervise`]: the supervisor that replaces an engine that died or
 //!   hung.
 //!
@@ -17,26 +16,19 @@
 // An I/O crate: it reads clocks and runs a process's loop.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-pub mod attach;
 mod audit;
 mod book;
-mod client;
-mod clock;
-mod counters;
 mod engine;
-mod error;
 #[cfg(feature = "fault-hook")]
 pub mod hook;
 mod pairs;
-pub mod records;
 mod selftest;
 mod supervisor;
 
-pub use client::{Client, ClientOptions, Tracker};
-pub use clock::monotonic_ns;
-pub use counters::EngineCounters;
 pub use engine::{Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
-pub use error::EngineError;
-pub use records::{Completion, RecordError, Submission, Taken};
-pub use selftest::{is_probe_node, SelfTestOptions, SelfTestStats, PROBE_BASE};
+pub use selftest::{SelfTestOptions, SelfTestStats};
 pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};
+pub use tether_attach::{
+    attach, is_probe_node, monotonic_ns, records, Client, ClientOptions, Completion, EngineCounters,
+    EngineError, RecordError, Submission, Taken, Tracker, PROBE_BASE,
+};

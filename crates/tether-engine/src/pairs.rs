@@ -15,7 +15,7 @@ use std::path::Path;
 use tether_proto::NodeId;
 use tether_shm::{create_pair, PairEnd, ShmError};
 
-use crate::records::pair_file;
+use tether_attach::records::pair_file;
 
 #[derive(Debug, Clone, Copy)]
 struct Pair {
@@ -36,7 +36,7 @@ pub struct Pairs {
 
 impl Default for Pairs {
     fn default() -> Self {
-        Pairs { table: BTreeMap::new(), next_generation: crate::clock::monotonic_ns().max(1) }
+        Pairs { table: BTreeMap::new(), next_generation: tether_attach::monotonic_ns().max(1) }
     }
 }
 

@@ -25,17 +25,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tether_attach::PROBE_BASE;
 use tether_io::Transport;
 use tether_proto::{Config, Endpoint as Core, Instant, NodeId, Origin, RailId, MAX_RAILS};
-
-/// The first node id of the self-test's cores: rail `r` has the sender
-/// `PROBE_BASE + 2r` and the receiver `PROBE_BASE + 2r + 1`.
-pub const PROBE_BASE: NodeId = NodeId::MAX - 2 * MAX_RAILS as NodeId + 1;
-
-/// Is `node` one of the self-test's own (not an application's)?
-pub fn is_probe_node(node: NodeId) -> bool {
-    node >= PROBE_BASE
-}
 
 /// How the self-test runs.
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +124,7 @@ fn random_secret() -> [u8; 32] {
     if n != s.len() as isize {
         // Never expected on Linux >= 3.17; the secret then only guards
         // handshakes between the engine and itself over its own address.
-        s[..16].copy_from_slice(&crate::clock::monotonic_ns().to_le_bytes().repeat(2));
+        s[..16].copy_from_slice(&tether_attach::monotonic_ns().to_le_bytes().repeat(2));
     }
     s
 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use tether_shm::Region;
 
-use crate::clock::monotonic_ns;
 use crate::engine::{Engine, EngineOptions, EngineSockets, Heartbeat};
-use crate::EngineError;
+use tether_attach::monotonic_ns;
+use tether_attach::EngineError;
 
 /// How the supervisor watches.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +105,7 @@ pub fn supervise(
         }
         replacing = Some((pid, Instant::now()));
     };
-    let _ = std::fs::remove_file(crate::attach::socket_path(&options.dir));
+    let _ = std::fs::remove_file(tether_attach::attach::socket_path(&options.dir));
     let _ = std::fs::remove_file(options.dir.join(HEARTBEAT_FILE));
     result
 }

@@ -1,7 +1,7 @@
 //! An endpoint whose protocol runs in the node's `tether engine` process
 //! (docs/ENGINE.md; Zhou et al. [FTGM], the engine in the role of their
 //! network card): the `Endpoint` calls, answered through the shared-memory
-//! rings of a `tether_engine::Client`. The engine owns the sockets, the
+//! rings of a `tether_attach::Client`. The engine owns the sockets, the
 //! core and its timers; this process keeps the host-side backup (every
 //! unsettled message, where it stands in each stream), so an engine that
 //! dies or hangs is replaced with nothing lost and the application only
@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tether_engine::{Client, ClientOptions, EngineError};
+use tether_attach::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
 use tether_proto::{Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats};
 

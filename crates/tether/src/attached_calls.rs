@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
-use tether_engine::{Client, EngineError};
+use tether_attach::{Client, EngineError};
 use tether_proto::{Delivery, Instant, NodeId, SendError};
 
 use crate::call_layer::{CallWire, Calls, Handlers};

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tether_engine::ClientOptions;
+use tether_attach::ClientOptions;
 use tether_fault::FaultPlan;
 use tether_io::{AddressBook, Transport, UdpTransport};
 use tether_proto::{Config, NodeId, RailId, MAX_RAILS};

@@ -264,7 +264,7 @@ impl Endpoint {
     pub(crate) fn attached(
         node: NodeId,
         dir: &std::path::Path,
-        options: tether_engine::ClientOptions,
+        options: tether_attach::ClientOptions,
         calls: crate::attached::CallSetup<'_>,
         linger: Duration,
     ) -> Result<Self, Error> {

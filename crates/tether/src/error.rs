@@ -55,7 +55,7 @@ pub enum Error {
     /// The node's engine process could not be attached to, or is gone for
     /// good (no new one within `ClientOptions::recovery`).
     #[error("engine: {0}")]
-    Engine(tether_engine::EngineError),
+    Engine(tether_attach::EngineError),
     /// What was asked does not apply to an endpoint attached to an engine
     /// (the engine owns the rails, the protocol configuration and the fault
     /// injection: `tether engine` sets them).

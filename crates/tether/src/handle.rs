@@ -23,7 +23,7 @@ pub struct SendHandle {
 #[derive(Clone)]
 pub(crate) enum Owner {
     Embedded(Arc<Shared>),
-    Engine(tether_engine::Tracker),
+    Engine(tether_attach::Tracker),
 }
 
 impl std::fmt::Debug for SendHandle {

@@ -19,6 +19,18 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tether_proto::{NodeId, MAX_RAILS};
+
+/// The first node id of the engine's self-test cores, which no application
+/// may attach as: rail `r` has the sender `PROBE_BASE + 2r` and the
+/// receiver `PROBE_BASE + 2r + 1`.
+pub const PROBE_BASE: NodeId = NodeId::MAX - 2 * MAX_RAILS as NodeId + 1;
+
+/// Is `node` one of the self-test's own (not an application's)?
+pub fn is_probe_node(node: NodeId) -> bool {
+    node >= PROBE_BASE
+}
+
 /// The socket's name in the engine's directory.
 pub const SOCKET_NAME: &str = "engine.sock";
 /// Longest region path a request may name.

@@ -370,7 +370,7 @@ impl Attachment {
         if addrs.is_empty() || addrs.len() > MAX_RAILS {
             return Err(EngineError::Rails { given: addrs.len(), max: MAX_RAILS });
         }
-        if crate::is_probe_node(node) {
+        if attach::is_probe_node(node) {
             return Err(EngineError::Refused(format!("peer {node} is reserved for the engine's self-test")));
         }
         let known = self.peers.contains_key(&node);
