@@ -22,13 +22,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tether_attach::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
-use tether_proto::{Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats};
+use tether_proto::{
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats,
+};
 
 use crate::attached_calls::AttachedCalls;
+use crate::backend::{Backend, Outgoing};
 use crate::call_layer::Calls;
 use crate::call_log::CallLogOptions;
+use crate::call_site::Site;
 use crate::clock::Clock;
 use crate::faults::FaultCounters;
 use crate::handle::{Owner, SendHandle};
@@ -102,119 +107,153 @@ impl Attached {
     fn handle(&self, id: MessageId) -> SendHandle {
         SendHandle::new(Some(id), None, Owner::Engine(self.client.tracker()))
     }
+}
 
-    pub fn node(&self) -> NodeId {
+/// The endpoint's calls (see each one's description on `Endpoint`), with
+/// the protocol in the engine.
+impl Backend for Attached {
+    fn node(&self) -> NodeId {
         self.client.node()
     }
 
     /// The engine's sockets are its own.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    fn local_addr(&self) -> Option<SocketAddr> {
         None
     }
 
-    pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
+    fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
         self.add_peer_rails(node, &[addr])
     }
 
-    pub fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+    fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
         Ok(self.client.add_peer_rails(node, addrs)?)
     }
 
-    pub fn now(&self) -> Instant {
+    fn now(&self) -> Instant {
         self.clock.now()
     }
 
-    pub fn paths(&self, _peer: NodeId) -> Vec<PathInfo> {
+    fn paths(&self, _peer: NodeId) -> Vec<PathInfo> {
         Vec::new()
     }
 
-    pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+    /// The engine keeps the congestion state.
+    fn congestion(&self, _peer: NodeId) -> Option<CongestionInfo> {
+        None
+    }
+
+    fn aggregate(&self) -> Option<CongestionInfo> {
+        None
+    }
+
+    /// The engine's session.
+    fn max_datagram_to(&self, _peer: NodeId) -> Option<usize> {
+        None
+    }
+
+    fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
         Vec::new()
     }
 
     /// Never waits: a full submission ring is `WouldBlock`, as a full send
     /// buffer is for an embedded endpoint.
-    pub fn send(&self, peer: NodeId, msg: &[u8]) -> Result<SendHandle, Error> {
-        match self.client.send(peer, msg, Some(Duration::ZERO)) {
+    fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
+        match self.client.send(peer, msg.bytes(), Some(Duration::ZERO)) {
             Ok(id) => Ok(self.handle(id)),
             Err(EngineError::Timeout) => Err(Error::Send(SendError::WouldBlock)),
             Err(e) => Err(e.into()),
         }
     }
 
-    pub fn send_blocking(
+    fn send_blocking(
         &self,
         peer: NodeId,
-        msg: &[u8],
+        msg: Outgoing<'_>,
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
-        Ok(self.handle(self.client.send(peer, msg, timeout)?))
+        Ok(self.handle(self.client.send(peer, msg.bytes(), timeout)?))
     }
 
     /// An engine gone for good is reported by the blocking calls; here it
     /// is simply nothing to receive. (Calls' envelopes are the calls'
     /// pump's to take.)
-    pub fn try_recv(&self) -> Option<Delivery> {
+    fn try_recv(&self) -> Option<Delivery> {
         self.client.try_recv().ok().flatten()
     }
 
-    pub fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+    fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
         Ok(self.client.recv(timeout)?)
     }
 
-    pub fn poll_event(&self) -> Option<Event> {
+    fn poll_event(&self) -> Option<Event> {
         self.client.poll_event().ok().flatten()
     }
 
-    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
+    fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
         Ok(self.client.next_event(timeout)?)
     }
 
     /// The engine drives the protocol.
-    pub fn progress(&self) {}
+    fn progress(&self) {}
 
-    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+    fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         Ok(self.client.flush(timeout)?)
     }
 
-    pub fn message_state(&self, id: MessageId) -> MessageState {
+    fn message_state(&self, id: MessageId) -> MessageState {
         self.client.message_state(id)
     }
 
     /// As the engine last reported them (every 50 ms while they change),
     /// summed over every engine that served this endpoint.
-    pub fn stats(&self) -> Stats {
+    fn stats(&self) -> Stats {
         self.client.stats()
     }
 
     /// What the engines' fault plans injected into what they received,
     /// as they report it with the counters.
-    pub fn fault_counters(&self) -> FaultCounters {
+    fn fault_counters(&self) -> FaultCounters {
         self.client.fault_counters()
     }
 
-    pub fn set_faults_enabled(&self, _on: bool) {}
+    fn set_faults_enabled(&self, _on: bool) {}
 
-    pub fn fault_handle(&self) -> Option<FaultHandle> {
+    fn fault_handle(&self) -> Option<FaultHandle> {
         None
     }
 
-    pub fn buffered(&self) -> (usize, usize) {
+    fn buffered(&self) -> (usize, usize) {
         (0, 0)
     }
 
-    pub fn rtt(&self, _peer: NodeId) -> Option<Duration> {
+    fn rtt(&self, _peer: NodeId) -> Option<Duration> {
         None
     }
 
     /// The calls' pump stops first: it holds the client too.
-    pub fn close(&mut self, linger: Duration) -> Result<(), Error> {
+    fn close(&mut self, linger: Duration) -> Result<(), Error> {
         self.calls.stop();
         match Arc::get_mut(&mut self.client) {
             Some(client) => Ok(client.shut(linger)?),
             // Only the pump shares it, and it has ended.
             None => Err(Error::Unsupported { what: "closing a client another thread still holds" }),
         }
+    }
+
+    /// The message is copied into the shared ring either way.
+    fn message_buffer(&self, capacity: usize) -> Vec<u8> {
+        Vec::with_capacity(capacity)
+    }
+
+    fn seal(&self, buf: Vec<u8>) -> Bytes {
+        Bytes::from(buf)
+    }
+
+    /// The client lingers as it goes (`ClientOptions::linger`).
+    fn drop_lingering(&mut self, _linger: Duration) {}
+
+    fn calls(&self) -> Site<'_> {
+        Site::Attached { calls: &self.calls, client: &self.client }
     }
 }
 

@@ -13,11 +13,8 @@ use bytes::Bytes;
 use tether_proto::{Instant, NodeId, SendError};
 use tether_rpc::{CallError, CallEvent, CallRef, CallState, CallerStats, Executed, HandlerId, TargetStats};
 
-use crate::attached_calls::AttachedCalls;
-use crate::call_layer::{CallWire, Calls, Handlers, Request};
-use crate::driver::Driver;
-use crate::endpoint::Inner;
-use crate::shared::{block_on, Awaits, Shared};
+use crate::call_layer::{CallWire, Calls, Request};
+use crate::call_site::{Host, Site};
 use crate::{Endpoint, Error};
 
 /// How a call is made.
@@ -48,89 +45,6 @@ impl CallOutcome {
     /// Whether the handler ran, as far as the state says.
     pub fn executed(&self) -> Executed {
         self.state.executed()
-    }
-}
-
-/// Where an endpoint's calls live, for handles that outlive a borrow of it.
-#[derive(Clone)]
-pub(crate) enum Host {
-    Embedded(Arc<Shared>),
-    Attached(Arc<AttachedCalls>),
-}
-
-impl Host {
-    /// Look at or change the call layer (nothing is sent).
-    fn with<R>(&self, f: impl FnOnce(&mut Calls) -> R) -> R {
-        match self {
-            Host::Embedded(s) => f(&mut s.lock().layer),
-            Host::Attached(a) => a.with(f),
-        }
-    }
-
-    /// Wait until `ready` gives something, or `timeout` passes.
-    fn wait<R>(
-        &self,
-        timeout: Option<Duration>,
-        mut ready: impl FnMut(&mut Calls) -> Option<R>,
-    ) -> Result<R, Error> {
-        match self {
-            Host::Embedded(s) => block_on(s, timeout, Awaits::Calls, |d| ready(&mut d.layer)),
-            Host::Attached(a) => a.wait(timeout, ready),
-        }
-    }
-}
-
-/// An endpoint's calls with what carries their envelopes.
-enum Site<'a> {
-    Embedded(&'a Arc<Shared>),
-    Attached(&'a crate::attached::Attached),
-}
-
-impl Site<'_> {
-    fn host(&self) -> Host {
-        match self {
-            Site::Embedded(s) => Host::Embedded(Arc::clone(s)),
-            Site::Attached(a) => Host::Attached(a.calls.clone()),
-        }
-    }
-
-    fn handlers(&self) -> &Handlers {
-        match self {
-            Site::Embedded(s) => &s.handlers,
-            Site::Attached(a) => &a.calls.handlers,
-        }
-    }
-
-    /// Calls are in use: an attached endpoint's pump starts.
-    fn start(&self) -> Result<(), Error> {
-        match self {
-            Site::Embedded(_) => Ok(()),
-            Site::Attached(a) => a.start_calls(),
-        }
-    }
-
-    /// Change the call layer and send what that makes it send; `peer`, if
-    /// given, is learned first where the endpoint can (an address book).
-    fn exchange<R>(
-        &self,
-        peer: Option<NodeId>,
-        f: impl FnOnce(&mut Calls, &dyn CallWire, Instant) -> R,
-    ) -> R {
-        match self {
-            Site::Embedded(shared) => {
-                let mut d = shared.lock();
-                if let Some(peer) = peer {
-                    d.learn_peer(peer);
-                }
-                let now = shared.clock.now();
-                let Driver { layer: calls, core, .. } = &mut *d;
-                let r = f(calls, core, now);
-                calls.flush(now, core);
-                d.transmit(now);
-                r
-            }
-            Site::Attached(a) => a.calls.exchange(&a.client, f),
-        }
     }
 }
 
@@ -190,10 +104,7 @@ impl Drop for Call {
 
 impl Endpoint {
     fn site(&self) -> Site<'_> {
-        match &self.inner {
-            Inner::Embedded(e) => Site::Embedded(&e.shared),
-            Inner::Engine(a) => Site::Attached(a),
-        }
+        self.backend.calls()
     }
 }
 

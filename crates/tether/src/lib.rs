@@ -32,16 +32,20 @@
 
 mod attached;
 mod attached_calls;
+mod backend;
 mod builder;
 mod call_layer;
 mod call_log;
+mod call_site;
 mod calls;
 mod clock;
 mod driver;
+mod embedded;
 mod endpoint;
 mod error;
 mod handle;
 mod leave;
+mod options;
 mod progress;
 mod shared;
 mod waiter;
@@ -49,9 +53,10 @@ mod waiter;
 pub use builder::Builder;
 /// The message type of `Endpoint::send_bytes` and of every `Delivery`.
 pub use bytes::Bytes;
-pub use endpoint::{Endpoint, Options, Progress};
+pub use endpoint::Endpoint;
 pub use error::Error;
 pub use handle::SendHandle;
+pub use options::{Options, Progress};
 pub use tether_proto::{
     ClusterKey, Config, ConfigError, CongestionControl, CongestionInfo, Controller, ControllerFactory,
     Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,

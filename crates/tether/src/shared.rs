@@ -465,3 +465,117 @@ pub(crate) fn block_on<R>(
         shared.waiter.wait(sleep);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // The test measures wall-clock bounds on real sockets.
+    #![allow(clippy::disallowed_methods)]
+
+    use std::sync::Mutex;
+
+    use tether_fault::FaultPlan;
+    use tether_proto::MessageState;
+
+    use super::*;
+    use crate::{Endpoint, Options};
+
+    /// The tests take every leave to drive the process has: one at a time.
+    static PERMITS: Mutex<()> = Mutex::new(());
+
+    /// Nodes 0 and 1 on loopback, each the other's peer, each with its
+    /// options.
+    fn two_on_loopback([a, b]: [Options; 2]) -> [Endpoint; 2] {
+        let any = || "127.0.0.1:0".parse().unwrap();
+        let eps = [Endpoint::udp(0, any(), &[], a).unwrap(), Endpoint::udp(1, any(), &[], b).unwrap()];
+        eps[0].add_peer(1, eps[1].local_addr().unwrap()).unwrap();
+        eps[1].add_peer(0, eps[0].local_addr().unwrap()).unwrap();
+        eps
+    }
+
+    /// A call without leave to drive its endpoint waits for the endpoint's
+    /// progress worker, and the worker's step that brings what it waits for
+    /// wakes it at once, not at its safety slice (`PARK_SLICE`).
+    #[test]
+    fn calls_that_may_not_drive_wait_for_the_worker_and_wake_at_once() {
+        const ROUND_TRIPS: u32 = 200;
+        let eps = two_on_loopback(Default::default());
+        // Every leave to drive this process has, taken: each blocking call
+        // below waits for the workers.
+        let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
+        assert!(!held.is_empty());
+        let limit = Some(Duration::from_secs(20));
+        let start = StdInstant::now();
+        std::thread::scope(|s| {
+            let pong = &eps[1];
+            s.spawn(move || {
+                for i in 0..ROUND_TRIPS {
+                    let d = pong.recv(limit).expect("a ping");
+                    assert_eq!((d.from, &d.message[..]), (0, &i.to_le_bytes()[..]));
+                    pong.send_blocking(0, &i.to_le_bytes(), limit).unwrap();
+                }
+            });
+            for i in 0..ROUND_TRIPS {
+                eps[0].send_blocking(1, &i.to_le_bytes(), limit).unwrap();
+                let d = eps[0].recv(limit).expect("a pong");
+                assert_eq!((d.from, &d.message[..]), (1, &i.to_le_bytes()[..]));
+            }
+        });
+        let took = start.elapsed();
+        drop(held);
+        // Left to the safety slice, each receive would take 200 ms.
+        assert!(took < Duration::from_secs(1), "{ROUND_TRIPS} round trips took {took:?}");
+    }
+
+    /// A `flush` without leave to drive wakes when its endpoint's last
+    /// message settles (`Awaits::AllSettled`), not at its safety slice.
+    #[test]
+    fn a_parked_flush_wakes_when_the_last_message_settles() {
+        const ROUNDS: u32 = 100;
+        let eps = two_on_loopback(Default::default());
+        let limit = Some(Duration::from_secs(20));
+        let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
+        let start = StdInstant::now();
+        for i in 0..ROUNDS {
+            let h = eps[0].send(1, &i.to_le_bytes()).unwrap();
+            eps[0].flush(limit).unwrap();
+            assert_eq!(h.state(), MessageState::Delivered, "settled when flush returned");
+        }
+        let took = start.elapsed();
+        drop(held);
+        for i in 0..ROUNDS {
+            assert_eq!(&eps[1].recv(limit).unwrap().message[..], &i.to_le_bytes()[..]);
+        }
+        // Left to the safety slice, each flush would take 200 ms.
+        assert!(took < Duration::from_millis(500), "{ROUNDS} flushes took {took:?}");
+    }
+
+    /// A timer set by a call the worker did not make (a non-blocking
+    /// `send`'s retransmission timeout) is driven by the worker all the
+    /// same: here the only thing that can deliver the message, as the
+    /// receiver drops the first transmissions and has nothing to say, and
+    /// the waiting call may not drive.
+    #[test]
+    fn the_worker_drives_a_timer_an_application_call_set() {
+        let quiet = Options::default();
+        // The receiver drops everything that arrives from 100 to 150 ms
+        // after it was made.
+        let plan = FaultPlan::parse_rules(1, &["drop:p=1,from=100ms,until=150ms,side=recv"]).unwrap();
+        let lossy = Options { faults: plan, ..Options::default() };
+        let start = StdInstant::now();
+        let [a, b] = two_on_loopback([quiet, lossy]);
+        let limit = Some(Duration::from_secs(2));
+        // A session first, while everything arrives.
+        assert_eq!(a.send(1, b"first").unwrap().wait(limit).unwrap(), MessageState::Delivered);
+        assert_eq!(&b.recv(limit).unwrap().message[..], b"first");
+        std::thread::sleep(Duration::from_millis(110).saturating_sub(start.elapsed()));
+        let _one = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
+        let held: Vec<_> = std::iter::from_fn(leave::Permit::take_drive).collect();
+        let h = a.send(1, b"second").unwrap();
+        let state = h.wait(limit);
+        drop(held);
+        assert_eq!(state.unwrap(), MessageState::Delivered, "retransmitted by the worker");
+        assert_eq!(&b.recv(limit).unwrap().message[..], b"second");
+    }
+}

@@ -1,0 +1,395 @@
+//! The embedded home of an endpoint's protocol: the core, its rails and
+//! its call layer in this process (`shared::Node`), driven by the
+//! application's blocking calls and the process's progress workers
+//! (Trahay et al. [NMAD] section 4; docs/REFERENCES.md).
+//!
+//! A fault plan in `Options` (Li et al. [CI]) is applied here: its send and
+//! receive rules by wrapping each rail's transport, its `api` rules to the
+//! application's own calls, so an application can prove it survives
+//! failed sends and failed operations.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tether_fault::{CallVerdict, FaultCounters, Injector, Side};
+use tether_io::{error_of, FaultHandle, FaultyTransport, Transport};
+use tether_proto::{
+    CongestionInfo, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState, NodeId,
+    PathInfo, RailId, SendError, Stats, MAX_RAILS,
+};
+
+use crate::backend::{Backend, Outgoing};
+use crate::call_layer::Calls;
+use crate::call_site::Site;
+use crate::clock::Clock;
+use crate::driver::Driver;
+use crate::handle::{Owner, SendHandle};
+use crate::options::{Options, Progress};
+use crate::shared::{block_on, Awaits, Shared};
+use crate::waiter::Waiter;
+use crate::{leave, progress, Error};
+
+/// The embedded engine: the core and the sockets in this process, driven
+/// by the application's calls and the process's progress threads.
+pub(crate) struct Embedded {
+    pub(crate) shared: Arc<Shared>,
+    /// The core's pool of message buffers, reached without the lock.
+    messages: tether_proto::MessagePool,
+    /// The progress worker serving it; `None` with `Progress::Polling`.
+    progress: Option<progress::Assignment>,
+}
+
+/// 32 bytes from the kernel's random source.
+fn entropy() -> Result<[u8; 32], Error> {
+    use std::io::Read;
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut seed))
+        .map_err(tether_io::TransportError::from)?;
+    Ok(seed)
+}
+
+fn default_incarnation() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (now.as_nanos() as u64).max(1)
+}
+
+impl Embedded {
+    /// The protocol for `node` over `rails` (rail `i` is `rails[i]`), at
+    /// most `MAX_RAILS`. The fault plan applies to every rail, each
+    /// drawing from its own seed.
+    pub fn open(
+        node: NodeId,
+        rails: Vec<Box<dyn Transport + Send>>,
+        options: &Options,
+    ) -> Result<Self, Error> {
+        if rails.is_empty() || rails.len() > MAX_RAILS {
+            return Err(Error::Rails { given: rails.len() });
+        }
+        let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
+        let mut core = Core::new(options.config.clone(), node, incarnation)?;
+        // The handshake's cookies and nonces must be unguessable on a real
+        // network: the core's default secret is derived from public values.
+        core.seed_secrets(entropy()?);
+        let plan = &options.faults;
+        // The same derivation as the simulator's: a node's faults are the
+        // same stream whether it runs in the simulator or over sockets.
+        let seed = tether_fault::node_seed(plan.seed, node);
+        let mut faults = Vec::new();
+        let mut wrapped: Vec<Box<dyn Transport + Send>> = Vec::with_capacity(rails.len());
+        for (i, transport) in rails.into_iter().enumerate() {
+            let plan =
+                options.rail_faults.iter().find(|(r, _)| usize::from(*r) == i).map_or(plan, |(_, p)| p);
+            if plan.touches(Side::Send) || plan.touches(Side::Recv) {
+                // Rail 0 keeps the seed a single-rail endpoint has.
+                let faulty = FaultyTransport::new(
+                    transport,
+                    plan,
+                    seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+                )?;
+                faults.push(faulty.handle());
+                wrapped.push(Box::new(faulty));
+            } else {
+                wrapped.push(transport);
+            }
+        }
+        let api = if plan.touches(Side::Api) { Some(Injector::with_seed(plan, seed ^ 0xA91)?) } else { None };
+        let fds: Vec<_> = wrapped.iter().map(|t| t.raw_fd()).collect();
+        let waiter = Waiter::new(&fds)?;
+        let fds = fds.into_iter().flatten().collect();
+        let clock = Clock::new();
+        let messages = core.message_pool();
+        let calls = Calls::open(
+            options.calls.clone(),
+            incarnation,
+            options.call_log.as_ref(),
+            options.caller_log.as_ref(),
+            clock.now(),
+        )?;
+        let node = Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())));
+        let served = options.progress == Progress::Thread;
+        let shared = Arc::new(Shared::new(node, waiter, clock, options.spin, faults, fds, served));
+        let progress = match options.progress {
+            Progress::Polling => None,
+            Progress::Thread => Some(progress::serve(shared.clone())?),
+        };
+        Ok(Embedded { shared, messages, progress })
+    }
+    fn linger_for(&self, linger: Duration) -> Result<(), Error> {
+        let start = StdInstant::now();
+        match block_on(&self.shared, Some(linger), Awaits::AllSettled, |d| {
+            (d.core.unsettled() == 0).then_some(())
+        }) {
+            Ok(()) => {}
+            Err(Error::TimedOut) => {
+                return Err(Error::Lingered { unsettled: self.shared.lock().core.unsettled() });
+            }
+            Err(e) => return Err(e),
+        }
+        // Settled. ACKs we owe for data peers sent us go out too, so they
+        // need not retransmit to a closed endpoint and report it in doubt;
+        // but a peer still streaming to us keeps us owing, and must not
+        // hold the close: a short grace, whatever remains of the linger.
+        let grace =
+            (4 * self.shared.lock().core.config().ack_delay).min(linger.saturating_sub(start.elapsed()));
+        let _ =
+            block_on(&self.shared, Some(grace), Awaits::Anything, |d| (!d.core.owes_acks()).then_some(()));
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.shared.request_stop();
+        if let Some(p) = self.progress.take() {
+            // The worker lets go at its next turn; a worker stuck that long
+            // in another endpoint's step keeps the sockets open until it
+            // lets go and the last reference goes, nothing worse (closed
+            // now, a descriptor could be reused while it is still in the
+            // worker's epoll set).
+            p.wake();
+            if !progress::wait_dropped(&self.shared.dropped, Duration::from_secs(2)) {
+                return;
+            }
+        }
+        // Send handles keep the endpoint's state for their questions, not
+        // its sockets: the ports are free once `close` returns.
+        self.shared.lock().close_transports();
+    }
+}
+
+/// The endpoint's calls (see each one's description on `Endpoint`), with
+/// the protocol in this process.
+impl Backend for Embedded {
+    fn node(&self) -> NodeId {
+        self.shared.lock().core.node()
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.lock().transport().local_addr()
+    }
+
+    fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {
+        self.add_peer_rails(node, &[addr])
+    }
+
+    fn add_peer_rails(&self, node: NodeId, addrs: &[SocketAddr]) -> Result<(), Error> {
+        let mut d = self.shared.lock();
+        if addrs.is_empty() || addrs.len() > d.rail_count() {
+            return Err(Error::PeerRails { given: addrs.len(), rails: d.rail_count() });
+        }
+        for (rail, &addr) in addrs.iter().enumerate() {
+            d.rail_mut(rail as RailId).expect("checked against rail_count").add_peer(node, addr)?;
+        }
+        let rails: Vec<RailId> = (0..addrs.len() as RailId).collect();
+        d.core.set_paths(node, &rails)?;
+        Ok(())
+    }
+
+    fn now(&self) -> Instant {
+        self.shared.clock.now()
+    }
+
+    fn paths(&self, peer: NodeId) -> Vec<PathInfo> {
+        self.shared.lock().core.paths(peer)
+    }
+
+    fn congestion(&self, peer: NodeId) -> Option<CongestionInfo> {
+        self.shared.lock().core.congestion(peer)
+    }
+
+    fn aggregate(&self) -> Option<CongestionInfo> {
+        Some(self.shared.lock().core.aggregate())
+    }
+
+    fn max_datagram_to(&self, peer: NodeId) -> Option<usize> {
+        Some(self.shared.lock().core.max_datagram_to(peer))
+    }
+
+    fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
+        let d = self.shared.lock();
+        (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
+    }
+
+    fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
+        let mut d = self.shared.lock();
+        if !d.has_api_faults() {
+            // A small message joining others that wait to share a datagram:
+            // no clock, no timers, no transmit attempt.
+            if let Some(id) = msg.join_waiting(&mut d.core, peer) {
+                return Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())));
+            }
+        }
+        let now = self.shared.clock.now();
+        let injected = match d.api_fault(now) {
+            CallVerdict::Proceed => None,
+            CallVerdict::Invocation(e) => return Err(Error::Transport(error_of(e))),
+            CallVerdict::Operation { dropped: true, .. } => {
+                return Ok(SendHandle::new(
+                    None,
+                    Some(FailReason::OperationFault),
+                    Owner::Embedded(self.shared.clone()),
+                ))
+            }
+            // The status says failed, yet the message goes: the application
+            // cannot tell which, as with a real lost completion.
+            CallVerdict::Operation { dropped: false, .. } => Some(FailReason::OperationFault),
+        };
+        d.learn_peer(peer);
+        let id = msg.queue(&mut d.core, now, peer)?;
+        if self.progress.is_some() && d.unstepped_for(now) >= leave::HANDOVER {
+            // Nobody has stepped it for a while: the worker is late (on two
+            // cores shared with this and other busy threads, by tens of
+            // milliseconds). The thread that keeps sending takes in its
+            // ACKs and handshake answers itself, on its own share of the
+            // CPU: 64 senders filling their buffers at once otherwise held
+            // every handshake until they were done, and the few flows
+            // whose threads drove their own endpoints had finished before
+            // most others had started.
+            self.shared.step(&mut d, now);
+        } else {
+            d.transmit(now);
+        }
+        Ok(SendHandle::new(Some(id), injected, Owner::Embedded(self.shared.clone())))
+    }
+
+    fn send_blocking(
+        &self,
+        peer: NodeId,
+        msg: Outgoing<'_>,
+        timeout: Option<Duration>,
+    ) -> Result<SendHandle, Error> {
+        // Fast path: room now, no blocking-call bookkeeping.
+        match self.send(peer, msg.clone()) {
+            Err(Error::Send(SendError::WouldBlock)) => {}
+            done => return done,
+        }
+        let shared = &self.shared;
+        let id = block_on(shared, timeout, Awaits::Settled, |d| {
+            d.learn_peer(peer);
+            if !d.core.can_send(peer, msg.len()) {
+                return None;
+            }
+            let now = shared.clock.now();
+            let r = msg.queue(&mut d.core, now, peer);
+            d.transmit(now);
+            Some(r)
+        })??;
+        Ok(SendHandle::new(Some(id), None, Owner::Embedded(shared.clone())))
+    }
+
+    fn try_recv(&self) -> Option<Delivery> {
+        let mut d = self.shared.lock();
+        if self.progress.is_none() {
+            self.shared.step(&mut d, self.shared.clock.now());
+        }
+        d.core.recv_message()
+    }
+
+    fn recv(&self, timeout: Option<Duration>) -> Result<Delivery, Error> {
+        // Fast path: a message already queued costs one lock, nothing more.
+        if let Some(d) = self.shared.lock().core.recv_message() {
+            return Ok(d);
+        }
+        block_on(&self.shared, timeout, Awaits::Delivery, |d| d.core.recv_message())
+    }
+
+    fn poll_event(&self) -> Option<Event> {
+        self.shared.lock().core.poll_event()
+    }
+
+    fn next_event(&self, timeout: Option<Duration>) -> Result<Event, Error> {
+        block_on(&self.shared, timeout, Awaits::Event, |d| d.core.poll_event())
+    }
+
+    fn progress(&self) {
+        let mut d = self.shared.lock();
+        let now = self.shared.clock.now();
+        self.shared.step(&mut d, now);
+    }
+
+    fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        // Settled, as the doc says and an engine's flush does: not also
+        // owing no ACK (`is_idle`), which a node that peers keep sending to
+        // may never be; a 256-node demo's node 0, done sending early, timed
+        // out in `flush` after 60 s while the others still sent to it.
+        block_on(&self.shared, timeout, Awaits::AllSettled, |d| (d.core.unsettled() == 0).then_some(()))
+    }
+
+    fn message_state(&self, id: MessageId) -> MessageState {
+        self.shared.lock().core.message_state(id)
+    }
+
+    fn stats(&self) -> Stats {
+        self.shared.lock().core.stats().clone()
+    }
+
+    fn fault_counters(&self) -> FaultCounters {
+        let mut c = self.shared.lock().api_fault_counters();
+        for f in self.shared.faults() {
+            c.accumulate(&f.snapshot());
+        }
+        c
+    }
+
+    fn set_faults_enabled(&self, on: bool) {
+        self.shared.lock().set_api_faults_enabled(on);
+        for f in self.shared.faults() {
+            f.set_enabled(on);
+        }
+    }
+
+    fn fault_handle(&self) -> Option<FaultHandle> {
+        self.shared.faults().first().cloned()
+    }
+
+    fn buffered(&self) -> (usize, usize) {
+        let d = self.shared.lock();
+        let peers: usize = d.core.peers().map(|p| d.core.buffered_bytes(p)).sum();
+        (peers, d.core.pending_deliveries())
+    }
+
+    fn rtt(&self, peer: NodeId) -> Option<Duration> {
+        self.shared.lock().core.rtt(peer)
+    }
+
+    fn message_buffer(&self, capacity: usize) -> Vec<u8> {
+        self.messages.take(capacity)
+    }
+
+    fn seal(&self, buf: Vec<u8>) -> Bytes {
+        self.messages.seal(buf)
+    }
+
+    fn close(&mut self, linger: Duration) -> Result<(), Error> {
+        let out = self.linger_for(linger);
+        self.stop();
+        out
+    }
+
+    fn drop_lingering(&mut self, linger: Duration) {
+        if self.progress.is_some() || !self.shared.stopped() {
+            // A failure to settle in time is not reportable from a
+            // destructor.
+            let _ = self.linger_for(linger);
+        }
+        self.stop();
+    }
+
+    fn calls(&self) -> Site<'_> {
+        Site::Embedded(&self.shared)
+    }
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.shared.lock();
+        f.debug_struct("Endpoint")
+            .field("node", &d.core.node())
+            .field("incarnation", &d.core.incarnation())
+            .field("rails", &d.rail_count())
+            .field("peers", &d.core.peers().collect::<Vec<_>>())
+            .field("progress_thread", &self.progress.is_some())
+            .finish()
+    }
+}
