@@ -24,8 +24,8 @@ use tether_fault::FaultCounters;
 
 use crate::counters::EngineCounters;
 use tether_proto::{
-    Channel, Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId, Stats, Unsettled,
-    MAX_RAILS,
+    Assembled, Channel, Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId,
+    Reassembly, Stats, Unsettled, MAX_RAILS,
 };
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
@@ -63,10 +63,9 @@ struct PeerLog {
     retained: VecDeque<Unsettled>,
     /// One past the last message a failure report covered.
     failed_upto: u64,
-    /// Where the application stands in the peer's stream.
-    taken: Option<Taken>,
-    /// The message being reassembled from its fragments.
-    partial: Reassembly,
+    /// Where the application stands in the peer's stream, and the message
+    /// being put together from its fragments.
+    taken: Reassembly,
     /// The next message's id.
     next: u64,
     /// Every message below is acknowledged or failed.
@@ -797,7 +796,12 @@ impl Attachment {
         let peers: Vec<NodeId> = self.peers.keys().copied().collect();
         for peer in peers {
             let p = &self.peers[&peer];
-            let (rails, failed_upto, taken) = (Rails::new(&p.rails)?, p.failed_upto, p.taken);
+            let taken = p.taken.position().map(|t| Taken {
+                incarnation: t.incarnation,
+                epoch: t.epoch,
+                next: t.next,
+            });
+            let (rails, failed_upto) = (Rails::new(&p.rails)?, p.failed_upto);
             let local = p.is_local;
             self.submit(&Submission::AddPeer { node: peer, rails }, None)?;
             if local {
@@ -868,26 +872,14 @@ impl Attachment {
             Completion::Delivery { from, fragment: f, channel, payload } => {
                 let max = self.max_message_len();
                 let p = self.peers.entry(from).or_default();
-                let t = match p.taken {
-                    Some(t) if (t.incarnation, t.epoch) == (f.incarnation, f.epoch) => t,
-                    // A new life or epoch of the peer's stream: what was
-                    // partial is void.
-                    _ => {
-                        p.partial = Reassembly::default();
-                        Taken { incarnation: f.incarnation, epoch: f.epoch, next: f.seq }
-                    }
-                };
-                if f.seq < t.next {
-                    // Taken before: a new engine resent it.
-                    return;
-                }
-                p.taken = Some(Taken { next: f.seq + 1, ..t });
-                match p.partial.take(f.first, f.last, channel, payload, max) {
-                    Ok(Some((message, channel))) => {
+                // Fragments taken before (a new engine resent them) are
+                // passed over.
+                match p.taken.take(&f, channel, payload, max) {
+                    Assembled::Whole(message, channel) => {
                         self.inbox.deliver(Delivery { from, message, fragment: None, channel })
                     }
-                    Ok(None) => {}
-                    Err(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
+                    Assembled::Again | Assembled::Part => {}
+                    Assembled::Dropped(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
                 }
             }
             Completion::Settled { peer, below } => {
@@ -1358,109 +1350,5 @@ fn watch(inner: Weak<Mutex<Attachment>>, stop: Arc<AtomicBool>) {
         // The closed connection is noticed and the recovery run here; an
         // error is the application's to see on its next call.
         let _ = a.check_engine();
-    }
-}
-
-/// A peer's message put together from the fragments its engine hands over
-/// (the engine's core delivers fragments, docs/ENGINE.md). A message that
-/// breaks a rule is dropped whole: its remaining fragments are dropped
-/// with it, never delivered as a message of their own.
-#[derive(Debug, Default)]
-struct Reassembly {
-    buf: Vec<u8>,
-    /// The channel its first fragment named.
-    channel: Channel,
-    state: Assembly,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Assembly {
-    /// No message begun.
-    #[default]
-    Idle,
-    Assembling,
-    /// The message broke a rule: its fragments up to its last are dropped.
-    Discarding,
-}
-
-impl Reassembly {
-    /// Take the next fragment in order: the whole message (and its
-    /// channel) once its last fragment came, or why it was dropped.
-    fn take(
-        &mut self,
-        first: bool,
-        last: bool,
-        channel: Channel,
-        payload: &[u8],
-        max: usize,
-    ) -> Result<Option<(Bytes, Channel)>, &'static str> {
-        if first {
-            self.buf.clear();
-            (self.channel, self.state) = (channel, Assembly::Assembling);
-        }
-        let broken = match self.state {
-            Assembly::Discarding => {
-                self.state = if last { Assembly::Idle } else { Assembly::Discarding };
-                return Ok(None);
-            }
-            Assembly::Idle => Some("a fragment without its message's first"),
-            Assembly::Assembling if channel != self.channel => {
-                Some("fragments disagree on their message's channel")
-            }
-            Assembly::Assembling if self.buf.len() + payload.len() > max => {
-                Some("a message beyond the largest allowed")
-            }
-            Assembly::Assembling => None,
-        };
-        if let Some(why) = broken {
-            self.buf.clear();
-            self.state = if last { Assembly::Idle } else { Assembly::Discarding };
-            return Err(why);
-        }
-        self.buf.extend_from_slice(payload);
-        if !last {
-            return Ok(None);
-        }
-        self.state = Assembly::Idle;
-        Ok(Some((Bytes::from(std::mem::take(&mut self.buf)), self.channel)))
-    }
-}
-
-#[cfg(test)]
-mod reassembly_tests {
-    use super::{Reassembly, SECOND};
-    use tether_proto::Channel;
-
-    const APP: Channel = Channel::APP;
-
-    #[test]
-    fn a_message_is_put_together_with_its_channel() {
-        let mut r = Reassembly::default();
-        assert_eq!(r.take(true, false, SECOND, b"ab", 10), Ok(None));
-        assert_eq!(r.take(false, false, SECOND, b"cd", 10), Ok(None));
-        let (m, channel) = r.take(false, true, SECOND, b"e", 10).unwrap().unwrap();
-        assert_eq!((&m[..], channel), (&b"abcde"[..], SECOND));
-        let (m, channel) = r.take(true, true, APP, b"x", 10).unwrap().unwrap();
-        assert_eq!((&m[..], channel), (&b"x"[..], APP));
-    }
-
-    /// Before, the tail of a dropped message was delivered as a message.
-    #[test]
-    fn a_dropped_message_takes_its_other_fragments_with_it() {
-        let mut r = Reassembly::default();
-        // Too large.
-        assert_eq!(r.take(true, false, APP, b"12345", 6), Ok(None));
-        assert!(r.take(false, false, APP, b"6789", 6).is_err());
-        assert_eq!(r.take(false, false, APP, b"tail", 6), Ok(None));
-        assert_eq!(r.take(false, true, APP, b"end", 6), Ok(None));
-        // Fragments that disagree on the channel.
-        assert_eq!(r.take(true, false, SECOND, b"ab", 10), Ok(None));
-        assert!(r.take(false, false, APP, b"cd", 10).is_err());
-        assert_eq!(r.take(false, true, SECOND, b"ef", 10), Ok(None));
-        // A middle or last fragment with no first before it.
-        assert!(r.take(false, true, APP, b"orphan", 10).is_err());
-        // And the next message comes whole.
-        let (m, _) = r.take(true, true, APP, b"next", 10).unwrap().unwrap();
-        assert_eq!(&m[..], b"next");
     }
 }

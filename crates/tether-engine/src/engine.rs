@@ -25,15 +25,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
+use tether_driver::Driver;
 use tether_fault::{node_seed, FaultCounters, FaultPlan, Side};
-use tether_io::{
-    AddressBook, FaultHandle, FaultyTransport, RecvBatch, Transport, TransportError, UdpTransport,
-};
+use tether_io::{AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
 use tether_proto::{
     Channel, Config, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, PayloadCursor, RailId,
     ResumedStream, SendError, StreamMarks, Unsettled, MAX_RAILS,
 };
 use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
+use tether_wire::Header;
 use tracing::{debug, info, warn};
 
 use crate::audit::{AuditClock, Due, SLICE};
@@ -47,8 +47,6 @@ use tether_attach::records::{Completion, Submission, Taken};
 use tether_attach::EngineCounters;
 use tether_attach::EngineError;
 
-/// Datagrams per receive batch.
-const BATCH: usize = 32;
 /// Submissions taken from one application per turn, so one busy
 /// application cannot starve the others or the network.
 const SUBMISSIONS_PER_TURN: usize = 256;
@@ -162,8 +160,6 @@ pub struct EngineStats {
     pub attach_refused: u64,
     /// Datagrams for a node no attached application is.
     pub unknown_destination: u64,
-    /// Datagrams the socket had no room for (the core retransmits).
-    pub send_dropped: u64,
     /// Submissions that did not decode, or were impossible: the
     /// application is detached (its memory is not to be trusted).
     pub bad_submissions: u64,
@@ -223,12 +219,14 @@ struct Attached {
 pub struct Engine {
     options: EngineOptions,
     listener: UnixListener,
-    rails: Vec<Rail>,
+    /// The rails, and the batching and bounds of their traffic (the
+    /// embedded endpoint runs on the same driver).
+    driver: Driver,
     /// The fault injectors' counters, one per faulted rail.
     faults: Vec<FaultHandle>,
     book: Book,
     clients: Vec<Attached>,
-    rx: RecvBatch,
+    /// The self-test's datagram buffer.
     tx: Vec<u8>,
     scratch: Vec<u8>,
     origin: StdInstant,
@@ -407,11 +405,10 @@ impl Engine {
             return Err(EngineError::Faults("this build has no fault hook (the fault-hook feature)".into()));
         }
         Ok(Engine {
-            rx: RecvBatch::new(BATCH, slot),
+            driver: Driver::new(rails, slot),
             tx: vec![0; slot],
             scratch: Vec::new(),
             listener,
-            rails,
             faults,
             book: Book::default(),
             clients: Vec::new(),
@@ -445,7 +442,9 @@ impl Engine {
 
     /// The address each rail is bound at (port 0 resolved).
     pub fn rail_addrs(&self) -> Vec<SocketAddr> {
-        self.rails.iter().filter_map(|r| r.local_addr()).collect()
+        (0..self.driver.rail_count() as RailId)
+            .filter_map(|r| self.driver.rail(r).and_then(|t| t.local_addr()))
+            .collect()
     }
 
     /// Set it to stop `run` within `IDLE_SLICE`.
@@ -540,7 +539,7 @@ impl Engine {
             return true;
         }
         if let Some(t) = &mut self.selftest {
-            match t.turn(now, &mut self.rails, &mut self.tx) {
+            match t.turn(now, self.driver.rails_mut(), &mut self.tx) {
                 Ok(did) => busy |= did,
                 Err(why) => {
                     warn!(reason = %why, "self-test failed");
@@ -780,53 +779,45 @@ impl Engine {
         Ok((region, core, cred.pid, mode))
     }
 
-    /// Receive on every rail; hand each datagram to its core.
+    /// Receive on every rail (up to the driver's budget); hand each
+    /// datagram to the core its header names, with the sender as the
+    /// address book proves it (never the header alone).
     fn receive(&mut self, now: Instant) -> usize {
-        let mut total = 0;
-        for (rail, transport) in self.rails.iter_mut().enumerate() {
-            while let Ok(n) = transport.recv_batch(&mut self.rx) {
-                if let Some(h) = &self.heartbeat {
-                    h.beat();
+        let Engine { driver, clients, book, selftest, stats, heartbeat, .. } = self;
+        let beat = heartbeat.as_ref();
+        let received = driver.receive(now, |rail, seen, datagram| {
+            // Long work is progress, not a hang: the heartbeat says so.
+            beat.inspect(|h| h.beat());
+            let (Some(addr), Some((src, dst))) = (seen.addr, Header::peek_nodes(datagram)) else { return };
+            if is_probe_node(dst) {
+                if let Some(t) = selftest {
+                    t.handle_datagram(now, rail, addr, dst, datagram);
                 }
-                for (i, (_, datagram)) in self.rx.iter().enumerate() {
-                    let (Some(addr), Some((src, dst))) = (self.rx.addr(i), peek_nodes(datagram)) else {
-                        continue;
-                    };
-                    if is_probe_node(dst) {
-                        if let Some(t) = &mut self.selftest {
-                            t.handle_datagram(now, rail as RailId, addr, dst, datagram);
-                        }
-                        continue;
-                    }
-                    let Some(c) = self.clients.iter_mut().find(|c| c.node == dst && c.resuming.is_none())
-                    else {
-                        // No one, or one still resuming: lost like any
-                        // datagram, and sent again.
-                        self.stats.unknown_destination += 1;
-                        continue;
-                    };
-                    let origin = self.book.origin(rail as RailId, addr, src);
-                    c.core.handle_datagram_from(now, rail as RailId, origin, datagram);
-                }
-                total += n;
-                if n < BATCH {
-                    break;
-                }
+                return;
             }
-        }
-        for c in &mut self.clients {
+            let Some(c) = clients.iter_mut().find(|c| c.node == dst && c.resuming.is_none()) else {
+                // No one, or one still resuming: lost like any datagram,
+                // and sent again.
+                stats.unknown_destination += 1;
+                return;
+            };
+            c.core.handle_datagram_from(now, rail, book.origin(rail, addr, src), datagram);
+        });
+        let backlog = driver.backlog();
+        for c in clients.iter_mut() {
+            c.core.set_backlog(backlog);
             while let Some(m) = c.core.poll_moved() {
-                info!(peer = m.node, rail = m.rail, addr = %m.addr, "peer moved");
-                self.book.moved(m.node, m.rail, m.addr);
+                book.moved(m.node, m.rail, m.addr);
+                driver.follow(&m);
             }
         }
-        total
+        received
     }
 
     /// Everything for one application this turn; true if anything happened.
     /// `housekeeping`: read its connection too (doorbells, a close).
     fn serve(&mut self, i: usize, now: Instant, housekeeping: bool) -> bool {
-        let Engine { clients, book, rails, tx, scratch, stats, heartbeat, selftest, faults, own, .. } = self;
+        let Engine { clients, book, driver, scratch, stats, heartbeat, selftest, faults, own, .. } = self;
         let beat = heartbeat.as_ref();
         let c = &mut clients[i];
         c.region.control.heartbeat().fetch_add(1, Ordering::Relaxed);
@@ -836,7 +827,7 @@ impl Engine {
             c.gone = true;
             return true;
         }
-        let mut busy = take_submissions(c, book, own, stats, now, beat);
+        let mut busy = take_submissions(c, book, driver, own, stats, now, beat);
         if c.resuming.is_some() {
             // The core waits for everything the application resubmits.
             return busy;
@@ -867,7 +858,7 @@ impl Engine {
         if published && Control::should_wake(c.region.control.client_waiting()) {
             attach::ring(&mut c.conn);
         }
-        let sent = transmit(c, book, rails, tx, stats, now, beat);
+        let sent = transmit(c, driver, now, beat);
         busy |= sent.datagrams > 0;
         if let (Some(t), true) = (selftest, sent.rails != 0) {
             for rail in (0..MAX_RAILS as RailId).filter(|r| sent.rails & (1 << r) != 0) {
@@ -904,15 +895,16 @@ impl Engine {
             .min()
             .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));
         // A datagram the fault plan holds back (delay, reorder) is due then.
-        let held = self.rails.iter().filter_map(|r| r.next_wakeup()).min();
+        let held = self.driver.next_wakeup();
         let mut timeout = deadline.into_iter().chain(held).min().unwrap_or(IDLE_SLICE).min(IDLE_SLICE);
         if let Some(h) = &self.heartbeat {
             timeout = timeout.min(h.max_sleep().max(Duration::from_micros(100)));
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + self.rails.len() + self.clients.len());
+        let mut fds: Vec<libc::pollfd> =
+            Vec::with_capacity(1 + self.driver.rail_count() + self.clients.len());
         let fd = |fd: i32| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         fds.push(fd(self.listener.as_raw_fd()));
-        fds.extend(self.rails.iter().filter_map(|r| r.raw_fd()).map(fd));
+        fds.extend(self.driver.rails_mut().iter().filter_map(|r| r.raw_fd()).map(fd));
         fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
         #[cfg(feature = "fault-hook")]
         fds.extend(self.hook.as_ref().map(|h| fd(h.raw_fd())));
@@ -955,7 +947,7 @@ impl Engine {
                         warn!(node, peer, error = %e, "direct path not laid out: through the rails");
                         let own = self.own.clone();
                         let c = &mut self.clients[i];
-                        if let Err(why) = c.add_remote_peer(&mut self.book, peer, &own) {
+                        if let Err(why) = c.add_remote_peer(&mut self.book, &mut self.driver, peer, &own) {
                             c.broke(&mut self.stats, &why);
                         }
                     }
@@ -1061,20 +1053,13 @@ fn read_backups(region: &ClientRegion) -> BTreeMap<NodeId, (usize, Option<Stream
     found
 }
 
-/// The source and destination node of a datagram, from the fixed header
-/// (docs/PROTOCOL.md): only to pick the core, which checks everything.
-fn peek_nodes(datagram: &[u8]) -> Option<(NodeId, NodeId)> {
-    let word =
-        |at: usize| datagram.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-    Some((word(8)?, word(12)?))
-}
-
 /// Take the application's submissions into its core, at most
 /// `SUBMISSIONS_PER_TURN`; a send the core has no room for stays until it
 /// has (back-pressure: the ring fills and the application waits).
 fn take_submissions(
     c: &mut Attached,
     book: &mut Book,
+    driver: &mut Driver,
     own: &[SocketAddr],
     stats: &mut EngineStats,
     now: Instant,
@@ -1099,7 +1084,7 @@ fn take_submissions(
                 }
             }
         }
-        match take(c, &record, book, own, now, beat) {
+        match take(c, &record, book, driver, own, now, beat) {
             Ok(true) => taken += 1,
             Ok(false) => break,
             Err(why) => {
@@ -1134,6 +1119,7 @@ fn take(
     c: &mut Attached,
     record: &[u8],
     book: &mut Book,
+    driver: &mut Driver,
     own: &[SocketAddr],
     now: Instant,
     beat: Option<&Heartbeat>,
@@ -1175,7 +1161,7 @@ fn take(
                 c.local_requests.push(node);
                 assert!(c.local_requests.len() <= MAX_CLIENTS, "direct paths asked for past the bound");
             } else {
-                c.add_remote_peer(book, node, &addrs)?;
+                c.add_remote_peer(book, driver, node, &addrs)?;
                 c.control_out.push_back(completion(&Completion::PeerAdded { peer: node }));
             }
         }
@@ -1284,54 +1270,47 @@ struct Sent {
     full: u32,
 }
 
-/// Send what the core has; a datagram the socket has no room for is lost
-/// like any other (the core retransmits).
-fn transmit(
-    c: &mut Attached,
-    book: &Book,
-    rails: &mut [Rail],
-    tx: &mut [u8],
-    stats: &mut EngineStats,
-    now: Instant,
-    beat: Option<&Heartbeat>,
-) -> Sent {
+/// Send what the core has, through the driver's batches; what a full
+/// socket does not take waits in the driver for the next turn.
+fn transmit(c: &mut Attached, driver: &mut Driver, now: Instant, beat: Option<&Heartbeat>) -> Sent {
     let mut sent = Sent::default();
-    while let Some(t) = c.core.poll_transmit(now, tx) {
+    driver.transmit(|buf| {
+        let full = buf.len();
+        let t = c.core.poll_transmit(now, buf)?;
         beat.inspect(|h| h.beat());
         // Record before send: the datagram may carry a sequence number past
         // the backed-up high-water mark.
         c.back_up(t.dst);
-        let (Some(addr), Some(rail)) =
-            (t.to_addr.or_else(|| book.addr(t.dst, t.rail)), rails.get_mut(t.rail as usize))
-        else {
-            stats.send_dropped += 1;
-            continue;
-        };
         // The rail is in use; full datagrams mean messages that fragment.
         sent.rails |= 1 << t.rail;
-        if t.len + 64 >= tx.len() {
+        if t.len + 64 >= full {
             sent.full |= 1 << t.rail;
         }
-        match rail.send_to_addr(addr, &tx[..t.len]) {
-            Ok(()) => sent.datagrams += 1,
-            Err(TransportError::WouldBlock) => {
-                stats.send_dropped += 1;
-                break;
-            }
-            Err(e) => {
-                stats.send_dropped += 1;
-                debug!(dst = t.dst, rail = t.rail, error = %e, "dropped on send");
-            }
-        }
-    }
+        sent.datagrams += 1;
+        Some(t)
+    });
     sent
 }
 
 impl Attached {
     /// A peer reached through the rails: in the address book, a pair of
     /// backup blocks, its paths in the core.
-    fn add_remote_peer(&mut self, book: &mut Book, node: NodeId, addrs: &[SocketAddr]) -> Result<(), String> {
+    fn add_remote_peer(
+        &mut self,
+        book: &mut Book,
+        driver: &mut Driver,
+        node: NodeId,
+        addrs: &[SocketAddr],
+    ) -> Result<(), String> {
         book.insert(node, addrs).map_err(|_| "the engine's address book is full".to_string())?;
+        // Sent to by node id, in the driver's batches: each rail's
+        // transport has the node's address there. (Who sent a datagram is
+        // the engine's book's to say: an address may host many nodes.)
+        for (rail, &addr) in addrs.iter().enumerate() {
+            if let Some(t) = driver.rail_mut(rail as RailId) {
+                t.add_peer(node, addr).map_err(|e| format!("add peer {node}: {e}"))?;
+            }
+        }
         if !self.backups.contains_key(&node) {
             let used: Vec<usize> = self.backups.values().map(|(slot, _)| *slot).collect();
             let slot = (0..).find(|s| !used.contains(s)).expect("a free slot");

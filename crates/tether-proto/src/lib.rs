@@ -41,6 +41,7 @@ mod message_pool;
 mod paths;
 mod peer;
 mod ready;
+mod reassembly;
 mod recv_stream;
 mod replay;
 mod rtt;
@@ -68,6 +69,7 @@ pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
 pub use message_pool::MessagePool;
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
+pub use reassembly::{Assembled, Reassembly, StreamPosition};
 pub use recv_stream::{
     epoch_overtakes, epoch_within_reach, PartialMessage, RecvSnapshot, StashedSegment, EPOCH_WINDOW,
 };

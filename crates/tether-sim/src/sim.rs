@@ -16,7 +16,10 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tether_fault::{node_seed, FaultCounters, Injector};
-use tether_proto::{Endpoint, Event, Instant, MessageId, MessageState, NodeId, RailId, SendError, Stats};
+use tether_proto::{
+    Assembled, Endpoint, Event, Instant, MessageId, MessageState, NodeId, RailId, Reassembly, SendError,
+    Stats,
+};
 
 use crate::checker::{Checker, Violation, MESSAGE_HEADER};
 use crate::config::SimConfig;
@@ -105,16 +108,6 @@ struct Node {
     /// With `deliver_fragments`: the application's reassembly of each
     /// peer's stream, which survives the engine (docs/ENGINE.md).
     reassembly: BTreeMap<NodeId, Reassembly>,
-}
-
-/// Where the application stands in one peer's stream (fragment mode).
-#[derive(Debug, Default)]
-struct Reassembly {
-    incarnation: u64,
-    epoch: u32,
-    /// The next fragment expected.
-    next: u64,
-    partial: Vec<u8>,
 }
 
 /// Virtual time starts at 1 s so no core timestamp is zero.
@@ -330,10 +323,10 @@ impl<'a> World<'a> {
             for p in &mut snapshot.peers {
                 p.recv.out_of_order.clear();
                 p.recv.partial = None;
-                match app.get(&p.node) {
-                    Some(r) if r.incarnation == p.incarnation => {
-                        p.recv.epoch = Some(r.epoch);
-                        p.recv.delivered_upto = r.next;
+                match app.get(&p.node).and_then(|r| r.position()) {
+                    Some(at) if at.incarnation == p.incarnation => {
+                        p.recv.epoch = Some(at.epoch);
+                        p.recv.delivered_upto = at.next;
                     }
                     // Nothing taken from this life of the peer: nothing of
                     // it was acknowledged either.
@@ -439,23 +432,11 @@ fn read(
             checker.on_deliver(d.from, id, &d.message);
             continue;
         };
-        let r = app.entry(d.from).or_default();
-        if (r.incarnation, r.epoch) != (f.incarnation, f.epoch) {
-            // A new life or epoch of the stream: what was partial is void.
-            *r = Reassembly { incarnation: f.incarnation, epoch: f.epoch, next: f.seq, partial: Vec::new() };
-        }
-        if f.seq < r.next {
-            continue;
-        }
         // A gap would be a lost fragment: the message it belonged to goes
-        // to the checker short, and it reports it.
-        r.next = f.seq + 1;
-        if f.first {
-            r.partial.clear();
-        }
-        r.partial.extend_from_slice(&d.message);
-        if f.last {
-            checker.on_deliver(d.from, id, &std::mem::take(&mut r.partial));
+        // to the checker short (or not at all), and it reports it.
+        let r = app.entry(d.from).or_default();
+        if let Assembled::Whole(message, _) = r.take(&f, d.channel, &d.message, usize::MAX) {
+            checker.on_deliver(d.from, id, &message);
         }
     }
 }

@@ -117,6 +117,17 @@ pub struct Header {
 }
 
 impl Header {
+    /// The source and destination node a datagram's header claims, read
+    /// without checking anything else: only to pick the core (of the many
+    /// an engine runs) that the datagram is for, which then checks it all.
+    /// `None` for a datagram too short to hold them.
+    pub fn peek_nodes(datagram: &[u8]) -> Option<(NodeId, NodeId)> {
+        let word = |r: core::ops::Range<usize>| {
+            datagram.get(r).map(|b| NodeId::from_le_bytes(b.try_into().expect("4 bytes")))
+        };
+        Some((word(field::SRC_NODE)?, word(field::DST_NODE)?))
+    }
+
     fn emit(&self, out: &mut [u8]) {
         out[field::MAGIC].copy_from_slice(&MAGIC);
         out[field::VERSION] = VERSION;

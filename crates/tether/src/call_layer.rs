@@ -7,7 +7,7 @@
 //!
 //! It sits above whatever carries its envelopes: an embedded endpoint's
 //! driver pumps it at every step as the layer above its core
-//! (`driver::Layer`); an engine-attached endpoint's calls are pumped over
+//! (`station::Layer`); an engine-attached endpoint's calls are pumped over
 //! the engine's client (`attached_calls`). The endpoint's call API
 //! (`calls`) sits above both.
 
@@ -22,7 +22,7 @@ use tether_rpc::{
 };
 
 use crate::call_log::{CallLogOptions, FileLog};
-use crate::driver::Layer;
+use crate::station::Layer;
 use crate::Error;
 
 /// What carries a call layer's envelopes: an embedded endpoint's core, or

@@ -11,8 +11,8 @@ use tether_proto::{Instant, NodeId};
 
 use crate::attached_calls::AttachedCalls;
 use crate::call_layer::{CallWire, Calls, Handlers};
-use crate::driver::Driver;
 use crate::shared::{block_on, Awaits, Shared};
+use crate::station::Station;
 use crate::Error;
 
 /// Where an endpoint's calls live, for handles that outlive a borrow of it.
@@ -91,7 +91,7 @@ impl Site<'_> {
                     d.learn_peer(peer);
                 }
                 let now = shared.clock.now();
-                let Driver { layer: calls, core, .. } = &mut *d;
+                let Station { layer: calls, core, .. } = &mut *d;
                 let r = f(calls, core, now);
                 calls.flush(now, core);
                 d.transmit(now);

@@ -24,10 +24,10 @@ use crate::backend::{Backend, Outgoing};
 use crate::call_layer::Calls;
 use crate::call_site::Site;
 use crate::clock::Clock;
-use crate::driver::Driver;
 use crate::handle::{Owner, SendHandle};
 use crate::options::{Options, Progress};
 use crate::shared::{block_on, Awaits, Shared};
+use crate::station::Station;
 use crate::waiter::Waiter;
 use crate::{leave, progress, Error};
 
@@ -108,7 +108,7 @@ impl Embedded {
             options.caller_log.as_ref(),
             clock.now(),
         )?;
-        let node = Driver::new(core, calls, wrapped, api.map(|i| (i, clock.now())));
+        let node = Station::new(core, calls, wrapped, api.map(|i| (i, clock.now())));
         let served = options.progress == Progress::Thread;
         let shared = Arc::new(Shared::new(node, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {
@@ -166,7 +166,7 @@ impl Backend for Embedded {
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
-        self.shared.lock().transport().local_addr()
+        self.shared.lock().rail(0).and_then(|t| t.local_addr())
     }
 
     fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), Error> {

@@ -39,7 +39,6 @@ mod call_log;
 mod call_site;
 mod calls;
 mod clock;
-mod driver;
 mod embedded;
 mod endpoint;
 mod error;
@@ -48,6 +47,7 @@ mod leave;
 mod options;
 mod progress;
 mod shared;
+mod station;
 mod waiter;
 
 pub use builder::Builder;

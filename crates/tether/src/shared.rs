@@ -20,14 +20,14 @@ use tether_proto::Instant;
 
 use crate::call_layer::{Calls, Handlers};
 use crate::clock::Clock;
-use crate::driver::Driver;
 use crate::leave;
+use crate::station::Station;
 use crate::waiter::Waiter;
 use crate::Error;
 
 /// The driver an embedded endpoint runs: its core, its rails and the call
 /// layer above them.
-pub(crate) type Node = Driver<Calls>;
+pub(crate) type Node = Station<Calls>;
 
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
@@ -40,7 +40,7 @@ const IDLE_SLICE: Duration = Duration::from_millis(20);
 const PARK_SLICE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Shared {
-    driver: Mutex<Node>,
+    node: Mutex<Node>,
     waiter: Waiter,
     pub(crate) clock: Clock,
     /// Application threads currently driving progress inside a blocking call.
@@ -190,7 +190,7 @@ impl Shared {
         served: bool,
     ) -> Self {
         Shared {
-            driver: Mutex::new(node),
+            node: Mutex::new(node),
             waiter,
             clock,
             app_active: AtomicUsize::new(0),
@@ -227,7 +227,7 @@ impl Shared {
     pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock leaves the core in whatever state
         // it reached; its invariants do not depend on the panicking caller.
-        Locked { guard: Some(self.driver.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
+        Locked { guard: Some(self.node.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
     }
 
     /// The lock if nobody holds it now: the progress worker serves its
@@ -236,7 +236,7 @@ impl Shared {
     /// slice, and every endpoint behind it in the worker's turn waited
     /// that long).
     pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
-        let guard = match self.driver.try_lock() {
+        let guard = match self.node.try_lock() {
             Ok(g) => g,
             // As `lock`: the core's invariants do not depend on the caller
             // that panicked.
