@@ -55,7 +55,9 @@ impl<B: Backend> ApiFaults<B> {
         match self.verdict() {
             CallVerdict::Proceed => send(),
             CallVerdict::Invocation(e) => Err(Error::Transport(error_of(e))),
-            CallVerdict::Operation { dropped: true, .. } => Ok(SendHandle::never_sent(FailReason::OperationFault)),
+            CallVerdict::Operation { dropped: true, .. } => {
+                Ok(SendHandle::never_sent(FailReason::OperationFault))
+            }
             CallVerdict::Operation { dropped: false, .. } => {
                 send().map(|h| h.reported_failed(FailReason::OperationFault))
             }

@@ -3,21 +3,22 @@
 //! application's blocking calls and the process's progress workers
 //! (Trahay et al. [NMAD] section 4; docs/REFERENCES.md).
 //!
-//! A fault plan in `Options` (Li et al. [CI]) is applied here: its send and
-//! receive rules by wrapping each rail's transport, its `api` rules to the
-//! application's own calls, so an application can prove it survives
-//! failed sends and failed operations.
+//! A fault plan in `Options` (Li et al. [CI]) is applied around it, never
+//! inside: its send and receive rules by wrapping each rail's transport
+//! (`FaultyTransport`), its `api` rules by wrapping the backend
+//! (`api_faults`), so an application can prove it survives failed sends
+//! and failed operations.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tether_fault::{CallVerdict, FaultCounters, Injector, Side};
-use tether_io::{error_of, FaultHandle, FaultyTransport, Transport};
+use tether_fault::{FaultCounters, Side};
+use tether_io::{FaultHandle, FaultyTransport, Transport};
 use tether_proto::{
-    CongestionInfo, Delivery, Endpoint as Core, Event, FailReason, Instant, MessageId, MessageState, NodeId,
-    PathInfo, RailId, SendError, Stats, MAX_RAILS,
+    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, PathInfo,
+    RailId, SendError, Stats, MAX_RAILS,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -95,7 +96,6 @@ impl Embedded {
                 wrapped.push(transport);
             }
         }
-        let api = if plan.touches(Side::Api) { Some(Injector::with_seed(plan, seed ^ 0xA91)?) } else { None };
         let fds: Vec<_> = wrapped.iter().map(|t| t.raw_fd()).collect();
         let waiter = Waiter::new(&fds)?;
         let fds = fds.into_iter().flatten().collect();
@@ -108,7 +108,7 @@ impl Embedded {
             options.caller_log.as_ref(),
             clock.now(),
         )?;
-        let node = Station::new(core, calls, wrapped, api.map(|i| (i, clock.now())));
+        let node = Station::new(core, calls, wrapped);
         let served = options.progress == Progress::Thread;
         let shared = Arc::new(Shared::new(node, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {
@@ -213,28 +213,12 @@ impl Backend for Embedded {
 
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
-        if !d.has_api_faults() {
-            // A small message joining others that wait to share a datagram:
-            // no clock, no timers, no transmit attempt.
-            if let Some(id) = msg.join_waiting(&mut d.core, peer) {
-                return Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())));
-            }
+        // A small message joining others that wait to share a datagram:
+        // no clock, no timers, no transmit attempt.
+        if let Some(id) = msg.join_waiting(&mut d.core, peer) {
+            return Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())));
         }
         let now = self.shared.clock.now();
-        let injected = match d.api_fault(now) {
-            CallVerdict::Proceed => None,
-            CallVerdict::Invocation(e) => return Err(Error::Transport(error_of(e))),
-            CallVerdict::Operation { dropped: true, .. } => {
-                return Ok(SendHandle::new(
-                    None,
-                    Some(FailReason::OperationFault),
-                    Owner::Embedded(self.shared.clone()),
-                ))
-            }
-            // The status says failed, yet the message goes: the application
-            // cannot tell which, as with a real lost completion.
-            CallVerdict::Operation { dropped: false, .. } => Some(FailReason::OperationFault),
-        };
         d.learn_peer(peer);
         let id = msg.queue(&mut d.core, now, peer)?;
         if self.progress.is_some() && d.unstepped_for(now) >= leave::HANDOVER {
@@ -250,7 +234,7 @@ impl Backend for Embedded {
         } else {
             d.transmit(now);
         }
-        Ok(SendHandle::new(Some(id), injected, Owner::Embedded(self.shared.clone())))
+        Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())))
     }
 
     fn send_blocking(
@@ -325,7 +309,7 @@ impl Backend for Embedded {
     }
 
     fn fault_counters(&self) -> FaultCounters {
-        let mut c = self.shared.lock().api_fault_counters();
+        let mut c = FaultCounters::default();
         for f in self.shared.faults() {
             c.accumulate(&f.snapshot());
         }
@@ -333,7 +317,6 @@ impl Backend for Embedded {
     }
 
     fn set_faults_enabled(&self, on: bool) {
-        self.shared.lock().set_api_faults_enabled(on);
         for f in self.shared.faults() {
             f.set_enabled(on);
         }

@@ -7,12 +7,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tether_fault::FaultCounters;
+use tether_fault::{FaultCounters, Injector, Side};
 use tether_io::{AddressBook, FaultHandle, Transport, UdpTransport};
 use tether_proto::{
     CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, Stats,
 };
 
+use crate::api_faults::ApiFaults;
 use crate::attached::Attached;
 use crate::backend::{Backend, Outgoing};
 use crate::embedded::Embedded;
@@ -90,7 +91,17 @@ impl Endpoint {
         options: Options,
     ) -> Result<Self, Error> {
         let embedded = Embedded::open(node, rails, &options)?;
-        Ok(Endpoint { backend: Box::new(embedded), linger: options.linger })
+        let plan = &options.faults;
+        let backend: Box<dyn Backend> = if plan.touches(Side::Api) {
+            // The same derivation as the simulator's: a node's faults are
+            // the same stream whether it runs there or over sockets.
+            let seed = tether_fault::node_seed(plan.seed, node) ^ 0xA91;
+            let origin = embedded.now();
+            Box::new(ApiFaults::new(embedded, Injector::with_seed(plan, seed)?, origin))
+        } else {
+            Box::new(embedded)
+        };
+        Ok(Endpoint { backend, linger: options.linger })
     }
 
     /// Attach to the engine serving `dir` as `node` (`Builder::engine`).

@@ -24,6 +24,8 @@ pub struct SendHandle {
 pub(crate) enum Owner {
     Embedded(Arc<Shared>),
     Engine(tether_attach::Tracker),
+    /// Nobody: the message never entered a stream.
+    Nobody,
 }
 
 impl std::fmt::Debug for SendHandle {
@@ -35,6 +37,18 @@ impl std::fmt::Debug for SendHandle {
 impl SendHandle {
     pub(crate) fn new(id: Option<MessageId>, injected: Option<FailReason>, owner: Owner) -> Self {
         SendHandle { id, injected, owner }
+    }
+
+    /// A message a fault kept from ever entering a stream: failed for
+    /// `reason`.
+    pub(crate) fn never_sent(reason: FailReason) -> Self {
+        SendHandle { id: None, injected: Some(reason), owner: Owner::Nobody }
+    }
+
+    /// This handle, reporting its message failed for `reason` whatever
+    /// became of it.
+    pub(crate) fn reported_failed(self, reason: FailReason) -> Self {
+        SendHandle { injected: Some(reason), ..self }
     }
 
     /// The message's number in its stream; `None` when an injected
@@ -51,6 +65,7 @@ impl SendHandle {
             (None, Some(id)) => match &self.owner {
                 Owner::Embedded(shared) => shared.lock().core.message_state(id),
                 Owner::Engine(t) => t.message_state(id),
+                Owner::Nobody => MessageState::Unknown,
             },
             (None, None) => MessageState::Unknown,
         }
@@ -67,6 +82,7 @@ impl SendHandle {
                 })
             }
             Owner::Engine(t) => t.wait_settled(id, timeout).map_err(Error::from),
+            Owner::Nobody => Ok(MessageState::Unknown),
         }
     }
 }

@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use tether_driver::Driver;
-use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{NodeId, Transport};
 use tether_proto::{Endpoint as Core, Instant, RailId};
 
@@ -39,47 +38,15 @@ pub(crate) struct Station<L> {
     /// What runs over the core's streams (an endpoint's calls).
     pub layer: L,
     driver: Driver,
-    /// Faults on the application's calls, and the time they count from.
-    api: Option<(Injector, Instant)>,
     /// When the last step began (whoever took it).
     last_step: Instant,
 }
 
 impl<L: Layer> Station<L> {
     /// `rails` is non-empty: rail 0 at least.
-    pub fn new(
-        core: Core,
-        layer: L,
-        rails: Vec<Box<dyn Transport + Send>>,
-        api: Option<(Injector, Instant)>,
-    ) -> Self {
+    pub fn new(core: Core, layer: L, rails: Vec<Box<dyn Transport + Send>>) -> Self {
         let driver = Driver::new(rails, core.config().max_datagram);
-        Station { core, layer, driver, api, last_step: Instant::ZERO }
-    }
-
-    /// Whether an injected fault strikes this application call.
-    pub fn api_fault(&mut self, now: Instant) -> CallVerdict {
-        match &mut self.api {
-            None => CallVerdict::Proceed,
-            Some((inj, origin)) => {
-                inj.on_call(Duration::from_nanos(now.saturating_since(*origin).as_nanos() as u64))
-            }
-        }
-    }
-
-    /// Calls may be struck by the fault plan (`api_fault` must be asked).
-    pub fn has_api_faults(&self) -> bool {
-        self.api.is_some()
-    }
-
-    pub fn api_fault_counters(&self) -> FaultCounters {
-        self.api.as_ref().map(|(i, _)| i.counters()).unwrap_or_default()
-    }
-
-    pub fn set_api_faults_enabled(&mut self, on: bool) {
-        if let Some((i, _)) = &mut self.api {
-            i.set_enabled(on);
-        }
+        Station { core, layer, driver, last_step: Instant::ZERO }
     }
 
     /// Make sure the core knows `peer` if rail 0 can reach it (a transport
