@@ -13,8 +13,14 @@
 //! With nothing to do for `spin`, it sleeps in `poll` on every socket,
 //! having raised each region's `engine_asleep` flag so applications ring
 //! its doorbell.
+//!
+//! This module is the loop and what it orchestrates. The data path of each
+//! application (submissions, completions, backups before sends) is
+//! `application`'s, on the driver the embedded endpoint runs on too
+//! (`tether-driver`); the control part is apart: admitting applications
+//! (`admit`), resuming them with a new engine (`resume`), direct paths
+//! (`pairs`), the audit and the self-test.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -24,37 +30,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use bytes::Bytes;
+use tether_attach::attach::{self, Doorbell};
+use tether_attach::records::Completion;
+use tether_attach::{is_probe_node, monotonic_ns, EngineCounters, EngineError};
 use tether_driver::Driver;
 use tether_fault::{node_seed, FaultCounters, FaultPlan, Side};
 use tether_io::{AddressBook, FaultHandle, FaultyTransport, Transport, UdpTransport};
-use tether_proto::{
-    Channel, Config, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, PayloadCursor, RailId,
-    ResumedStream, SendError, StreamMarks, Unsettled, MAX_RAILS,
-};
-use tether_shm::{ClientRegion, Control, ShmError, StreamBackup};
+use tether_proto::{Config, Instant, NodeId, PayloadCursor, RailId, MAX_RAILS};
+use tether_shm::Control;
 use tether_wire::Header;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+use crate::application::{completion, publish, take_submissions, transmit, Application, COUNTERS_EVERY};
 use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
+use crate::heartbeat::Heartbeat;
 use crate::pairs::Pairs;
 use crate::selftest::{SelfTest, SelfTestOptions, SelfTestStats};
-use tether_attach::attach::{self, Doorbell};
-use tether_attach::is_probe_node;
-use tether_attach::monotonic_ns;
-use tether_attach::records::{Completion, Submission, Taken};
-use tether_attach::EngineCounters;
-use tether_attach::EngineError;
+use crate::stats::EngineStats;
 
-/// Submissions taken from one application per turn, so one busy
-/// application cannot starve the others or the network.
-const SUBMISSIONS_PER_TURN: usize = 256;
-/// How often an application's protocol counters are published to it
-/// (when they changed): `Endpoint::stats` in engine mode.
-const COUNTERS_EVERY: Duration = Duration::from_millis(50);
-/// Applications one engine serves at most.
-pub const MAX_CLIENTS: usize = 256;
 /// Longest sleep without a deadline: a stop request is seen within it.
 const IDLE_SLICE: Duration = Duration::from_millis(100);
 /// How often a busy loop looks for new attachments and reads the
@@ -152,86 +146,22 @@ fn check_faults(plan: &FaultPlan) -> Result<(), EngineError> {
     }
 }
 
-/// What the engine did, for operators and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    pub attached: u64,
-    pub detached: u64,
-    pub attach_refused: u64,
-    /// Datagrams for a node no attached application is.
-    pub unknown_destination: u64,
-    /// Submissions that did not decode, or were impossible: the
-    /// application is detached (its memory is not to be trusted).
-    pub bad_submissions: u64,
-    pub turns: u64,
-    /// Time spent auditing the engine's own state (`crate::audit`).
-    pub audit_ns: u64,
-}
-
-/// An application attached to the engine.
-struct Attached {
-    node: NodeId,
-    pid: u32,
-    region: ClientRegion,
-    core: Core,
-    conn: UnixStream,
-    /// The submission being handled; `stalled` while the core has no room.
-    record: Vec<u8>,
-    stalled: bool,
-    /// A completion the ring had no room for, published before any other.
-    held: Vec<u8>,
-    /// Per peer, the settled mark last published.
-    settled: BTreeMap<NodeId, u64>,
-    /// Per peer, its pair of backup blocks (`2 * slot`, `2 * slot + 1`)
-    /// and what was last written there.
-    backups: BTreeMap<NodeId, (usize, Option<StreamBackup>)>,
-    /// Rails each peer was given.
-    rails: BTreeMap<NodeId, usize>,
-    /// The backup a dead engine left, as found at attachment.
-    recovered: BTreeMap<NodeId, (usize, Option<StreamBackup>)>,
-    /// Taking a dead engine's place: what the application resubmits. Until
-    /// it is all there the core is not run, so nothing touches the backup.
-    resuming: Option<BTreeMap<NodeId, Resumed>>,
-    /// `Close` received: detach once everything settles or by then.
-    closing: Option<Instant>,
-    /// Lost its connection or broke the protocol.
-    gone: bool,
-    /// `EngineOptions::backup`.
-    backup: bool,
-    /// Peers it named at this engine's own addresses (a direct path each,
-    /// set up by `Engine::pair_up`), and peers whose doorbell it asked to
-    /// have rung after a push on such a path.
-    local_requests: Vec<NodeId>,
-    wakes: Vec<NodeId>,
-    /// Completions of the engine's own making (the direct paths' news),
-    /// published before anything else, in order.
-    control_out: VecDeque<Vec<u8>>,
-    /// Attached as a new life: its direct paths are laid anew.
-    fresh: bool,
-    /// When its counters are next published, and what was last published.
-    counters_due: Instant,
-    counters_sent: tether_proto::Stats,
-    faults_sent: FaultCounters,
-    checks_sent: EngineCounters,
-    counters_buf: Vec<u8>,
-}
-
 pub struct Engine {
-    options: EngineOptions,
-    listener: UnixListener,
+    pub(crate) options: EngineOptions,
+    pub(crate) listener: UnixListener,
     /// The rails, and the batching and bounds of their traffic (the
     /// embedded endpoint runs on the same driver).
     driver: Driver,
     /// The fault injectors' counters, one per faulted rail.
     faults: Vec<FaultHandle>,
     book: Book,
-    clients: Vec<Attached>,
+    pub(crate) clients: Vec<Application>,
     /// The self-test's datagram buffer.
     tx: Vec<u8>,
     scratch: Vec<u8>,
     origin: StdInstant,
     stop: Arc<AtomicBool>,
-    stats: EngineStats,
+    pub(crate) stats: EngineStats,
     idle_since: Option<StdInstant>,
     /// When the next look at the listener and the connections is due
     /// (`HOUSEKEEPING_EVERY`; at once after a sleep).
@@ -296,65 +226,6 @@ impl EngineSockets {
     /// The address each rail is bound at.
     pub fn rail_addrs(&self) -> Vec<SocketAddr> {
         self.rails.iter().filter_map(|r| r.local_addr()).collect()
-    }
-}
-
-/// The engine's heartbeat (Zhou et al. [FTGM] section 3.1, the watchdog's
-/// counter): a word it advances on every turn of its loop, and the moment
-/// it means to wake by when it sleeps, in a region its supervisor maps.
-/// Standing still while not asleep, or asleep past its wake-up time, is a
-/// hang.
-#[derive(Debug, Clone)]
-pub struct Heartbeat {
-    region: Arc<tether_shm::Region>,
-}
-
-impl Heartbeat {
-    /// Bytes a heartbeat takes.
-    pub const LEN: usize = 64;
-
-    /// The heartbeat in `region` (at least `LEN` bytes, shared).
-    pub fn new(region: Arc<tether_shm::Region>) -> Self {
-        assert!(region.len() >= Self::LEN, "a heartbeat needs its cache line");
-        Heartbeat { region }
-    }
-
-    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: words 0 and 1 of a mapping of at least 64 bytes, 8-aligned
-        // (a mapping is page-aligned); it lives as long as `self.region`.
-        unsafe { &*(self.region.as_ptr().add(8 * i) as *const std::sync::atomic::AtomicU64) }
-    }
-
-    /// Turns of the loop so far.
-    pub fn beats(&self) -> u64 {
-        self.word(0).load(Ordering::Acquire)
-    }
-
-    /// The monotonic time (`monotonic_ns`) the engine, asleep, means to
-    /// wake by; 0 while awake.
-    pub fn asleep_until(&self) -> u64 {
-        self.word(1).load(Ordering::Acquire)
-    }
-
-    fn beat(&self) {
-        self.word(0).fetch_add(1, Ordering::Release);
-    }
-
-    fn sleeping(&self, until_ns: u64) {
-        self.word(1).store(until_ns, Ordering::Release);
-    }
-
-    /// The longest the engine may sleep: its supervisor tells a hang from
-    /// a sleep no sooner than the sleep's end, so this bounds detection.
-    pub fn max_sleep(&self) -> Duration {
-        Duration::from_nanos(self.word(2).load(Ordering::Relaxed))
-    }
-
-    /// Before an engine starts: awake, no beats, sleeps bounded by `max`.
-    pub fn reset(&self, max_sleep: Duration) {
-        self.word(0).store(0, Ordering::Relaxed);
-        self.word(1).store(0, Ordering::Relaxed);
-        self.word(2).store(max_sleep.as_nanos() as u64, Ordering::Release);
     }
 }
 
@@ -467,7 +338,7 @@ impl Engine {
         self.selftest.as_ref().map(|t| t.watch())
     }
 
-    /// Attached applications' node ids.
+    /// Application applications' node ids.
     pub fn clients(&self) -> Vec<NodeId> {
         self.clients.iter().map(|c| c.node).collect()
     }
@@ -660,123 +531,6 @@ impl Engine {
             info!(request = %r.target, %answer, "fault hook");
             hook.reply(&r, &answer);
         }
-    }
-
-    /// Take every waiting attachment.
-    fn accept(&mut self) -> bool {
-        let mut any = false;
-        loop {
-            let conn = match self.listener.accept() {
-                Ok((conn, _)) => conn,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return any,
-                Err(e) => {
-                    warn!(error = %e, "accepting an application failed");
-                    return any;
-                }
-            };
-            any = true;
-            match self.admit(conn) {
-                Ok(c) => {
-                    info!(
-                        node = c.node,
-                        pid = c.pid,
-                        incarnation = c.core.incarnation(),
-                        "application attached"
-                    );
-                    self.stats.attached += 1;
-                    self.clients.push(c);
-                    // `check_attachment` refused past the bound.
-                    assert!(self.clients.len() <= MAX_CLIENTS, "more applications attached than MAX_CLIENTS");
-                }
-                Err(why) => {
-                    self.stats.attach_refused += 1;
-                    warn!(reason = %why, "attachment refused");
-                }
-            }
-        }
-    }
-
-    /// Check an attachment and set up its core; on refusal the reason goes
-    /// back on the connection too.
-    fn admit(&mut self, mut conn: UnixStream) -> Result<Attached, String> {
-        conn.set_nonblocking(false).map_err(|e| e.to_string())?;
-        conn.set_read_timeout(Some(attach::EXCHANGE_TIMEOUT)).map_err(|e| e.to_string())?;
-        conn.set_write_timeout(Some(attach::EXCHANGE_TIMEOUT)).map_err(|e| e.to_string())?;
-        let result = self.check_attachment(&mut conn);
-        let reply = match &result {
-            Ok(_) => Ok(std::process::id()),
-            Err(why) => Err(why.as_str()),
-        };
-        attach::write_reply(&mut conn, reply).map_err(|e| format!("answering: {e}"))?;
-        let (region, core, pid, mode) = result?;
-        let recovered = read_backups(&region);
-        let backups = recovered.iter().map(|(&peer, &(slot, _))| (peer, (slot, None))).collect();
-        conn.set_nonblocking(true).map_err(|e| e.to_string())?;
-        Ok(Attached {
-            node: region.header.node,
-            pid,
-            region,
-            core,
-            conn,
-            record: Vec::new(),
-            stalled: false,
-            held: Vec::new(),
-            settled: BTreeMap::new(),
-            backups,
-            recovered,
-            rails: BTreeMap::new(),
-            resuming: (mode == attach::Mode::Resume).then(BTreeMap::new),
-            closing: None,
-            gone: false,
-            backup: self.options.backup,
-            local_requests: Vec::new(),
-            wakes: Vec::new(),
-            control_out: VecDeque::new(),
-            fresh: mode == attach::Mode::Fresh,
-            counters_due: Instant::ZERO,
-            counters_sent: tether_proto::Stats::default(),
-            faults_sent: FaultCounters::default(),
-            checks_sent: EngineCounters::default(),
-            counters_buf: Vec::new(),
-        })
-    }
-
-    fn check_attachment(
-        &mut self,
-        conn: &mut UnixStream,
-    ) -> Result<(ClientRegion, Core, u32, attach::Mode), String> {
-        let cred = attach::peer_cred(conn).map_err(|e| format!("peer credentials: {e}"))?;
-        if cred.uid != attach::my_uid() {
-            return Err(format!("user {} may not attach to user {}'s engine", cred.uid, attach::my_uid()));
-        }
-        if self.clients.len() >= MAX_CLIENTS {
-            return Err(format!("the engine serves {MAX_CLIENTS} applications already"));
-        }
-        let (path, mode) = attach::read_request(conn).map_err(|e| format!("request: {e}"))?;
-        // Only regions in the engine's own directory: an application may
-        // not make the engine map an arbitrary file.
-        let dir = self.options.dir.canonicalize().map_err(|e| e.to_string())?;
-        let canonical = path.canonicalize().map_err(|e| format!("region {}: {e}", path.display()))?;
-        if canonical.parent() != Some(dir.as_path()) {
-            return Err(format!("region {} is not in the engine's directory", path.display()));
-        }
-        let region = ClientRegion::open(&canonical).map_err(|e| format!("region {}: {e}", path.display()))?;
-        let h = region.header;
-        if h.pid != cred.pid {
-            return Err(format!("region names pid {}, the connection is pid {}", h.pid, cred.pid));
-        }
-        if is_probe_node(h.node) {
-            return Err(format!("node {} is reserved for the engine's self-test", h.node));
-        }
-        if self.clients.iter().any(|c| c.node == h.node) {
-            return Err(format!("node {} is attached already", h.node));
-        }
-        // A message must fit one ring record either way.
-        let largest = region.submissions.max_record().min(region.completions.max_record()) - RECORD_OVERHEAD;
-        let config = client_config(&self.options.config, largest);
-        let mut core = Core::new(config, h.node, h.incarnation).map_err(|e| e.to_string())?;
-        core.seed_secrets(region.control.secret());
-        Ok((region, core, cred.pid, mode))
     }
 
     /// Receive on every rail (up to the driver's budget); hand each
@@ -974,7 +728,7 @@ impl Engine {
     }
 
     /// The application attached as `node`, unless it is going.
-    fn live_mut(&mut self, node: NodeId) -> Option<&mut Attached> {
+    fn live_mut(&mut self, node: NodeId) -> Option<&mut Application> {
         self.clients.iter_mut().find(|c| c.node == node && !c.gone)
     }
 
@@ -996,516 +750,8 @@ impl Engine {
 }
 
 /// The applications served now (not resuming), in attachment order.
-fn serving(clients: &[Attached]) -> impl Iterator<Item = &Attached> + '_ {
+fn serving(clients: &[Application]) -> impl Iterator<Item = &Application> + '_ {
     clients.iter().filter(|c| c.resuming.is_none())
-}
-
-/// Bytes a record adds to a payload at most (kind, ids, length).
-const RECORD_OVERHEAD: usize = 48;
-/// How far ahead of the highest sequence number sent the backup records
-/// its high-water mark: a block write per this many segments.
-const SENT_MARGIN: u64 = 1024;
-
-/// The marks of a stream no block was ever written for: nothing was sent.
-const FRESH: StreamMarks = StreamMarks {
-    peer_incarnation: 0,
-    max_datagram: 0,
-    epoch: 1,
-    settled_msg: 0,
-    settled_seq: 0,
-    sent_upto: 0,
-    tx_pn: 1,
-};
-
-/// What an application resubmits for one peer when it resumes.
-#[derive(Debug, Default)]
-struct Resumed {
-    failed_upto: u64,
-    taken: Option<Taken>,
-    first_id: Option<u64>,
-    messages: Vec<Unsettled>,
-}
-
-/// The configuration of an application's core: the engine's, in fragment
-/// mode (the commit point at the application), messages bounded by what
-/// one ring record holds.
-fn client_config(engine: &Config, largest: usize) -> Config {
-    Config {
-        max_message_len: engine.max_message_len.min(largest),
-        deliver_fragments: true,
-        // The engine's memory is a failure domain of its own: every
-        // payload it buffers is checked before it is sent or delivered.
-        verify_payloads: true,
-        ..engine.clone()
-    }
-}
-
-/// The backup blocks a dead engine left: per peer, its slot and the marks
-/// of the first of its two blocks that reads whole.
-fn read_backups(region: &ClientRegion) -> BTreeMap<NodeId, (usize, Option<StreamBackup>)> {
-    let mut found = BTreeMap::new();
-    for slot in 0..region.backups.len() / 2 {
-        let pair = [&region.backups[2 * slot], &region.backups[2 * slot + 1]];
-        if let Some(b) = pair.iter().find_map(|b| b.read().ok().flatten()) {
-            found.insert(b.peer, (slot, Some(b)));
-        }
-    }
-    found
-}
-
-/// Take the application's submissions into its core, at most
-/// `SUBMISSIONS_PER_TURN`; a send the core has no room for stays until it
-/// has (back-pressure: the ring fills and the application waits).
-fn take_submissions(
-    c: &mut Attached,
-    book: &mut Book,
-    driver: &mut Driver,
-    own: &[SocketAddr],
-    stats: &mut EngineStats,
-    now: Instant,
-    beat: Option<&Heartbeat>,
-) -> bool {
-    // Out of `c` while it is read, so handling may change `c`.
-    let mut record = std::mem::take(&mut c.record);
-    let mut taken = 0;
-    while taken < SUBMISSIONS_PER_TURN && c.closing.is_none() {
-        // Long work is progress, not a hang: the heartbeat says so.
-        beat.inspect(|h| h.beat());
-        // A stalled submission is this process's copy, taken whole from
-        // the ring before (never re-read from shared memory).
-        assert!(!c.stalled || !record.is_empty(), "node {}: stalled on no submission", c.node);
-        if !c.stalled {
-            match c.region.submissions.pop(&mut record) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    c.broke(stats, &format!("submission ring: {e}"));
-                    break;
-                }
-            }
-        }
-        match take(c, &record, book, driver, own, now, beat) {
-            Ok(true) => taken += 1,
-            Ok(false) => break,
-            Err(why) => {
-                c.broke(stats, &why);
-                break;
-            }
-        }
-    }
-    c.record = record;
-    taken > 0 || c.gone
-}
-
-/// Queue an application's message on `channel` (a call's envelope rides
-/// another) on the core.
-fn send(
-    core: &mut Core,
-    now: Instant,
-    peer: NodeId,
-    payload: &[u8],
-    channel: Channel,
-) -> Result<MessageId, SendError> {
-    if channel == Channel::APP {
-        core.send(now, peer, payload)
-    } else {
-        core.send_on_slice(now, peer, channel, payload)
-    }
-}
-
-/// One submission: `Ok(false)` if the core has no room for it yet (it
-/// stays, `stalled`), an error if the application broke the protocol.
-fn take(
-    c: &mut Attached,
-    record: &[u8],
-    book: &mut Book,
-    driver: &mut Driver,
-    own: &[SocketAddr],
-    now: Instant,
-    beat: Option<&Heartbeat>,
-) -> Result<bool, String> {
-    let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
-    match s {
-        Submission::Send { id, peer, payload, channel } if c.resuming.is_some() => {
-            if !c.resumed_message(peer, id, payload, channel) {
-                return Err(format!("resuming: message {id} to {peer} out of order"));
-            }
-        }
-        Submission::Resume { peer, failed_upto, taken } => {
-            let r = c.resuming.get_or_insert_with(BTreeMap::new).entry(peer).or_default();
-            (r.failed_upto, r.taken) = (failed_upto, taken);
-        }
-        Submission::ResumeEnd => c.resume(now, beat)?,
-        Submission::Send { id, peer, payload, channel } => {
-            match send(&mut c.core, now, peer, payload, channel) {
-                Ok(m) if m.seq == id => c.stalled = false,
-                Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
-                Err(SendError::WouldBlock) => {
-                    c.stalled = true;
-                    return Ok(false);
-                }
-                Err(e) => return Err(format!("send {id} to {peer}: {e}")),
-            }
-        }
-        Submission::AddPeer { node, .. } if is_probe_node(node) => {
-            return Err(format!("peer {node} is reserved for the engine's self-test"));
-        }
-        Submission::AddPeer { node, rails: addrs } => {
-            let addrs: Vec<_> = addrs.iter().take(own.len()).collect();
-            if addrs == own && node != c.node {
-                // Attached here too (or to be): a direct path, and nothing
-                // of it in the core (`Engine::pair_up`).
-                if c.local_requests.len() >= MAX_CLIENTS {
-                    return Err("more direct paths asked for than an engine serves applications".into());
-                }
-                c.local_requests.push(node);
-                assert!(c.local_requests.len() <= MAX_CLIENTS, "direct paths asked for past the bound");
-            } else {
-                c.add_remote_peer(book, driver, node, &addrs)?;
-                c.control_out.push_back(completion(&Completion::PeerAdded { peer: node }));
-            }
-        }
-        Submission::Wake { peer } => {
-            if !c.wakes.contains(&peer) && c.wakes.len() < MAX_CLIENTS {
-                c.wakes.push(peer);
-            }
-            assert!(c.wakes.len() <= MAX_CLIENTS, "doorbells asked for past the bound");
-        }
-        Submission::Close { linger_ns } => c.closing = Some(now + Duration::from_nanos(linger_ns)),
-    }
-    Ok(true)
-}
-
-/// Publish completions in their order: a held one first, then failures
-/// (events), then settled marks (after the failures they cover), then
-/// deliveries. A full ring holds the record and stops: the core's own
-/// delivery queue backs up, which is the commit point's back-pressure.
-fn publish(c: &mut Attached, out: &mut Vec<u8>) -> bool {
-    let mut any = false;
-    if !c.held.is_empty() {
-        match c.region.completions.push(&c.held) {
-            Ok(()) => {
-                c.held.clear();
-                any = true;
-            }
-            Err(_) => return false,
-        }
-    }
-    while let Some(record) = c.control_out.front() {
-        if c.region.completions.push(record).is_err() {
-            return any;
-        }
-        c.control_out.pop_front();
-        any = true;
-    }
-    out.resize(64, 0);
-    // Failures first: a failure the application was told of is never
-    // undone by a restore (docs/ENGINE.md, "Restore").
-    while let Some(event) = c.core.poll_event() {
-        let (failed, reason) = match event {
-            Event::PeerUnreachable { failed } => (failed, FailReason::PeerUnreachable),
-            Event::PeerRestarted { failed, .. } => (failed, FailReason::PeerRestarted),
-            Event::StreamReset { failed } => (failed, FailReason::StreamReset),
-            other => {
-                debug!(node = c.node, event = ?other, "event not forwarded to the application");
-                continue;
-            }
-        };
-        if failed.is_empty() {
-            continue;
-        }
-        let n = Completion::Failed { failed, reason }.encode(out).expect("64 bytes hold a failure");
-        if !c.push_or_hold(&out[..n]) {
-            return any;
-        }
-        any = true;
-    }
-    // The backup before the marks it covers: the application lets go of a
-    // message only once a new engine could not need it.
-    let peers: Vec<NodeId> = c.core.peers().collect();
-    for &peer in &peers {
-        c.back_up(peer);
-    }
-    for peer in peers {
-        let below = c.core.settled_below(peer).unwrap_or(0);
-        let last = c.settled.entry(peer).or_insert(0);
-        if below > *last {
-            *last = below;
-            let n = Completion::Settled { peer, below }.encode(out).expect("64 bytes hold a mark");
-            if !c.push_or_hold(&out[..n]) {
-                return any;
-            }
-            any = true;
-        }
-    }
-    // Fragments as they came; taking each is the commit point, so one is
-    // taken only when the ring has room for it.
-    while let Some(len) = c.core.next_delivery_len() {
-        if !c.region.completions.fits(len + RECORD_OVERHEAD) {
-            break;
-        }
-        let Some(d) = c.core.recv() else { break };
-        let Some(fragment) = d.fragment else {
-            warn!(node = c.node, "a whole message from a core in fragment mode");
-            continue;
-        };
-        out.resize(d.message.len() + RECORD_OVERHEAD, 0);
-        let n = Completion::Delivery { from: d.from, fragment, channel: d.channel, payload: &d.message }
-            .encode(out)
-            .expect("sized for the fragment");
-        any = true;
-        if !c.push_or_hold(&out[..n]) {
-            return any;
-        }
-    }
-    any
-}
-
-/// What `transmit` sent: datagrams, and bit `r` set for each rail `r`
-/// it used (in `full`, for full-size datagrams).
-#[derive(Debug, Default)]
-struct Sent {
-    datagrams: usize,
-    rails: u32,
-    full: u32,
-}
-
-/// Send what the core has, through the driver's batches; what a full
-/// socket does not take waits in the driver for the next turn.
-fn transmit(c: &mut Attached, driver: &mut Driver, now: Instant, beat: Option<&Heartbeat>) -> Sent {
-    let mut sent = Sent::default();
-    driver.transmit(|buf| {
-        let full = buf.len();
-        let t = c.core.poll_transmit(now, buf)?;
-        beat.inspect(|h| h.beat());
-        // Record before send: the datagram may carry a sequence number past
-        // the backed-up high-water mark.
-        c.back_up(t.dst);
-        // The rail is in use; full datagrams mean messages that fragment.
-        sent.rails |= 1 << t.rail;
-        if t.len + 64 >= full {
-            sent.full |= 1 << t.rail;
-        }
-        sent.datagrams += 1;
-        Some(t)
-    });
-    sent
-}
-
-impl Attached {
-    /// A peer reached through the rails: in the address book, a pair of
-    /// backup blocks, its paths in the core.
-    fn add_remote_peer(
-        &mut self,
-        book: &mut Book,
-        driver: &mut Driver,
-        node: NodeId,
-        addrs: &[SocketAddr],
-    ) -> Result<(), String> {
-        book.insert(node, addrs).map_err(|_| "the engine's address book is full".to_string())?;
-        // Sent to by node id, in the driver's batches: each rail's
-        // transport has the node's address there. (Who sent a datagram is
-        // the engine's book's to say: an address may host many nodes.)
-        for (rail, &addr) in addrs.iter().enumerate() {
-            if let Some(t) = driver.rail_mut(rail as RailId) {
-                t.add_peer(node, addr).map_err(|e| format!("add peer {node}: {e}"))?;
-            }
-        }
-        if !self.backups.contains_key(&node) {
-            let used: Vec<usize> = self.backups.values().map(|(slot, _)| *slot).collect();
-            let slot = (0..).find(|s| !used.contains(s)).expect("a free slot");
-            if 2 * slot + 1 >= self.region.backups.len() {
-                return Err("more peers than the region has backup blocks for".into());
-            }
-            self.backups.insert(node, (slot, None));
-        }
-        self.rails.insert(node, addrs.len());
-        if self.resuming.is_none() {
-            let ids: Vec<RailId> = (0..addrs.len() as RailId).collect();
-            self.core.set_paths(node, &ids).map_err(|e| format!("add peer {node}: {e}"))?;
-        }
-        Ok(())
-    }
-
-    /// Write `peer`'s marks to its backup blocks if they moved: both
-    /// blocks in turn, so a crash tears at most one and the other holds
-    /// the marks before or after. The sent high-water is written ahead by
-    /// `SENT_MARGIN`, so most datagrams need no write.
-    fn back_up(&mut self, peer: NodeId) {
-        if !self.backup {
-            return;
-        }
-        let (Some(m), Some((slot, last))) = (self.core.stream_marks(peer), self.backups.get_mut(&peer))
-        else {
-            return;
-        };
-        let mut b = StreamBackup {
-            peer,
-            epoch: m.epoch,
-            peer_incarnation: m.peer_incarnation,
-            max_datagram: m.max_datagram as u32,
-            tx_pn_hi: (m.tx_pn >> 32) as u32 + 1,
-            settled_msg: m.settled_msg,
-            settled_seq: m.settled_seq,
-            sent_upto: 0,
-        };
-        b.sent_upto = match last {
-            Some(l) if l.epoch == b.epoch && l.sent_upto >= m.sent_upto => l.sent_upto,
-            _ => m.sent_upto + SENT_MARGIN,
-        };
-        // Record before send: the block covers every sequence number the
-        // core may put in a datagram now. (`last` is this engine's memory
-        // of what it wrote, never read back from the region.)
-        assert!(b.sent_upto >= m.sent_upto, "peer {peer}: backup's sent mark behind the stream's");
-        if *last == Some(b) {
-            return;
-        }
-        // Slots are handed out below the region's blocks (`add_remote_peer`,
-        // `read_backups`).
-        assert!(2 * *slot + 1 < self.region.backups.len(), "peer {peer}: backup slot {slot} past the region");
-        self.region.backups[2 * *slot].write(&b);
-        self.region.backups[2 * *slot + 1].write(&b);
-        *last = Some(b);
-    }
-
-    /// A message given again while resuming: the next of its peer's.
-    fn resumed_message(&mut self, peer: NodeId, id: u64, payload: &[u8], channel: Channel) -> bool {
-        let Some(r) = self.resuming.as_mut().and_then(|r| r.get_mut(&peer)) else { return false };
-        // The id is the application's word: one near the end of the
-        // numbers is refused like any other out of order, not overflowed.
-        let next = r.first_id.unwrap_or(id).checked_add(r.messages.len() as u64);
-        if next != Some(id) {
-            return false;
-        }
-        r.first_id.get_or_insert(id);
-        r.messages.push(Unsettled { data: Bytes::copy_from_slice(payload), channel });
-        // The id was checked above; what is kept runs without a gap.
-        assert!(
-            r.first_id.is_some_and(|f| f.wrapping_add(r.messages.len() as u64 - 1) == id),
-            "resuming {peer}: messages kept out of order"
-        );
-        true
-    }
-
-    /// Everything resubmitted: rebuild the core from the backup blocks and
-    /// what the application kept (docs/ENGINE.md, "Restore").
-    fn resume(&mut self, now: Instant, beat: Option<&Heartbeat>) -> Result<(), String> {
-        let resumed = self.resuming.take().unwrap_or_default();
-        let mut streams = Vec::new();
-        for (peer, r) in resumed {
-            let last = self.recovered.get(&peer).and_then(|(_, b)| *b);
-            let mut marks = last.map_or(FRESH, |b| StreamMarks {
-                peer_incarnation: b.peer_incarnation,
-                max_datagram: b.max_datagram as usize,
-                epoch: b.epoch,
-                settled_msg: b.settled_msg,
-                settled_seq: b.settled_seq,
-                sent_upto: b.sent_upto,
-                tx_pn: u64::from(b.tx_pn_hi) << 32,
-            });
-            if r.failed_upto > marks.settled_msg {
-                // The dead engine abandoned the stream and told the
-                // application before its block said so: go on as it would
-                // have, on the next epoch, after what failed.
-                marks = StreamMarks {
-                    epoch: marks.epoch.wrapping_add(1),
-                    settled_msg: r.failed_upto,
-                    settled_seq: 0,
-                    sent_upto: 0,
-                    ..marks
-                };
-            }
-            let first = r.first_id.unwrap_or(marks.settled_msg);
-            if first > marks.settled_msg {
-                return Err(format!(
-                    "resuming {peer}: messages from {first}, the backup needs {}",
-                    marks.settled_msg
-                ));
-            }
-            let skip = (marks.settled_msg - first) as usize;
-            let messages: Vec<Unsettled> = r.messages.into_iter().skip(skip).collect();
-            let taken =
-                r.taken.filter(|t| t.incarnation == marks.peer_incarnation).map(|t| (t.epoch, t.next));
-            let rails = (0..self.rails.get(&peer).copied().unwrap_or(1) as RailId).collect();
-            debug!(node = self.node, peer, ?marks, ?taken, messages = messages.len(), "resuming a stream");
-            streams.push(ResumedStream { peer, rails, marks, messages, failures: Vec::new(), taken });
-        }
-        let config = self.core.config().clone();
-        // Many messages take milliseconds to restore: the watchdog is told
-        // the engine is making progress, not hung.
-        let mut progress = || {
-            if let Some(h) = beat {
-                h.beat();
-            }
-        };
-        let incarnation = self.core.incarnation();
-        let mut core =
-            Core::resume_with_progress(config, self.node, incarnation, streams, now, &mut progress)
-                .map_err(|e| e.to_string())?;
-        // The application's secret: a handshake the dead engine began is
-        // finished by this one (its cookies check).
-        core.seed_secrets(self.region.control.secret());
-        info!(node = self.node, unsettled = core.unsettled(), "application resumed from its backup");
-        self.core = core;
-        self.settled.clear();
-        Ok(())
-    }
-
-    /// Push a completion, or hold it for the next turn; false if held.
-    /// The core's counters to the application, if they changed. Only when
-    /// nothing waits to be published before them, and only if the ring
-    /// has room: the next report carries what this one would have.
-    fn publish_counters(&mut self, faults: FaultCounters, checks: EngineCounters, scratch: &mut Vec<u8>) {
-        let stats = self.core.stats();
-        let same = *stats == self.counters_sent && faults == self.faults_sent && checks == self.checks_sent;
-        if same || !self.held.is_empty() {
-            return;
-        }
-        let mut values = std::mem::take(&mut self.counters_buf);
-        values.clear();
-        let fields = stats.fields();
-        let faulted = faults.values();
-        let all = fields.iter().map(|(_, v)| *v).chain(faulted).chain(checks.values());
-        for v in all.take(tether_attach::records::MAX_COUNTERS) {
-            values.extend_from_slice(&v.to_le_bytes());
-        }
-        scratch.resize(values.len() + 16, 0);
-        if let Ok(n) = (Completion::Counters { values: &values }).encode(scratch) {
-            if self.region.completions.push(&scratch[..n]).is_ok() {
-                self.counters_sent = stats.clone();
-                self.faults_sent = faults;
-                self.checks_sent = checks;
-            }
-        }
-        self.counters_buf = values;
-    }
-
-    fn push_or_hold(&mut self, record: &[u8]) -> bool {
-        // Completions go out in order: nothing is published past one held
-        // back (`publish` stops at a hold, and sends the held one first).
-        assert!(self.held.is_empty(), "node {}: a completion published past one held back", self.node);
-        match self.region.completions.push(record) {
-            Ok(()) => true,
-            Err(ShmError::Full { .. }) => {
-                self.held.clear();
-                self.held.extend_from_slice(record);
-                false
-            }
-            Err(e) => {
-                warn!(node = self.node, error = %e, "completion ring unusable: detaching");
-                self.gone = true;
-                false
-            }
-        }
-    }
-
-    /// The application broke the protocol or its memory did: detach it.
-    fn broke(&mut self, stats: &mut EngineStats, why: &str) -> bool {
-        warn!(node = self.node, pid = self.pid, reason = why, "application broke the protocol: detaching");
-        stats.bad_submissions += 1;
-        self.gone = true;
-        true
-    }
 }
 
 /// Create the directory (0700) or check the one there: ours, and no one
@@ -1522,12 +768,4 @@ fn prepare_dir(dir: &Path) -> Result<(), EngineError> {
         )));
     }
     Ok(())
-}
-
-/// One completion record, encoded (the engine's own news: small).
-fn completion(c: &Completion<'_>) -> Vec<u8> {
-    let mut buf = vec![0u8; 64];
-    let n = c.encode(&mut buf).expect("a control record fits 64 bytes");
-    buf.truncate(n);
-    buf
 }

@@ -16,17 +16,25 @@
 // An I/O crate: it reads clocks and runs a process's loop.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod admit;
+mod application;
 mod audit;
 mod book;
 mod engine;
+mod heartbeat;
 #[cfg(feature = "fault-hook")]
 pub mod hook;
 mod pairs;
+mod resume;
 mod selftest;
+mod stats;
 mod supervisor;
 
-pub use engine::{Engine, EngineOptions, EngineSockets, EngineStats, Heartbeat, MAX_CLIENTS};
+pub use application::MAX_CLIENTS;
+pub use engine::{Engine, EngineOptions, EngineSockets};
+pub use heartbeat::Heartbeat;
 pub use selftest::{SelfTestOptions, SelfTestStats};
+pub use stats::EngineStats;
 pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};
 pub use tether_attach::{
     attach, is_probe_node, monotonic_ns, records, Client, ClientOptions, Completion, EngineCounters,

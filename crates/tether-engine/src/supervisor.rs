@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use tether_shm::Region;
 
-use crate::engine::{Engine, EngineOptions, EngineSockets, Heartbeat};
+use crate::engine::{Engine, EngineOptions, EngineSockets};
+use crate::heartbeat::Heartbeat;
 use tether_attach::monotonic_ns;
 use tether_attach::EngineError;
 

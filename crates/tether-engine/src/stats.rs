@@ -1,0 +1,17 @@
+//! What the engine did, for operators and tests.
+
+/// What the engine did, for operators and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub attached: u64,
+    pub detached: u64,
+    pub attach_refused: u64,
+    /// Datagrams for a node no attached application is.
+    pub unknown_destination: u64,
+    /// Submissions that did not decode, or were impossible: the
+    /// application is detached (its memory is not to be trusted).
+    pub bad_submissions: u64,
+    pub turns: u64,
+    /// Time spent auditing the engine's own state (`crate::audit`).
+    pub audit_ns: u64,
+}
