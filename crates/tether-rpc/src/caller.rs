@@ -414,9 +414,17 @@ impl Caller {
     }
 
     /// An envelope for the caller's side (ACK, REFUSED, REPLY, ACK_REQUEST)
-    /// from `from`, as the stream delivered it.
+    /// from `from`, as the stream delivered it: parsed, then handled (`handle_envelope`).
     pub fn handle(&mut self, now: Instant, from: NodeId, bytes: &[u8]) -> Result<(), EnvelopeError> {
         let env = Envelope::parse(bytes).inspect_err(|_| self.stats.malformed += 1)?;
+        self.handle_envelope(now, from, env);
+        Ok(())
+    }
+
+    /// An envelope for the caller's side from `from`, parsed (once, by
+    /// whoever decided it is the caller's: `Envelope::for_server`). One
+    /// for the server's side is counted malformed and does nothing.
+    pub fn handle_envelope(&mut self, now: Instant, from: NodeId, env: Envelope<'_>) {
         let (id, answer) = match env {
             Envelope::Ack { call } => (call, Answer::Ack),
             Envelope::Refused { call, reason } => (call, Answer::Refused(reason)),
@@ -425,21 +433,21 @@ impl Caller {
                 let first_incomplete = self.first_incomplete(from, client);
                 let env = Envelope::ReplyAck { client, first_incomplete };
                 self.out.push_back(Outgoing::new(from, self.arena.envelope(&env)));
-                return Ok(());
+                return;
             }
             Envelope::Request { .. } | Envelope::Query { .. } | Envelope::ReplyAck { .. } => {
                 self.stats.malformed += 1;
-                return Ok(());
+                return;
             }
         };
         let call = CallRef { server: from, id };
         let Some(c) = self.calls.get_mut(&call) else {
             self.stats.unknown_calls += 1;
-            return Ok(());
+            return;
         };
         if c.finished {
             // A late copy of an answer already taken in.
-            return Ok(());
+            return;
         }
         match answer {
             Answer::Ack if c.one_way && !c.resolving => {
@@ -474,7 +482,6 @@ impl Caller {
                 self.finish(call);
             }
         }
-        Ok(())
     }
 
     /// `call` is answered for good.

@@ -85,6 +85,13 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl<'a> Envelope<'a> {
+    /// Whether it is for the server's side (REQUEST, QUERY, REPLY_ACK) or
+    /// the caller's (the rest): the envelope is parsed once, then handed
+    /// to the side it is for.
+    pub fn for_server(&self) -> bool {
+        matches!(self, Envelope::Request { .. } | Envelope::Query { .. } | Envelope::ReplyAck { .. })
+    }
+
     /// Check and read an envelope. Every field is validated here; nothing
     /// after can fail.
     pub fn parse(b: &'a [u8]) -> Result<Self, EnvelopeError> {

@@ -44,16 +44,3 @@ pub use target::{CompleteError, Dispatch, Outgoing, Target, TargetStats};
 /// messages (`tether_proto::Channel::APP`): in order with them, and handed
 /// to the call layer, not to the application.
 pub const CHANNEL: tether_proto::Channel = tether_proto::Channel::new(1);
-
-/// Which side an envelope is for: the server's (REQUEST, QUERY,
-/// REPLY_ACK) or the caller's (the rest). Unparseable bytes go to the
-/// server, which counts them.
-pub fn for_server(bytes: &[u8]) -> bool {
-    !matches!(
-        Envelope::parse(bytes),
-        Ok(Envelope::Ack { .. }
-            | Envelope::Refused { .. }
-            | Envelope::Reply { .. }
-            | Envelope::AckRequest { .. })
-    )
-}

@@ -325,8 +325,9 @@ impl Target {
     }
 
     /// An envelope for the server side (REQUEST, QUERY, REPLY_ACK) from
-    /// `from`, as the stream delivered it. A malformed one is counted and
-    /// its error returned; nothing else happens.
+    /// `from`, as the stream delivered it: parsed, then handled (`handle_envelope`). A
+    /// malformed one is counted and its error returned; nothing else
+    /// happens.
     pub fn handle(
         &mut self,
         now: Instant,
@@ -334,7 +335,21 @@ impl Target {
         bytes: &[u8],
         log: &mut dyn CallLog,
     ) -> Result<(), EnvelopeError> {
-        let env = Envelope::parse(bytes).inspect_err(|_| self.stats.malformed += 1)?;
+        let env = self.parse(bytes)?;
+        self.handle_envelope(now, from, env, log);
+        Ok(())
+    }
+
+    /// Parse an envelope that came in; a malformed one is counted here
+    /// (unparseable bytes are the server side's to count, whoever got them).
+    pub fn parse<'a>(&mut self, bytes: &'a [u8]) -> Result<Envelope<'a>, EnvelopeError> {
+        Envelope::parse(bytes).inspect_err(|_| self.stats.malformed += 1)
+    }
+
+    /// An envelope for the server side from `from`, parsed (once, by
+    /// whoever decided it is the server's: `Envelope::for_server`). One
+    /// for the caller's side is counted malformed and does nothing.
+    pub fn handle_envelope(&mut self, now: Instant, from: NodeId, env: Envelope<'_>, log: &mut dyn CallLog) {
         match env {
             Envelope::Request { call, handler, one_way, first_incomplete, args } => {
                 self.stats.requests += 1;
@@ -364,7 +379,6 @@ impl Target {
                 self.stats.malformed += 1;
             }
         }
-        Ok(())
     }
 
     /// A request (`Some(handler, one_way, args)`) or a query (`None`) for

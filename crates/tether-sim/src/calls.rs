@@ -21,7 +21,7 @@ use serde::Serialize;
 use tether_fault::{node_seed, Injector};
 use tether_proto::{Config, Instant, NodeId, Stats};
 use tether_rpc::{
-    for_server, replay, CallLog, CallRef, Caller, Dispatch, Executed, LogError, MemLog, Record, RpcConfig,
+    replay, CallLog, CallRef, Caller, Dispatch, Envelope, Executed, LogError, MemLog, Record, RpcConfig,
     Target,
 };
 
@@ -220,14 +220,19 @@ impl World {
         let now = self.net.now();
         let ep = self.net.ep_mut(id);
         while let Some(d) = ep.recv_on(tether_rpc::CHANNEL) {
-            // A malformed envelope is the call layer's to count.
-            let _ = if id == SERVER && for_server(&d.message) {
-                self.server.handle(now, d.from, &d.message, &mut self.log)
-            } else if id == CLIENT && !for_server(&d.message) {
-                self.caller.handle(now, d.from, &d.message)
-            } else {
-                Ok(())
-            };
+            // Each envelope parsed once; a malformed one is the server
+            // side's to count.
+            if id == SERVER {
+                if let Ok(env) = self.server.parse(&d.message) {
+                    if env.for_server() {
+                        self.server.handle_envelope(now, d.from, env, &mut self.log);
+                    }
+                }
+            } else if let Ok(env) = Envelope::parse(&d.message) {
+                if !env.for_server() {
+                    self.caller.handle_envelope(now, d.from, env);
+                }
+            }
         }
         // Nothing but calls goes over these streams.
         assert!(ep.recv().is_none(), "a message where only calls go");

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tether_proto::{Delivery, Endpoint as Core, Instant, NodeId, SendError};
 use tether_rpc::{
-    for_server, CallLog, CallRef, CallState, Caller, HandlerId, LogError, MemLog, Record, RpcConfig, Target,
+    CallLog, CallRef, CallState, Caller, HandlerId, LogError, MemLog, Record, RpcConfig, Target,
 };
 
 use crate::call_log::{CallLogOptions, FileLog};
@@ -258,14 +258,16 @@ impl Calls {
         self.flush(now, wire);
     }
 
-    /// One call's envelope, to the side it is for.
+    /// One call's envelope, parsed once, to the side it is for (a
+    /// malformed one is counted by the server side).
     pub fn take(&mut self, now: Instant, d: &Delivery) {
-        // A malformed envelope is counted by the side that read it.
-        let _ = if for_server(&d.message) {
-            self.target.handle(now, d.from, &d.message, &mut *self.log)
-        } else {
-            self.caller.handle(now, d.from, &d.message)
-        };
+        if let Ok(env) = self.target.parse(&d.message) {
+            if env.for_server() {
+                self.target.handle_envelope(now, d.from, env, &mut *self.log);
+            } else {
+                self.caller.handle_envelope(now, d.from, env);
+            }
+        }
         self.moved = true;
     }
 
