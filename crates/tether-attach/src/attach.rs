@@ -48,7 +48,9 @@ pub fn socket_path(dir: &Path) -> PathBuf {
 /// Who is at the other end of a Unix socket, as the kernel says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
+    /// The connecting process.
     pub pid: u32,
+    /// Its user.
     pub uid: u32,
 }
 

@@ -983,10 +983,12 @@ impl Client {
         }
     }
 
+    /// The node this endpoint is.
     pub fn node(&self) -> NodeId {
         self.node
     }
 
+    /// This life's incarnation (its streams start afresh with a new one).
     pub fn incarnation(&self) -> u64 {
         self.lock().incarnation()
     }

@@ -9,11 +9,13 @@
 /// The engine's checking, as one engine (or the sum of several) reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineCounters {
-    /// Self-test probes sent through the rails, and those delivered exact.
+    /// Self-test probes sent through the rails.
     pub selftest_probes: u64,
+    /// Of them, those delivered exact.
     pub selftest_passed: u64,
-    /// Time the self-test took, and the audit of the engine's state.
+    /// Time the self-test took.
     pub selftest_ns: u64,
+    /// Time the audit of the engine's state took.
     pub audit_ns: u64,
 }
 
@@ -21,6 +23,7 @@ impl EngineCounters {
     /// How many values `values` gives.
     pub const COUNT: usize = 4;
 
+    /// The counters in record order (`Completion::Counters`).
     pub fn values(&self) -> [u64; Self::COUNT] {
         [self.selftest_probes, self.selftest_passed, self.selftest_ns, self.audit_ns]
     }
@@ -37,6 +40,7 @@ impl EngineCounters {
         }
     }
 
+    /// Add another engine's counts (an application served by several).
     pub fn accumulate(&mut self, other: &EngineCounters) {
         self.selftest_probes += other.selftest_probes;
         self.selftest_passed += other.selftest_passed;

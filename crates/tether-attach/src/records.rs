@@ -65,6 +65,7 @@ pub struct Rails {
 }
 
 impl Rails {
+    /// A peer's addresses, one per rail: between one and `MAX_RAILS`.
     pub fn new(addrs: &[SocketAddr]) -> Result<Self, RecordError> {
         if addrs.is_empty() || addrs.len() > MAX_RAILS {
             return Err(RecordError::BadField("between one and MAX_RAILS addresses"));
@@ -77,6 +78,7 @@ impl Rails {
         Ok(r)
     }
 
+    /// The addresses, rail 0 first.
     pub fn iter(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.addrs[..self.len].iter().flatten().copied()
     }
@@ -86,8 +88,11 @@ impl Rails {
 /// it, and the next fragment it expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
+    /// The peer's incarnation.
     pub incarnation: u64,
+    /// The peer's stream epoch.
     pub epoch: u32,
+    /// The next fragment expected.
     pub next: u64,
 }
 

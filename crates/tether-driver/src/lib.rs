@@ -21,6 +21,8 @@
 //! Trahay et al. [NMAD] sections 3-4 (docs/REFERENCES.md): the rails, and
 //! the progress engine that drives them.
 
+#![warn(missing_docs)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -88,6 +90,11 @@ pub struct Driver {
     /// judgments (`Endpoint::set_backlog`).
     backlog: u8,
     quiet_poll_at: Instant,
+    /// Datagrams built and lost on the way out: a rail the driver does not
+    /// have, a transport that refused them (an unknown peer, a dead
+    /// interface), or the driver closed with them waiting. Each is a loss
+    /// like any other, which the core repairs or reports.
+    dropped: u64,
 }
 
 impl std::fmt::Debug for Driver {
@@ -111,6 +118,7 @@ impl Driver {
             heat: vec![HOT_TURNS; rails.len()],
             backlog: 0,
             quiet_poll_at: Instant::ZERO,
+            dropped: 0,
             rails,
         }
     }
@@ -164,6 +172,11 @@ impl Driver {
     /// Datagrams built and not yet taken by their transport.
     pub fn pending(&self) -> usize {
         self.tx_len - self.tx_start
+    }
+
+    /// Datagrams built and lost on the way out, so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// Send what waits from earlier turns, then ask `next` for datagrams
@@ -224,31 +237,45 @@ impl Driver {
     /// afterwards receives nothing and counts what it would send as dropped.
     pub fn close(&mut self) {
         self.rails.clear();
+        self.dropped += self.pending() as u64;
         self.tx_start = self.tx_len;
     }
 
+    /// Rail `rail`'s transport, if the driver has it.
     pub fn rail(&self, rail: RailId) -> Option<&(dyn Transport + Send)> {
         self.rails.get(rail as usize).map(|t| &**t as _)
     }
 
+    /// Rail `rail`'s transport, to change (learn a peer's address).
     pub fn rail_mut(&mut self, rail: RailId) -> Option<&mut (dyn Transport + Send)> {
         self.rails.get_mut(rail as usize).map(|t| &mut **t as _)
     }
 
     /// Every rail, rail 0 first.
+    pub fn rails(&self) -> &[Box<dyn Transport + Send>] {
+        &self.rails
+    }
+
+    /// Every rail, rail 0 first, to send on directly (the engine's
+    /// self-test sends its probes so).
     pub fn rails_mut(&mut self) -> &mut [Box<dyn Transport + Send>] {
         &mut self.rails
     }
 
+    /// How many rails the driver has (none once closed).
     pub fn rail_count(&self) -> usize {
         self.rails.len()
     }
 
     /// Send `t` (in the slot at `at`) to its own address, not its node's.
     fn send_to_addr(&mut self, t: Transmit, at: usize) {
-        let (Some(addr), Some(transport)) = (t.to_addr, self.rails.get_mut(t.rail as usize)) else { return };
+        let (Some(addr), Some(transport)) = (t.to_addr, self.rails.get_mut(t.rail as usize)) else {
+            self.dropped += 1;
+            return;
+        };
         if let Err(e) = transport.send_to_addr(addr, &self.tx[at..at + t.len]) {
             // Lost like any datagram: the peer's HELLO is retried.
+            self.dropped += 1;
             tracing::debug!(rail = t.rail, %addr, error = %e, "dropped on send: handshake answer to a new address");
         }
     }
@@ -272,6 +299,7 @@ impl Driver {
             // A rail the core knows and the driver does not (set_paths
             // named more rails than were bound): a loss, counted.
             tracing::debug!(rail, datagrams = n, "dropped on send: no transport for this rail");
+            self.dropped += n as u64;
             self.tx_start += n;
             return Some(0);
         };
@@ -288,6 +316,7 @@ impl Driver {
                 // or, eventually, reports the peer unreachable.
                 // The transport counts its own errors (`TransportCounters`).
                 tracing::debug!(rail, dst = batch[0].0, error = %e, "dropped on send: transport refused");
+                self.dropped += 1;
                 self.tx_start += 1;
                 Some(0)
             }

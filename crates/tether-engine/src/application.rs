@@ -73,7 +73,7 @@ pub(crate) struct Application {
     /// Completions of the engine's own making (the direct paths' news),
     /// published before anything else, in order.
     pub(crate) control_out: VecDeque<Vec<u8>>,
-    /// Application as a new life: its direct paths are laid anew.
+    /// Attached as a new life: its direct paths are laid anew.
     pub(crate) fresh: bool,
     /// When its counters are next published, and what was last published.
     pub(crate) counters_due: Instant,
@@ -190,7 +190,7 @@ pub(crate) fn take(
         Submission::AddPeer { node, rails: addrs } => {
             let addrs: Vec<_> = addrs.iter().take(own.len()).collect();
             if addrs == own && node != c.node {
-                // Application here too (or to be): a direct path, and nothing
+                // Attached here too (or to be): a direct path, and nothing
                 // of it in the core (`Engine::pair_up`).
                 if c.local_requests.len() >= MAX_CLIENTS {
                     return Err("more direct paths asked for than an engine serves applications".into());
@@ -316,7 +316,7 @@ pub(crate) fn transmit(
     beat: Option<&Heartbeat>,
 ) -> Sent {
     let mut sent = Sent::default();
-    driver.transmit(|buf| {
+    let taken = driver.transmit(|buf| {
         let full = buf.len();
         let t = c.core.poll_transmit(now, buf)?;
         beat.inspect(|h| h.beat());
@@ -328,9 +328,11 @@ pub(crate) fn transmit(
         if t.len + 64 >= full {
             sent.full |= 1 << t.rail;
         }
-        sent.datagrams += 1;
         Some(t)
     });
+    // Those built now and those an earlier turn left waiting alike: a
+    // turn that only flushes is busy too, and the loop does not sleep on it.
+    sent.datagrams = taken;
     sent
 }
 
@@ -410,7 +412,6 @@ impl Application {
         *last = Some(b);
     }
 
-    /// Push a completion, or hold it for the next turn; false if held.
     /// The core's counters to the application, if they changed. Only when
     /// nothing waits to be published before them, and only if the ring
     /// has room: the next report carries what this one would have.
@@ -444,6 +445,7 @@ impl Application {
         self.counters_buf = values;
     }
 
+    /// Push a completion, or hold it for the next turn; false if held.
     pub(crate) fn push_or_hold(&mut self, record: &[u8]) -> bool {
         // Completions go out in order: nothing is published past one held
         // back (`publish` stops at a hold, and sends the held one first).

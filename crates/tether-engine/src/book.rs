@@ -137,6 +137,35 @@ impl Book {
         }
     }
 
+    /// The book agrees with where datagrams actually go: each node's
+    /// address on each rail is the one `sent_to(node, rail)` says the
+    /// rail's transport sends it to (`Ok(None)`: the transport cannot
+    /// tell; `Err(())`: it does not know the node). The engine sends by
+    /// node id through its rails' transports and tells senders apart by
+    /// this book, so the two copies check each other.
+    pub fn agrees_with(
+        &self,
+        sent_to: impl Fn(NodeId, RailId) -> Result<Option<SocketAddr>, ()>,
+    ) -> Result<(), String> {
+        for (&node, entry) in &self.by_node {
+            for (rail, a) in entry.iter().enumerate() {
+                let Some(a) = a else { continue };
+                match sent_to(node, rail as RailId) {
+                    Ok(Some(b)) if b != *a => {
+                        return Err(format!("node {node} on rail {rail}: at {a} in the book, sent to {b}"))
+                    }
+                    Err(()) => {
+                        return Err(format!(
+                            "node {node} on rail {rail}: at {a} in the book, unknown to the rail"
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn addr(&self, node: NodeId, rail: RailId) -> Option<SocketAddr> {
         self.by_node.get(&node).and_then(|e| e.get(rail as usize).copied().flatten())
     }

@@ -73,8 +73,8 @@ pub struct EngineOptions {
     /// `ClientOptions::spin` for why it yields.
     pub spin: Duration,
     /// Faults injected into what every rail receives (the same plans an
-    /// embedded endpoint takes; receive-side rules only, since the engine
-    /// sends to addresses). Rail `r` draws from `node_seed(seed, r)`; a new
+    /// embedded endpoint takes; receive-side rules only, see
+    /// `check_faults`). Rail `r` draws from `node_seed(seed, r)`; a new
     /// engine after a crash starts the plan again.
     pub faults: FaultPlan,
     /// The adaptive concurrent self-test of the rails in use, with the
@@ -132,8 +132,10 @@ fn rails_with_faults(
     Ok((out, handles))
 }
 
-/// The engine injects on receive only: it sends to addresses, which a
-/// send-side rule (keyed by destination node) cannot follow.
+/// The engine injects on receive only. It sent to addresses when this was
+/// written, which a send-side rule (keyed by destination node) could not
+/// follow; it now sends by node id through its rails' transports, so
+/// taking send-side rules is open, not yet done.
 fn check_faults(plan: &FaultPlan) -> Result<(), EngineError> {
     plan.validate().map_err(|e| EngineError::Faults(e.to_string()))?;
     match plan.rules.iter().position(|r| r.side != Side::Recv) {
@@ -324,7 +326,7 @@ impl Engine {
     }
 
     pub fn stats(&self) -> EngineStats {
-        self.stats
+        EngineStats { send_dropped: self.driver.dropped(), ..self.stats }
     }
 
     /// What the self-test did (zero if it is off).
@@ -338,7 +340,7 @@ impl Engine {
         self.selftest.as_ref().map(|t| t.watch())
     }
 
-    /// Application applications' node ids.
+    /// Attached applications' node ids.
     pub fn clients(&self) -> Vec<NodeId> {
         self.clients.iter().map(|c| c.node).collect()
     }
@@ -480,6 +482,13 @@ impl Engine {
     /// The streams' bookkeeping and the address book.
     fn audit_quick(&mut self) -> Result<(), String> {
         self.book.audit().map_err(|why| format!("address book: {why}"))?;
+        let driver = &self.driver;
+        self.book
+            .agrees_with(|node, rail| match driver.rail(rail) {
+                Some(t) if t.has_peer(node) => Ok(t.peer_addr(node)),
+                _ => Err(()),
+            })
+            .map_err(|why| format!("address book: {why}"))?;
         for c in serving(&self.clients) {
             c.core.audit().map_err(|fault| format!("node {}: {fault}", c.node))?;
         }
@@ -542,6 +551,9 @@ impl Engine {
         let received = driver.receive(now, |rail, seen, datagram| {
             // Long work is progress, not a hang: the heartbeat says so.
             beat.inspect(|h| h.beat());
+            // Who sent it is the book's to say, from the source address:
+            // an address may host many nodes, so the transport's own
+            // guess (`seen.from`, `Seen::origin`) is not used here.
             let (Some(addr), Some((src, dst))) = (seen.addr, Header::peek_nodes(datagram)) else { return };
             if is_probe_node(dst) {
                 if let Some(t) = selftest {
@@ -657,8 +669,15 @@ impl Engine {
         let mut fds: Vec<libc::pollfd> =
             Vec::with_capacity(1 + self.driver.rail_count() + self.clients.len());
         let fd = |fd: i32| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // Datagrams a full socket left in the driver go out once it has
+        // room: that wakes the loop too.
+        let rail_events = if self.driver.pending() > 0 { libc::POLLIN | libc::POLLOUT } else { libc::POLLIN };
         fds.push(fd(self.listener.as_raw_fd()));
-        fds.extend(self.driver.rails_mut().iter().filter_map(|r| r.raw_fd()).map(fd));
+        fds.extend(self.driver.rails().iter().filter_map(|r| r.raw_fd()).map(|f| libc::pollfd {
+            fd: f,
+            events: rail_events,
+            revents: 0,
+        }));
         fds.extend(self.clients.iter().map(|c| fd(c.conn.as_raw_fd())));
         #[cfg(feature = "fault-hook")]
         fds.extend(self.hook.as_ref().map(|h| fd(h.raw_fd())));

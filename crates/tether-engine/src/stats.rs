@@ -8,6 +8,10 @@ pub struct EngineStats {
     pub attach_refused: u64,
     /// Datagrams for a node no attached application is.
     pub unknown_destination: u64,
+    /// Datagrams built and lost on the way out (a transport that refused
+    /// them; the core repairs or reports the loss). A full socket is not
+    /// a loss: the driver keeps them for the next turn.
+    pub send_dropped: u64,
     /// Submissions that did not decode, or were impossible: the
     /// application is detached (its memory is not to be trusted).
     pub bad_submissions: u64,

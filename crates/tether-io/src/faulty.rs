@@ -155,6 +155,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn has_peer(&self, node: NodeId) -> bool {
         self.inner.has_peer(node)
     }
+    fn peer_addr(&self, node: NodeId) -> Option<SocketAddr> {
+        self.inner.peer_addr(node)
+    }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
         self.inner.add_peer(node, addr)
     }

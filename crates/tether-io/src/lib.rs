@@ -63,6 +63,12 @@ pub trait Transport {
         true
     }
 
+    /// The address `node` is sent to, where the transport has addresses
+    /// (`None`: it does not know the node, or has no addresses at all).
+    fn peer_addr(&self, _node: NodeId) -> Option<SocketAddr> {
+        None
+    }
+
     /// Learn (or change) the address of a node.
     fn add_peer(&mut self, _node: NodeId, _addr: SocketAddr) -> Result<(), TransportError> {
         Err(TransportError::InvalidArgs)
@@ -111,6 +117,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn raw_fd(&self) -> Option<RawFd> {
         (**self).raw_fd()
+    }
+    fn peer_addr(&self, node: NodeId) -> Option<SocketAddr> {
+        (**self).peer_addr(node)
     }
     fn has_peer(&self, node: NodeId) -> bool {
         (**self).has_peer(node)

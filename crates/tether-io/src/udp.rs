@@ -197,6 +197,9 @@ impl Transport for UdpTransport {
     fn has_peer(&self, node: NodeId) -> bool {
         self.book.addr(node).is_some()
     }
+    fn peer_addr(&self, node: NodeId) -> Option<SocketAddr> {
+        self.book.addr(node)
+    }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
         self.book.insert(node, addr);
         Ok(())

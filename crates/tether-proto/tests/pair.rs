@@ -646,8 +646,9 @@ fn reassemble(b: &mut Endpoint, next: &mut u64, partial: &mut Vec<u8>, out: &mut
     reassemble_marked(b, next, partial, out, &mut Vec::new());
 }
 
-/// `reassemble`, noting each message's call mark (`Delivery::call`) in
-/// `calls` as its last fragment comes.
+/// `reassemble`, noting in `calls` whether each message came on the side
+/// channel (`Delivery::channel`: a call's envelope) as its last fragment
+/// comes.
 fn reassemble_marked(
     b: &mut Endpoint,
     next: &mut u64,

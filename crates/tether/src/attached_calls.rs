@@ -1,7 +1,7 @@
 //! Calls on an engine-attached endpoint (docs/ARCHITECTURE.md,
 //! "Calls"; docs/ENGINE.md). The engine carries the calls' envelopes as
-//! messages marked as calls' (and keeps them across its own restarts, as
-//! it keeps every unsettled message); the call layer itself stays in the
+//! messages on the calls' channel (and keeps them across its own restarts,
+//! as it keeps every unsettled message); the call layer itself stays in the
 //! application's process: its tables, its handlers, and above all its log,
 //! which records what the application's handlers did and must outlive any
 //! engine (Kaur's AMVIA keeps its layer above VIA's the same way).
@@ -9,7 +9,7 @@
 //! Nothing in this process steps a core, so the calls get a thread of
 //! their own: it waits on the engine's client for the next envelope or the
 //! call layer's next deadline, whichever comes first, and pumps the call
-//! layer as an embedded endpoint's driver does at every step. The
+//! layer as an embedded endpoint's station does at every step. The
 //! application's waits (`Call::wait`, `Endpoint::serve`) park on a
 //! condition variable the pump signals when a call moves.
 //!

@@ -6,7 +6,7 @@
 //! the call layer's timers, and hands what it sends back to the stream.
 //!
 //! It sits above whatever carries its envelopes: an embedded endpoint's
-//! driver pumps it at every step as the layer above its core
+//! station pumps it at every step as the layer above its core
 //! (`station::Layer`); an engine-attached endpoint's calls are pumped over
 //! the engine's client (`attached_calls`). The endpoint's call API
 //! (`calls`) sits above both.
@@ -26,8 +26,8 @@ use crate::station::Layer;
 use crate::Error;
 
 /// What carries a call layer's envelopes: an embedded endpoint's core, or
-/// an engine's client (whose engine marks them on the wire as the core
-/// does).
+/// an engine's client (whose engine carries them on the calls' channel as
+/// the core does).
 pub(crate) trait CallWire {
     /// The next call's envelope delivered, if one waits.
     fn recv_call(&mut self) -> Option<Delivery>;
@@ -164,7 +164,7 @@ pub(crate) struct Calls {
     /// calls parked on calls wake.
     pub moved: bool,
     /// The call layer's earliest deadline, as the last flush left it: the
-    /// driver asks on every turn, even an idle spinning one, and the
+    /// station asks on every turn, even an idle spinning one, and the
     /// tables it comes from are scanned only after they change (a stale
     /// one is only ever early: an extra turn).
     deadline: Option<Instant>,
@@ -359,7 +359,7 @@ impl Calls {
     }
 }
 
-/// The embedded endpoint's driver pumps the calls at every step, over its
+/// The embedded endpoint's station pumps the calls at every step, over its
 /// core, after the core's timers and before it transmits.
 impl Layer for Calls {
     fn pump(&mut self, now: Instant, core: &mut Core) {

@@ -1,5 +1,5 @@
 //! Where an endpoint's calls live (`call_layer`) and what carries their
-//! envelopes: the embedded endpoint's driver, or an engine's client. The
+//! envelopes: the embedded endpoint's station, or an engine's client. The
 //! endpoint's call API (`calls`) reaches them through here, whichever
 //! home the protocol runs in.
 

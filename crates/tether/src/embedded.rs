@@ -108,9 +108,9 @@ impl Embedded {
             options.caller_log.as_ref(),
             clock.now(),
         )?;
-        let node = Station::new(core, calls, wrapped);
+        let station = Station::new(core, calls, wrapped);
         let served = options.progress == Progress::Thread;
-        let shared = Arc::new(Shared::new(node, waiter, clock, options.spin, faults, fds, served));
+        let shared = Arc::new(Shared::new(station, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {
             Progress::Polling => None,
             Progress::Thread => Some(progress::serve(shared.clone())?),

@@ -90,16 +90,24 @@ impl Endpoint {
         rails: Vec<Box<dyn Transport + Send>>,
         options: Options,
     ) -> Result<Self, Error> {
-        let embedded = Embedded::open(node, rails, &options)?;
         let plan = &options.faults;
-        let backend: Box<dyn Backend> = if plan.touches(Side::Api) {
+        // Made before anything is bound or started: a plan it refuses
+        // leaves nothing behind (no socket, no progress worker).
+        let api = if plan.touches(Side::Api) {
             // The same derivation as the simulator's: a node's faults are
             // the same stream whether it runs there or over sockets.
             let seed = tether_fault::node_seed(plan.seed, node) ^ 0xA91;
-            let origin = embedded.now();
-            Box::new(ApiFaults::new(embedded, Injector::with_seed(plan, seed)?, origin))
+            Some(Injector::with_seed(plan, seed)?)
         } else {
-            Box::new(embedded)
+            None
+        };
+        let embedded = Embedded::open(node, rails, &options)?;
+        let backend: Box<dyn Backend> = match api {
+            Some(injector) => {
+                let origin = embedded.now();
+                Box::new(ApiFaults::new(embedded, injector, origin))
+            }
+            None => Box::new(embedded),
         };
         Ok(Endpoint { backend, linger: options.linger })
     }

@@ -1,4 +1,4 @@
-//! An embedded endpoint's state as its threads share it: the driver behind
+//! An embedded endpoint's state as its threads share it: the station behind
 //! its lock, who may drive it, and the blocked calls parked until a step
 //! brings what they wait for (Trahay et al. [NMAD] section 4, the progress
 //! engine; docs/REFERENCES.md).
@@ -25,9 +25,9 @@ use crate::station::Station;
 use crate::waiter::Waiter;
 use crate::Error;
 
-/// The driver an embedded endpoint runs: its core, its rails and the call
+/// The station an embedded endpoint runs: its core, its rails and the call
 /// layer above them.
-pub(crate) type Node = Station<Calls>;
+pub(crate) type EmbeddedStation = Station<Calls>;
 
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
@@ -40,7 +40,7 @@ const IDLE_SLICE: Duration = Duration::from_millis(20);
 const PARK_SLICE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Shared {
-    node: Mutex<Node>,
+    station: Mutex<EmbeddedStation>,
     waiter: Waiter,
     pub(crate) clock: Clock,
     /// Application threads currently driving progress inside a blocking call.
@@ -95,7 +95,7 @@ pub(crate) struct Shared {
 /// earliest deadline (`Shared::deadline_ns`) and wakes the parked calls a
 /// step under it found something for.
 pub(crate) struct Locked<'a> {
-    guard: Option<MutexGuard<'a, Node>>,
+    guard: Option<MutexGuard<'a, EmbeddedStation>>,
     shared: &'a Shared,
     /// Condition variables to notify once the lock is let go (bit per
     /// `Awaits`): a call woken under the lock would wake only to wait for
@@ -128,14 +128,14 @@ impl Locked<'_> {
 }
 
 impl core::ops::Deref for Locked<'_> {
-    type Target = Node;
-    fn deref(&self) -> &Node {
+    type Target = EmbeddedStation;
+    fn deref(&self) -> &EmbeddedStation {
         self.guard.as_ref().expect("held until dropped")
     }
 }
 
 impl core::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Node {
+    fn deref_mut(&mut self) -> &mut EmbeddedStation {
         self.guard.as_mut().expect("held until dropped")
     }
 }
@@ -177,11 +177,11 @@ impl Awaits {
 }
 
 impl Shared {
-    /// The state of an endpoint that runs `node` over rails waited on with
+    /// The state of an endpoint that runs `station` over rails waited on with
     /// `waiter` (descriptors `fds`), whose faults are `faults`; `served`:
     /// a progress worker will serve it.
     pub(crate) fn new(
-        node: Node,
+        station: EmbeddedStation,
         waiter: Waiter,
         clock: Clock,
         spin: Duration,
@@ -190,7 +190,7 @@ impl Shared {
         served: bool,
     ) -> Self {
         Shared {
-            node: Mutex::new(node),
+            station: Mutex::new(station),
             waiter,
             clock,
             app_active: AtomicUsize::new(0),
@@ -227,7 +227,7 @@ impl Shared {
     pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock leaves the core in whatever state
         // it reached; its invariants do not depend on the panicking caller.
-        Locked { guard: Some(self.node.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
+        Locked { guard: Some(self.station.lock().unwrap_or_else(|e| e.into_inner())), shared: self, wakes: 0 }
     }
 
     /// The lock if nobody holds it now: the progress worker serves its
@@ -236,7 +236,7 @@ impl Shared {
     /// slice, and every endpoint behind it in the worker's turn waited
     /// that long).
     pub(crate) fn try_lock(&self) -> Option<Locked<'_>> {
-        let guard = match self.node.try_lock() {
+        let guard = match self.station.try_lock() {
             Ok(g) => g,
             // As `lock`: the core's invariants do not depend on the caller
             // that panicked.
@@ -379,7 +379,7 @@ pub(crate) fn block_on<R>(
     shared: &Shared,
     timeout: Option<Duration>,
     awaits: Awaits,
-    mut ready: impl FnMut(&mut Node) -> Option<R>,
+    mut ready: impl FnMut(&mut EmbeddedStation) -> Option<R>,
 ) -> Result<R, Error> {
     let start = StdInstant::now();
     // A timeout past the end of time (Duration::MAX: "as long as it
