@@ -353,4 +353,68 @@ mod tests {
         }
         assert_eq!(core.stats().datagrams_received, 1000, "the rest in the following turns");
     }
+
+    /// A socket with no room (a transport answering `WouldBlock`) keeps
+    /// what was built: nothing is lost, and all of it goes once there is
+    /// room, before anything newer. A transport that refuses a datagram
+    /// for good (an unknown peer) loses it, counted.
+    #[test]
+    fn a_full_socket_keeps_what_was_built_and_a_refusal_is_counted() {
+        use std::sync::{Arc, Mutex};
+
+        /// Sends go to `sent` while `room`, else `WouldBlock`; node 9 is
+        /// unknown to it.
+        struct Socket {
+            room: Arc<Mutex<bool>>,
+            sent: Arc<Mutex<Vec<Vec<u8>>>>,
+        }
+        impl Transport for Socket {
+            fn send_to(&mut self, dst: NodeId, datagram: &[u8]) -> Result<(), TransportError> {
+                if dst == 9 {
+                    return Err(TransportError::Unreachable);
+                }
+                if !*self.room.lock().unwrap() {
+                    return Err(TransportError::WouldBlock);
+                }
+                self.sent.lock().unwrap().push(datagram.to_vec());
+                Ok(())
+            }
+            fn recv_batch(&mut self, _batch: &mut RecvBatch) -> Result<usize, TransportError> {
+                Ok(0)
+            }
+            fn wait_readable(&mut self, _timeout: Option<Duration>) -> Result<bool, TransportError> {
+                Ok(false)
+            }
+            fn counters(&self) -> tether_io::TransportCounters {
+                Default::default()
+            }
+        }
+
+        let (room, sent) = (Arc::new(Mutex::new(false)), Arc::new(Mutex::new(Vec::new())));
+        let socket = Socket { room: room.clone(), sent: sent.clone() };
+        let mut driver = Driver::new(vec![Box::new(socket)], 64);
+        // Five datagrams to node 2, numbered in their first byte.
+        let mut next = 0u8;
+        let mut build = |buf: &mut [u8]| {
+            if next == 5 {
+                return None;
+            }
+            buf[0] = next;
+            next += 1;
+            Some(Transmit { dst: 2, len: 1, rail: 0, to_addr: None })
+        };
+        assert_eq!(driver.transmit(&mut build), 0, "no room: nothing sent");
+        assert_eq!(driver.pending(), 5, "all five kept");
+        assert_eq!(driver.transmit(|_| unreachable!("the kept ones go first")), 0);
+        *room.lock().unwrap() = true;
+        assert_eq!(driver.transmit(|_| None), 5);
+        assert_eq!(driver.pending(), 0);
+        let order: Vec<u8> = sent.lock().unwrap().iter().map(|d| d[0]).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4], "in the order built");
+        assert_eq!(driver.dropped(), 0);
+        // Refused for good: lost, counted, and the turn goes on.
+        let mut once = Some(Transmit { dst: 9, len: 1, rail: 0, to_addr: None });
+        assert_eq!(driver.transmit(|_| once.take()), 0);
+        assert_eq!((driver.dropped(), driver.pending()), (1, 0));
+    }
 }

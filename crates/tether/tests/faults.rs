@@ -203,3 +203,19 @@ fn call_faults_surface_as_typed_errors_and_leave_nothing_behind() {
         clean_rate / faulty_rate
     );
 }
+
+/// A plan the injector refuses (an `api` rule whose probability is not
+/// one) is refused before anything is bound or started: the port is free
+/// at once. Made after the endpoint was opened, the refusal left a live
+/// endpoint behind with nobody to close it, its socket bound.
+#[test]
+fn an_endpoint_refused_for_its_api_plan_leaves_nothing_behind() {
+    let mut options = options(&["invocation:p=0.5,side=api"], 1);
+    options.faults.rules[0].recurrence = tether::faults::Recurrence::Probability(1.5);
+    let bind = std::net::UdpSocket::bind(any()).unwrap();
+    let addr = bind.local_addr().unwrap();
+    drop(bind);
+    assert!(matches!(Endpoint::udp(1, addr, &[], options), Err(Error::FaultPlan(_))));
+    let again = Endpoint::udp(1, addr, &[], Options::default());
+    assert!(again.is_ok(), "the port is free again: {again:?}");
+}
