@@ -157,6 +157,23 @@ enum Outcome {
     Hung(Duration),
 }
 
+/// Whether an engine whose heartbeat stood still for `still` is late, at
+/// `now_ns`: awake (`asleep_until` 0), it is once `patience` passed; asleep,
+/// once `patience` passed its declared wake-up. The word is the engine's
+/// to write, and an engine gone wrong may write anything: a wake-up
+/// further off than it may sleep (`max_sleep`) is no promise, and it is
+/// judged as awake (before, a word near the end of the numbers overflowed
+/// the sum: a panic with overflow checks, a wrong judgment without).
+fn is_late(asleep_until: u64, now_ns: u64, still: Duration, patience: Duration, max_sleep: Duration) -> bool {
+    let patience_ns = patience.as_nanos().min(u64::MAX as u128) as u64;
+    let furthest = now_ns.saturating_add(max_sleep.as_nanos().min(u64::MAX as u128) as u64);
+    if asleep_until == 0 || asleep_until > furthest.saturating_add(patience_ns) {
+        still > patience
+    } else {
+        now_ns > asleep_until.saturating_add(patience_ns)
+    }
+}
+
 /// Watch the engine `pid` until it dies, hangs, or the supervisor stops.
 fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) -> Outcome {
     let started = Instant::now();
@@ -182,12 +199,13 @@ fn watch_over(pid: u32, heartbeat: &Heartbeat, watch: Watch, stop: &AtomicBool) 
         // loaded machine, is given four times as long for its first
         // STARTUP: a false hang would only start another to do the same.
         let patience = if started.elapsed() < STARTUP { 4 * watch.hang_after } else { watch.hang_after };
-        let asleep_until = heartbeat.asleep_until();
-        let late = if asleep_until == 0 {
-            since.elapsed() > patience
-        } else {
-            monotonic_ns() > asleep_until + patience.as_nanos() as u64
-        };
+        let late = is_late(
+            heartbeat.asleep_until(),
+            monotonic_ns(),
+            since.elapsed(),
+            patience,
+            heartbeat.max_sleep(),
+        );
         // Where the engine stood when it was first seen late: CPU time
         // from then on, without a turn, is what convicts a runnable one.
         if !late {
@@ -326,6 +344,26 @@ mod tests {
         assert!(!is_hang(seen(b'R', 10), later(seen(b'D', 10), 5), HANG), "runnable when first seen late");
         assert!(is_hang(seen(b'D', 10), later(seen(b'D', 10), 1), HANG));
         assert!(is_hang(seen(b'S', 10), later(seen(b'S', 10), 2), HANG));
+    }
+
+    #[test]
+    fn lateness_is_judged_from_the_heartbeat_whatever_its_words_say() {
+        let ms = Duration::from_millis;
+        let (patience, max_sleep) = (ms(5), ms(100));
+        let now = 10_000_000_000;
+        // Awake: late once the heartbeat stood still past the patience.
+        assert!(!is_late(0, now, ms(4), patience, max_sleep));
+        assert!(is_late(0, now, ms(6), patience, max_sleep));
+        // Asleep until a moment within reach: late only past it and the patience.
+        let wake = now + 50_000_000;
+        assert!(!is_late(wake, now, ms(60), patience, max_sleep));
+        assert!(is_late(wake, wake + 6_000_000, ms(60), patience, max_sleep));
+        // A wake-up past what the engine may sleep, up to the end of the
+        // numbers: no promise, judged as awake (and no overflow).
+        for corrupt in [now + 10_000_000_000, u64::MAX - 1, u64::MAX] {
+            assert!(is_late(corrupt, now, ms(6), patience, max_sleep), "{corrupt}");
+            assert!(!is_late(corrupt, now, ms(4), patience, max_sleep), "{corrupt}");
+        }
     }
 
     #[test]
