@@ -30,7 +30,7 @@ use tether_proto::{
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
 use crate::attach::{self, Doorbell};
-use crate::records::{counter_values, pair_file, Completion, Rails, Submission, Taken};
+use crate::records::{channel_bit, counter_values, pair_file, Completion, Rails, Submission, Taken};
 use crate::EngineError;
 
 /// How long a wait spins without yielding when the endpoint has direct
@@ -44,10 +44,6 @@ const DIRECT_SPIN: Duration = Duration::from_micros(1);
 /// channel (`Channel`: tether's calls). Ids count messages from zero and
 /// never reach it.
 const DIRECT_SECOND: u64 = 1 << 63;
-const _: () = assert!(Channel::COUNT == 2, "a direct record names its channel with one bit");
-
-/// The second channel, which the direct path's top bit names.
-const SECOND: Channel = Channel::new(1);
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
@@ -508,7 +504,7 @@ impl Attachment {
                     break;
                 };
                 let id = u64::from_le_bytes(*id);
-                let channel = if id & DIRECT_SECOND != 0 { SECOND } else { Channel::APP };
+                let channel = channel_bit(id & DIRECT_SECOND != 0);
                 let id = id & !DIRECT_SECOND;
                 if d.expect.is_some_and(|e| e != id) {
                     broken = Some(format!("message {id} where {:?} was next", d.expect));

@@ -138,13 +138,13 @@ pub fn counter_values(values: &[u8]) -> impl Iterator<Item = u64> + '_ {
     values.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
 }
 
-/// The channel besides the application's: records name a message's
-/// channel with one bit, as the wire does.
-const SECOND: Channel = Channel::new(1);
+/// The channel besides the application's: records (and the direct path's
+/// record ids) name a message's channel with one bit, as the wire does.
+pub(crate) const SECOND: Channel = Channel::new(1);
 const _: () = assert!(Channel::COUNT == 2, "records carry a message's channel in one bit");
 
 /// The channel a record's bit names.
-fn channel_bit(set: bool) -> Channel {
+pub(crate) fn channel_bit(set: bool) -> Channel {
     if set {
         SECOND
     } else {
@@ -338,7 +338,7 @@ impl<'a> Submission<'a> {
                 id: i.u64()?,
                 peer: i.u32()?,
                 payload: i.bytes()?,
-                channel: if k == kind::SEND { Channel::APP } else { SECOND },
+                channel: channel_bit(k == kind::SEND_ON_1),
             },
             kind::ADD_PEER => {
                 let node = i.u32()?;

@@ -315,9 +315,7 @@ impl Engine {
 
     /// The address each rail is bound at (port 0 resolved).
     pub fn rail_addrs(&self) -> Vec<SocketAddr> {
-        (0..self.driver.rail_count() as RailId)
-            .filter_map(|r| self.driver.rail(r).and_then(|t| t.local_addr()))
-            .collect()
+        self.driver.rails().iter().filter_map(|r| r.local_addr()).collect()
     }
 
     /// Set it to stop `run` within `IDLE_SLICE`.
@@ -549,8 +547,6 @@ impl Engine {
         let Engine { driver, clients, book, selftest, stats, heartbeat, .. } = self;
         let beat = heartbeat.as_ref();
         let received = driver.receive(now, |rail, seen, datagram| {
-            // Long work is progress, not a hang: the heartbeat says so.
-            beat.inspect(|h| h.beat());
             // Who sent it is the book's to say, from the source address:
             // an address may host many nodes, so the transport's own
             // guess (`seen.from`, `Seen::origin`) is not used here.
@@ -569,6 +565,12 @@ impl Engine {
             };
             c.core.handle_datagram_from(now, rail, book.origin(rail, addr, src), datagram);
         });
+        if received > 0 {
+            // Work is progress, not a hang: the heartbeat says so (once a
+            // turn's receive, which the driver's budget keeps short; not
+            // once a datagram, a write to a line the supervisor reads).
+            beat.inspect(|h| h.beat());
+        }
         let backlog = driver.backlog();
         for c in clients.iter_mut() {
             c.core.set_backlog(backlog);
