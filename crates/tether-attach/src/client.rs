@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
+use crate::machine::{readable, Machine, RealMachine};
+
 use bytes::Bytes;
 use tether_fault::FaultCounters;
 
@@ -119,6 +121,9 @@ impl PeerLog {
 /// How an application attaches.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
+    /// The clock, scheduler and random source the client waits with: the
+    /// real machine, or a simulator's (`Machine`).
+    pub machine: Arc<dyn Machine>,
     /// This life's incarnation (default: the wall clock).
     pub incarnation: Option<u64>,
     /// Bytes of each ring; a message must fit a quarter of the smaller.
@@ -149,6 +154,7 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
+            machine: RealMachine::shared(),
             incarnation: None,
             ring_bytes: 4 << 20,
             spin: Duration::from_millis(1),
@@ -164,6 +170,7 @@ impl Default for ClientOptions {
 /// calls and by the watcher (see [`Client`]).
 struct Attachment {
     node: NodeId,
+    machine: Arc<dyn Machine>,
     region: ClientRegion,
     dir: PathBuf,
     path: PathBuf,
@@ -267,12 +274,19 @@ fn default_incarnation() -> u64 {
     (now.as_nanos() as u64).max(1)
 }
 
-/// A fresh secret from the kernel's random source.
-fn entropy() -> std::io::Result<[u8; tether_shm::SECRET_LEN]> {
-    use std::io::Read;
+/// A fresh secret from the machine's random source.
+fn entropy(machine: &dyn Machine) -> std::io::Result<[u8; tether_shm::SECRET_LEN]> {
     let mut seed = [0u8; tether_shm::SECRET_LEN];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
+    machine.entropy(&mut seed)?;
     Ok(seed)
+}
+
+/// Did the attachment fail because the engine died in the middle of it
+/// (the connection made, then reset or closed unanswered)? Not when
+/// nobody was listening: that is told at once.
+fn died_answering(e: &EngineError) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e, EngineError::Io(io) if matches!(io.kind(), ConnectionReset | UnexpectedEof | BrokenPipe))
 }
 
 /// Regions created by this process so far, for unique names.
@@ -294,8 +308,19 @@ impl Attachment {
         let n = REGIONS.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("client-{node}-{}-{n}.shm", std::process::id()));
         let region = ClientRegion::create(&path, header)?;
-        region.control.set_secret(&entropy()?);
-        let result = Self::connect(dir, &path, attach::Mode::Fresh);
+        let machine = options.machine.clone();
+        region.control.set_secret(&entropy(&*machine)?);
+        let result = match Self::connect(&*machine, dir, &path, attach::Mode::Fresh) {
+            // An engine was there and died answering: as when one dies
+            // later, a new one (its supervisor starts it) is waited for.
+            Err(e) if died_answering(&e) => match options.recovery {
+                Some(patience) => {
+                    Self::reconnect(&*machine, dir, &path, attach::Mode::Fresh, machine.now(), patience)
+                }
+                None => Err(e),
+            },
+            other => other,
+        };
         let (conn, engine_pid) = match result {
             Ok(ok) => ok,
             Err(e) => {
@@ -305,6 +330,7 @@ impl Attachment {
         };
         Ok(Attachment {
             node,
+            machine,
             region,
             dir: dir.to_owned(),
             path,
@@ -335,14 +361,56 @@ impl Attachment {
         })
     }
 
-    fn connect(dir: &Path, region: &Path, mode: attach::Mode) -> Result<(UnixStream, u32), EngineError> {
+    fn connect(
+        machine: &dyn Machine,
+        dir: &Path,
+        region: &Path,
+        mode: attach::Mode,
+    ) -> Result<(UnixStream, u32), EngineError> {
         let mut conn = UnixStream::connect(attach::socket_path(dir))?;
         conn.set_read_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
         conn.set_write_timeout(Some(attach::EXCHANGE_TIMEOUT))?;
         attach::write_request(&mut conn, region, mode)?;
+        // The engine answers at its next look at its socket: waited for on
+        // the machine (a simulator turns the engine meanwhile), then read.
+        let deadline = machine.now() + attach::EXCHANGE_TIMEOUT;
+        loop {
+            let mut fd = [readable(conn.as_raw_fd())];
+            let left = deadline.saturating_sub(machine.now());
+            if crate::machine::ready_now(&mut fd) {
+                break;
+            }
+            if left.is_zero() {
+                return Err(EngineError::Timeout);
+            }
+            machine.sleep_on(&mut fd, left);
+        }
         let pid = attach::read_reply(&mut conn)?.map_err(EngineError::Refused)?;
         conn.set_nonblocking(true)?;
         Ok((conn, pid))
+    }
+
+    /// Attach again and again until an engine answers, up to `patience`
+    /// after `since`: `EngineGone` if none did, `Refused` at once if one
+    /// refused.
+    fn reconnect(
+        machine: &dyn Machine,
+        dir: &Path,
+        region: &Path,
+        mode: attach::Mode,
+        since: Duration,
+        patience: Duration,
+    ) -> Result<(UnixStream, u32), EngineError> {
+        loop {
+            match Self::connect(machine, dir, region, mode) {
+                Ok(ok) => return Ok(ok),
+                Err(EngineError::Refused(why)) => return Err(EngineError::Refused(why)),
+                Err(_) if machine.now().saturating_sub(since) < patience => {
+                    machine.sleep_on(&mut [], Duration::from_millis(2))
+                }
+                Err(_) => return Err(EngineError::EngineGone),
+            }
+        }
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -382,17 +450,17 @@ impl Attachment {
         // The answer says whether the peer is on this engine (a direct path,
         // `Completion::Local`, comes first): known before any message to it
         // is sent, so its messages never take two ways.
-        let deadline = StdInstant::now() + attach::EXCHANGE_TIMEOUT;
+        let deadline = self.machine.now() + attach::EXCHANGE_TIMEOUT;
         let result = loop {
             self.take_completions()?;
             if self.answered {
                 break Ok(());
             }
-            if StdInstant::now() >= deadline {
+            if self.machine.now() >= deadline {
                 break Err(EngineError::Timeout);
             }
             self.check_engine()?;
-            std::thread::yield_now();
+            self.machine.yield_now();
         };
         self.awaiting = None;
         result
@@ -445,7 +513,7 @@ impl Attachment {
         timeout: Option<Duration>,
         channel: Channel,
     ) -> Result<MessageId, EngineError> {
-        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let deadline = timeout.map(|t| self.machine.now() + t);
         let id = if channel == Channel::APP { seq } else { seq | DIRECT_SECOND };
         loop {
             let p = self.peers.get_mut(&peer).expect("a known peer");
@@ -576,13 +644,13 @@ impl Attachment {
 
     /// One look while a ring is full: take what came (which may be what
     /// frees it), then yield; an error past `deadline` or with the engine gone.
-    fn wait_for_room(&mut self, deadline: Option<StdInstant>) -> Result<(), EngineError> {
+    fn wait_for_room(&mut self, deadline: Option<Duration>) -> Result<(), EngineError> {
         self.take_completions()?;
-        if deadline.is_some_and(|d| StdInstant::now() >= d) {
+        if deadline.is_some_and(|d| self.machine.now() >= d) {
             return Err(EngineError::Timeout);
         }
         self.check_engine()?;
-        std::thread::yield_now();
+        self.machine.yield_now();
         Ok(())
     }
 
@@ -595,7 +663,7 @@ impl Attachment {
         let mut record = std::mem::take(&mut self.buf);
         record.resize(need, 0);
         let n = s.encode(&mut record)?;
-        let deadline = timeout.map(|t| StdInstant::now() + t);
+        let deadline = timeout.map(|t| self.machine.now() + t);
         let result = loop {
             match self.region.submissions.push(&record[..n]) {
                 Ok(()) => {
@@ -684,8 +752,8 @@ impl Attachment {
         }
         self.closed = true;
         self.submit(&Submission::Close { linger_ns: linger.as_nanos() as u64 }, Some(linger))?;
-        let deadline = StdInstant::now() + linger + attach::EXCHANGE_TIMEOUT;
-        while StdInstant::now() < deadline {
+        let deadline = self.machine.now() + linger + attach::EXCHANGE_TIMEOUT;
+        while self.machine.now() < deadline {
             let _ = self.take_completions();
             if self.check_engine().is_err() {
                 return Ok(());
@@ -701,16 +769,16 @@ impl Attachment {
     /// other threads' calls go on meanwhile.
     fn look<R>(
         &mut self,
-        start: StdInstant,
-        deadline: Option<StdInstant>,
+        start: Duration,
+        deadline: Option<Duration>,
         ready: &mut impl FnMut(&mut Self) -> Option<R>,
     ) -> Result<Look<R>, EngineError> {
         self.take_completions()?;
         if let Some(r) = ready(self) {
             return Ok(Look::Ready(r));
         }
-        let now = StdInstant::now();
-        let waited = now.saturating_duration_since(start);
+        let now = self.machine.now();
+        let waited = now.saturating_sub(start);
         if deadline.is_some_and(|d| now >= d) {
             return Err(EngineError::Timeout);
         }
@@ -733,7 +801,7 @@ impl Attachment {
                 return Ok(Look::Yield);
             }
         }
-        let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(now));
+        let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_sub(now));
         Ok(Look::Sleep(left.min(Duration::from_millis(100))))
     }
 
@@ -746,9 +814,8 @@ impl Attachment {
     }
 
     fn sleep(&mut self, d: Duration) {
-        let mut fd = [libc::pollfd { fd: self.conn.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        // A failed sleep is a short one: the caller looks again.
-        let _ = attach::sleep_on(&mut fd, d);
+        let mut fd = [readable(self.conn.as_raw_fd())];
+        self.machine.sleep_on(&mut fd, d);
     }
 
     /// Whether the engine is still there (its end of the connection open).
@@ -773,21 +840,15 @@ impl Attachment {
     /// wait for a new engine, and give it everything it needs to go on
     /// where the old one stopped (docs/ENGINE.md, "Restore").
     fn recover(&mut self, patience: Duration) -> Result<(), EngineError> {
-        let lost = StdInstant::now();
+        let lost = self.machine.now();
         tracing::warn!(node = self.node, engine = self.engine_pid, "engine gone: waiting for a new one");
         self.take_completions()?;
         // Submissions the dead engine never took: everything in them is
         // retained and goes again below. No engine reads the ring now.
         let mut stale = Vec::new();
         while self.region.submissions.pop(&mut stale)? {}
-        let (conn, pid) = loop {
-            match Self::connect(&self.dir, &self.path, attach::Mode::Resume) {
-                Ok(ok) => break ok,
-                Err(EngineError::Refused(why)) => return Err(EngineError::Refused(why)),
-                Err(_) if lost.elapsed() < patience => std::thread::sleep(Duration::from_millis(2)),
-                Err(_) => return Err(EngineError::EngineGone),
-            }
-        };
+        let (conn, pid) =
+            Self::reconnect(&*self.machine, &self.dir, &self.path, attach::Mode::Resume, lost, patience)?;
         (self.conn, self.engine_pid) = (conn, pid);
         let peers: Vec<NodeId> = self.peers.keys().copied().collect();
         for peer in peers {
@@ -823,7 +884,7 @@ impl Attachment {
         self.faults_before.accumulate(&last);
         let last = std::mem::take(&mut self.engine_checks);
         self.checks_before.accumulate(&last);
-        let outage = lost.elapsed();
+        let outage = self.machine.now().saturating_sub(lost);
         tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
         self.events.push_back(Event::EngineRecovered { outage });
         Ok(())
@@ -954,13 +1015,27 @@ pub struct Client {
 impl Client {
     /// Create a region in the engine's directory `dir` and attach as `node`.
     pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
+        let watched = options.machine.watcher();
         let inner = Arc::new(Mutex::new(Attachment::attach(dir, node, options)?));
         let stop = Arc::new(AtomicBool::new(false));
         let (weak, flag) = (Arc::downgrade(&inner), stop.clone());
-        let watcher = std::thread::Builder::new()
-            .name(format!("tether-watch-{node}"))
-            .spawn(move || watch(weak, flag))?;
-        Ok(Client { node, inner, stop, watcher: Some(watcher) })
+        let watcher = match watched {
+            true => Some(
+                std::thread::Builder::new()
+                    .name(format!("tether-watch-{node}"))
+                    .spawn(move || watch(weak, flag))?,
+            ),
+            false => None,
+        };
+        Ok(Client { node, inner, stop, watcher })
+    }
+
+    /// What the watcher does, for a client whose machine has none (a
+    /// simulator's): notice whether the engine went and, if so, resume
+    /// with a new one (waiting on the machine for up to
+    /// `ClientOptions::recovery`). `EngineGone` if there is none.
+    pub fn check_engine(&self) -> Result<(), EngineError> {
+        self.lock().check_engine()
     }
 
     fn lock(&self) -> MutexGuard<'_, Attachment> {
@@ -1081,6 +1156,9 @@ impl Client {
         channel: Channel,
         until: impl Fn() -> Option<StdInstant>,
     ) -> Result<Option<Delivery>, EngineError> {
+        // The caller's deadline on the real clock, as the machine counts.
+        let machine = self.lock().machine.clone();
+        let until = || until().map(|t| machine.now() + t.saturating_duration_since(StdInstant::now()));
         match wait_until(&self.inner, until, |c| c.pop(channel)) {
             Err(EngineError::Timeout) => Ok(None),
             other => other.map(Some),
@@ -1235,7 +1313,8 @@ fn wait_unlocked<R>(
     ready: impl FnMut(&mut Attachment) -> Option<R>,
 ) -> Result<R, EngineError> {
     // A timeout past the end of time is no deadline.
-    let deadline = timeout.and_then(|t| StdInstant::now().checked_add(t));
+    let machine = inner.lock().unwrap_or_else(|e| e.into_inner()).machine.clone();
+    let deadline = timeout.and_then(|t| machine.now().checked_add(t));
     wait_until(inner, || deadline, ready)
 }
 
@@ -1243,11 +1322,12 @@ fn wait_unlocked<R>(
 /// (asked at every look) passes.
 fn wait_until<R>(
     inner: &Mutex<Attachment>,
-    until: impl Fn() -> Option<StdInstant>,
+    until: impl Fn() -> Option<Duration>,
     mut ready: impl FnMut(&mut Attachment) -> Option<R>,
 ) -> Result<R, EngineError> {
     let lock = || inner.lock().unwrap_or_else(|e| e.into_inner());
-    let start = StdInstant::now();
+    let machine = lock().machine.clone();
+    let start = machine.now();
     loop {
         let sleep = {
             let mut a = lock();
@@ -1271,7 +1351,7 @@ fn wait_until<R>(
             }
         };
         match sleep {
-            None => std::thread::yield_now(),
+            None => machine.yield_now(),
             Some((conn, d, bell)) => {
                 let poll = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
                 let mut fds = [poll(conn.as_raw_fd()), poll(bell.unwrap_or(-1))];
@@ -1279,7 +1359,7 @@ fn wait_until<R>(
                 // (Without a bell of its own, a thread sleeps in slices of
                 // a millisecond.)
                 let d = if bell.is_some() { d } else { d.min(Duration::from_millis(1)) };
-                let _ = attach::sleep_on(&mut fds, d);
+                machine.sleep_on(&mut fds, d);
                 let mut a = lock();
                 if let Some(bell) = bell {
                     drain_bell(bell);

@@ -19,6 +19,7 @@ mod client;
 mod clock;
 mod counters;
 mod error;
+mod machine;
 pub mod records;
 
 pub use attach::{is_probe_node, PROBE_BASE};
@@ -26,4 +27,5 @@ pub use client::{Client, ClientOptions, Tracker};
 pub use clock::monotonic_ns;
 pub use counters::EngineCounters;
 pub use error::EngineError;
+pub use machine::{ready_now, Machine, RealMachine};
 pub use records::{Completion, RecordError, Submission, Taken};
