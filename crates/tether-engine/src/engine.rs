@@ -107,24 +107,24 @@ impl EngineOptions {
     }
 }
 
-/// A rail's socket, with the fault plan's injector in front of it when
-/// there is one.
-type Rail = Box<dyn Transport + Send>;
+/// A rail: its UDP socket, or a simulator's virtual one; with the fault
+/// plan's injector in front of it when there is one.
+pub type Rail = Box<dyn Transport + Send>;
 
 /// Wrap each socket in the fault plan (none: the sockets as they are).
 fn rails_with_faults(
-    rails: Vec<UdpTransport>,
+    rails: Vec<Rail>,
     plan: &FaultPlan,
 ) -> Result<(Vec<Rail>, Vec<FaultHandle>), EngineError> {
     check_faults(plan)?;
     let mut handles = Vec::new();
     let mut out: Vec<Rail> = Vec::new();
-    for (r, udp) in rails.into_iter().enumerate() {
+    for (r, rail) in rails.into_iter().enumerate() {
         if plan.rules.is_empty() {
-            out.push(Box::new(udp));
+            out.push(rail);
             continue;
         }
-        let faulty = FaultyTransport::new(udp, plan, node_seed(plan.seed, r as u32))
+        let faulty = FaultyTransport::new(rail, plan, node_seed(plan.seed, r as u32))
             .map_err(|e| EngineError::Faults(e.to_string()))?;
         handles.push(faulty.handle());
         out.push(Box::new(faulty));
@@ -191,21 +191,45 @@ pub struct Engine {
 /// What an engine listens on: the rendezvous socket and one UDP socket per
 /// rail. A supervisor binds them once and hands them to each engine it
 /// starts.
-#[derive(Debug)]
 pub struct EngineSockets {
     listener: UnixListener,
-    rails: Vec<UdpTransport>,
+    rails: Vec<Rail>,
+}
+
+impl std::fmt::Debug for EngineSockets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rails: Vec<_> = self.rails.iter().map(|r| r.local_addr()).collect();
+        f.debug_struct("EngineSockets").field("listener", &self.listener).field("rails", &rails).finish()
+    }
 }
 
 impl EngineSockets {
     /// Take the directory (created mode 0700 if missing; it must be this
     /// user's and no one else's to write), bind the socket and every rail.
     pub fn bind(options: &EngineOptions) -> Result<Self, EngineError> {
-        check_faults(&options.faults)?;
-        if options.binds.is_empty() || options.binds.len() > MAX_RAILS {
-            return Err(EngineError::Rails { given: options.binds.len(), max: MAX_RAILS });
+        Self::check(options)?;
+        let listener = Self::listen(options)?;
+        let rails = options
+            .binds
+            .iter()
+            .map(|&b| UdpTransport::bind(b, AddressBook::new()).map(|udp| Box::new(udp) as Rail))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EngineSockets { listener, rails })
+    }
+
+    /// Take the directory and bind the socket as `bind` does, over rails
+    /// the caller made (one per `options.binds`, at those addresses): a
+    /// simulator's virtual network.
+    pub fn bind_with(options: &EngineOptions, rails: Vec<Rail>) -> Result<Self, EngineError> {
+        Self::check(options)?;
+        if rails.len() != options.binds.len() {
+            return Err(EngineError::Rails { given: rails.len(), max: options.binds.len() });
         }
-        options.config.validate()?;
+        Ok(EngineSockets { listener: Self::listen(options)?, rails })
+    }
+
+    /// The directory taken and the rendezvous socket bound in it.
+    fn listen(options: &EngineOptions) -> Result<UnixListener, EngineError> {
         prepare_dir(&options.dir)?;
         let sock = attach::socket_path(&options.dir);
         if sock.exists() {
@@ -217,12 +241,17 @@ impl EngineSockets {
         }
         let listener = UnixListener::bind(&sock)?;
         listener.set_nonblocking(true)?;
-        let rails = options
-            .binds
-            .iter()
-            .map(|&b| UdpTransport::bind(b, AddressBook::new()))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(EngineSockets { listener, rails })
+        Ok(listener)
+    }
+
+    /// What every engine checks before it binds anything.
+    fn check(options: &EngineOptions) -> Result<(), EngineError> {
+        check_faults(&options.faults)?;
+        if options.binds.is_empty() || options.binds.len() > MAX_RAILS {
+            return Err(EngineError::Rails { given: options.binds.len(), max: MAX_RAILS });
+        }
+        options.config.validate()?;
+        Ok(())
     }
 
     /// The address each rail is bound at.
@@ -387,13 +416,18 @@ impl Engine {
 
     /// One turn of the loop; true if it did anything.
     pub fn turn(&mut self) -> bool {
+        self.turn_at(self.now())
+    }
+
+    /// One turn of the loop at `now` (a simulator's virtual time, which
+    /// must not go back; `turn` reads the engine's clock).
+    pub fn turn_at(&mut self, now: Instant) -> bool {
         self.stats.turns += 1;
         if let Some(h) = &self.heartbeat {
             h.beat();
         }
         #[cfg(feature = "fault-hook")]
         self.take_strikes();
-        let now = self.now();
         let housekeeping = now >= self.housekeeping_due;
         let mut busy = false;
         if housekeeping {
@@ -475,6 +509,22 @@ impl Engine {
             clock.quick_took(now, took);
         }
         result
+    }
+
+    /// The whole audit at once: the address book, every application's
+    /// streams and every payload buffered. A running engine does it in
+    /// slices (`audit`); a simulator does it after every turn.
+    pub fn audit_all(&mut self) -> Result<(), String> {
+        self.audit_quick()?;
+        for c in serving(&self.clients) {
+            let mut at = None;
+            while let Some(next) =
+                c.core.audit_payloads(at, SLICE).map_err(|fault| format!("node {}: {fault}", c.node))?
+            {
+                at = Some(next);
+            }
+        }
+        Ok(())
     }
 
     /// The streams' bookkeeping and the address book.

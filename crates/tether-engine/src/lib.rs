@@ -31,7 +31,7 @@ mod stats;
 mod supervisor;
 
 pub use application::MAX_CLIENTS;
-pub use engine::{Engine, EngineOptions, EngineSockets};
+pub use engine::{Engine, EngineOptions, EngineSockets, Rail};
 pub use heartbeat::Heartbeat;
 pub use selftest::{SelfTestOptions, SelfTestStats};
 pub use stats::EngineStats;
