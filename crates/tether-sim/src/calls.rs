@@ -420,26 +420,18 @@ pub(crate) fn run(cfg: &SimConfig) -> SimReport {
     }
     let calls = w.calls.len() as u64;
     SimReport {
-        seed,
-        mix: cfg.mix,
-        config: cfg.to_string(),
         // A call is the unit here: made, and ended (every one must).
         sent: calls,
         delivered: ran + not_run + unknown,
-        failed: 0,
-        in_doubt_delivered: 0,
-        lost_in_crash: 0,
-        soft_losses: 0,
-        unread_at_crash: 0,
         violations,
         retransmits: stats.retransmits,
         checksum_failures: stats.checksum_failures,
         duplicates_discarded: stats.duplicates_discarded,
-        stale_dropped: 0,
         links,
         virtual_ms: w.net.now().saturating_since(start).as_nanos() as f64 / 1e6,
         stats,
         events,
         calls: Some(CallsReport { crashes: w.crashes, calls, ran, not_run, unknown }),
+        ..SimReport::empty(cfg)
     }
 }

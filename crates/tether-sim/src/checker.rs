@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use rand::{Rng, RngCore};
+use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tether_proto::{FailedMessages, MessageState, NodeId};
 
@@ -215,6 +217,21 @@ impl Checker {
     pub fn sent(&self) -> u64 {
         self.streams.values().map(|s| s.sent.len() as u64).sum()
     }
+}
+
+/// A workload message: sequence number and sender incarnation, then bytes
+/// from the run's RNG; sizes mostly small, some multi-fragment, a few large.
+pub(crate) fn message(rng: &mut Pcg64Mcg, seq: u64, incarnation: u64) -> Vec<u8> {
+    let len = match rng.gen_range(0..100) {
+        0..=69 => rng.gen_range(MESSAGE_HEADER..=256),
+        70..=94 => rng.gen_range(1024..=8192),
+        _ => rng.gen_range(20_000..=100_000),
+    };
+    let mut m = vec![0u8; len];
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    m[8..16].copy_from_slice(&incarnation.to_le_bytes());
+    rng.fill_bytes(&mut m[MESSAGE_HEADER..]);
+    m
 }
 
 #[cfg(test)]

@@ -39,6 +39,9 @@ pub enum Workload {
     /// call log (`crate::calls`: at most once, and every call's final
     /// state true).
     Calls,
+    /// Applications attached to real engine loops stream to each other
+    /// while the engines are killed and started again (`crate::engines`).
+    Engines,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +67,9 @@ pub struct SimConfig {
     /// (`Endpoint::snapshot` / `restore`): every timer, RTT estimate and
     /// path's health is lost, the streams go on.
     pub soft_losses: Vec<(NodeId, Duration)>,
+    /// Engines killed (`Workload::Engines`): the host, when, and how long
+    /// until a new engine starts there.
+    pub engine_kills: Vec<(u32, Duration, Duration)>,
     pub proto: Config,
     /// Faults apply until then; afterwards links heal (cuts for good stay).
     pub safety_phase: Duration,
@@ -98,6 +104,7 @@ impl SimConfig {
             rail_loss: Vec::new(),
             restarts: Vec::new(),
             soft_losses: Vec::new(),
+            engine_kills: Vec::new(),
             proto: Config { abandon_after: Duration::from_millis(300), ..Config::default() },
             safety_phase: Duration::from_millis(50),
             time_limit: Duration::from_secs(30),
@@ -140,7 +147,11 @@ impl fmt::Display for SimConfig {
             p.retransmit,
             p.rail_policy,
             self.workload
-        )
+        )?;
+        if !self.engine_kills.is_empty() {
+            write!(f, " engine_kills={:?}", self.engine_kills)?;
+        }
+        Ok(())
     }
 }
 
@@ -219,10 +230,17 @@ pub enum FaultMix {
     /// latencies spread to reorder them. No call may run twice, every call
     /// must end, and each final state must be true of its handler.
     CallsServerCrash,
+    /// Three applications on two hosts, each host's engine a real engine
+    /// loop (`crate::engines`), streaming to each other under loss,
+    /// reordering, duplication and corruption on both rails, while
+    /// engines are killed at moments drawn from the seed and started
+    /// again up to 5 ms later: each application resumes with the new
+    /// engine from its own backup. Nothing may be lost or repeated.
+    EngineKill,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 25] = [
+    pub const ALL: [FaultMix; 26] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -248,6 +266,7 @@ impl FaultMix {
         FaultMix::Swarm,
         FaultMix::ForgedEpochs,
         FaultMix::CallsServerCrash,
+        FaultMix::EngineKill,
     ];
 
     pub fn name(self) -> &'static str {
@@ -277,6 +296,7 @@ impl FaultMix {
             FaultMix::Swarm => "swarm",
             FaultMix::ForgedEpochs => "forged_epochs",
             FaultMix::CallsServerCrash => "calls_server_crash",
+            FaultMix::EngineKill => "engine_kill",
         }
     }
 
@@ -449,6 +469,18 @@ impl FaultMix {
                 c.safety_phase = Duration::from_millis(250);
                 c.time_limit = Duration::from_secs(30);
             }
+            FaultMix::EngineKill => {
+                c.workload = Workload::Engines;
+                c.rails = 2;
+                let [flip, cut] = corrupt(0.02);
+                rules(
+                    &mut c,
+                    &["delay:p=1,min=0us,max=100us", "drop:p=0.05", "duplicate:p=0.03", &flip, &cut],
+                );
+                c.safety_phase = Duration::from_millis(40);
+                c.engine_kills = engine_kills(seed, c.safety_phase);
+                c.time_limit = Duration::from_secs(5);
+            }
         }
         c
     }
@@ -479,6 +511,26 @@ fn engine_losses(c: &mut SimConfig, seed: u64) {
         let at = Duration::from_micros(rng.gen_range(50..=4_000));
         c.soft_losses.push((node, at));
     }
+}
+
+/// Hosts of the engines workload (`Workload::Engines`), each with an
+/// engine; application `n` runs on host `n % HOSTS`.
+pub const HOSTS: usize = 2;
+
+/// One to three engine kills, at hosts, moments and outages drawn from a
+/// stream of their own (`seed`): within the first `within` of the run,
+/// each engine down for up to 5 ms.
+fn engine_kills(seed: u64, within: Duration) -> Vec<(u32, Duration, Duration)> {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x6B69_6C6C_0000_0001);
+    let within = within.as_micros().max(1_000) as u64;
+    (0..rng.gen_range(1..=3))
+        .map(|_| {
+            let host = rng.gen_range(0..HOSTS as u32);
+            let at = Duration::from_micros(rng.gen_range(500..within));
+            let outage = Duration::from_micros(rng.gen_range(0..=5_000));
+            (host, at, outage)
+        })
+        .collect()
 }
 
 fn cut_rail(a: NodeId, b: NodeId, rail: RailId, at: Duration, until: Option<Duration>) -> LinkCut {

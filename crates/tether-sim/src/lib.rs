@@ -8,14 +8,17 @@
 pub mod calls;
 mod checker;
 mod config;
+pub mod engines;
 mod forger;
 pub mod net;
+mod report;
 mod sim;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
 pub use config::{plan, FaultMix, LinkCut, SimConfig, Workload};
 pub use net::{Fate, Link, Sent, VirtualNet};
-pub use sim::{run, LinkCounters, SimReport};
+pub use report::{LinkCounters, SimReport};
+pub use sim::run;
 
 /// Run `mix` at every seed in `seeds`, calling `progress` after each.
 pub fn swarm(

@@ -12,65 +12,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
-use serde::Serialize;
-use tether_fault::{node_seed, FaultCounters, Injector};
+use tether_fault::{node_seed, Injector};
 use tether_proto::{
     Assembled, Endpoint, Event, Instant, MessageId, MessageState, NodeId, RailId, Reassembly, SendError,
     Stats,
 };
 
-use crate::checker::{Checker, Violation, MESSAGE_HEADER};
+use crate::checker::{message, Checker, Violation};
 use crate::config::SimConfig;
 use crate::forger::Forger;
 use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
-
-/// What happened to datagrams on the links.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct LinkCounters {
-    pub datagrams: u64,
-    /// Lost to a cut link.
-    pub cut: u64,
-    /// Forged by the attacker on the path (`forged_epochs`).
-    pub forged: u64,
-    /// What the nodes' fault injectors did, summed.
-    pub faults: FaultCounters,
-}
-
-#[derive(Debug, Clone)]
-pub struct SimReport {
-    pub seed: u64,
-    pub mix: &'static str,
-    pub config: String,
-    pub sent: u64,
-    pub delivered: u64,
-    pub failed: u64,
-    pub in_doubt_delivered: u64,
-    pub lost_in_crash: u64,
-    /// Engines rebuilt from hard state (`SimConfig::soft_losses` that struck).
-    pub soft_losses: u64,
-    /// Messages delivered to a receiver's queue that crashed before reading them.
-    pub unread_at_crash: u64,
-    pub violations: Vec<Violation>,
-    pub retransmits: u64,
-    pub checksum_failures: u64,
-    pub duplicates_discarded: u64,
-    pub stale_dropped: u64,
-    pub links: LinkCounters,
-    /// Every core counter, summed over all endpoints (crashed ones included).
-    pub stats: Stats,
-    pub virtual_ms: f64,
-    pub events: u64,
-    /// Calls mixes (`Workload::Calls`): what the calls came to.
-    pub calls: Option<crate::calls::CallsReport>,
-}
-
-impl SimReport {
-    pub fn ok(&self) -> bool {
-        self.violations.is_empty()
-    }
-}
+use crate::report::{LinkCounters, SimReport};
 
 /// The simulator's own events; datagrams in flight and endpoint wake-ups
 /// are the network's (`NetEvent`).
@@ -401,6 +355,7 @@ impl<'a> World<'a> {
             in_doubt_delivered: c.in_doubt_delivered,
             lost_in_crash: c.lost_in_crash,
             soft_losses: self.soft_losses,
+            engine_recoveries: 0,
             unread_at_crash: c.unread_at_crash,
             violations: c.violations.clone(),
             retransmits: stats.retransmits,
@@ -595,27 +550,14 @@ fn describe(datagram: &[u8]) -> String {
     out
 }
 
-/// A workload message: sequence number and sender incarnation, then bytes
-/// from the run's RNG; sizes mostly small, some multi-fragment, a few large.
-fn message(rng: &mut Pcg64Mcg, seq: u64, incarnation: u64) -> Vec<u8> {
-    let len = match rng.gen_range(0..100) {
-        0..=69 => rng.gen_range(MESSAGE_HEADER..=256),
-        70..=94 => rng.gen_range(1024..=8192),
-        _ => rng.gen_range(20_000..=100_000),
-    };
-    let mut m = vec![0u8; len];
-    m[..8].copy_from_slice(&seq.to_le_bytes());
-    m[8..16].copy_from_slice(&incarnation.to_le_bytes());
-    rng.fill_bytes(&mut m[MESSAGE_HEADER..]);
-    m
-}
-
 /// Run one simulation. A panic anywhere in the core becomes a violation
 /// carrying the seed, not a crash of the caller.
 pub fn run(cfg: &SimConfig) -> SimReport {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if cfg.workload == crate::config::Workload::Calls {
-            return crate::calls::run(cfg);
+        match cfg.workload {
+            crate::config::Workload::Calls => return crate::calls::run(cfg),
+            crate::config::Workload::Engines => return crate::engines::run(cfg),
+            crate::config::Workload::Streams => {}
         }
         let mut world = World::new(cfg);
         let events = world.run();
@@ -627,27 +569,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        SimReport {
-            seed: cfg.seed,
-            mix: cfg.mix,
-            config: cfg.to_string(),
-            sent: 0,
-            delivered: 0,
-            failed: 0,
-            in_doubt_delivered: 0,
-            lost_in_crash: 0,
-            soft_losses: 0,
-            unread_at_crash: 0,
-            violations: vec![Violation::Panicked { message }],
-            retransmits: 0,
-            checksum_failures: 0,
-            duplicates_discarded: 0,
-            stale_dropped: 0,
-            links: LinkCounters::default(),
-            stats: Stats::default(),
-            virtual_ms: 0.0,
-            events: 0,
-            calls: None,
-        }
+        let mut report = SimReport::empty(cfg);
+        report.violations.push(Violation::Panicked { message });
+        report
     })
 }

@@ -4,7 +4,7 @@ use tether_sim::{run, FaultMix};
 
 #[test]
 fn same_seed_same_run() {
-    for mix in [FaultMix::Flaky, FaultMix::Restart, FaultMix::DeadLink] {
+    for mix in [FaultMix::Flaky, FaultMix::Restart, FaultMix::DeadLink, FaultMix::EngineKill] {
         let (a, b) = (run(&mix.config(17)), run(&mix.config(17)));
         assert_eq!(
             (a.events, a.delivered, a.failed, a.stats.clone(), a.virtual_ms),
@@ -95,4 +95,18 @@ fn regression_forged_epochs_lose_nothing_but_cut_messages() {
         );
         assert_eq!(r.in_doubt_delivered, 0, "seed {seed}");
     }
+}
+
+/// Pinned: `engine_kill` seed 554 (host 0's engine killed at 533 us, back
+/// 1.934 ms later) failed before a message was sent: the engine died
+/// answering node 2's attachment, and `Client::attach` reported
+/// "Connection reset by peer" though a new engine came. An engine dying
+/// in the middle of an attachment is now waited out like one dying
+/// later (up to `ClientOptions::recovery`); 12 of 1,000 seeds struck it.
+#[test]
+fn regression_engine_kill_554_engine_dies_answering_an_attachment() {
+    let r = run(&FaultMix::EngineKill.config(554));
+    assert!(r.ok(), "{:?}", &r.violations[..r.violations.len().min(3)]);
+    assert_eq!(r.delivered, r.sent);
+    assert_eq!(r.sent, 240);
 }

@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 25 mixes x 100 = 2,500 runs per `cargo test`.
+/// Seeds per mix: 26 mixes x 100 = 2,600 runs per `cargo test`.
 const SEEDS: u64 = 100;
 
 #[test]
@@ -232,6 +232,21 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             assert!(crashes >= r.len() as u64 * 4, "{crashes} crashes");
             assert!(sum(|c| c.ran) > sum(|c| c.calls) / 2, "most calls ran");
             assert!(sum(|c| c.not_run) > 0 && sum(|c| c.unknown) > 0, "every kind of end is reached");
+        }
+        FaultMix::EngineKill => {
+            // Every run killed an engine and started another, and the
+            // applications there resumed with it (a host serves one or two
+            // of the three; two kills close together may be one recovery);
+            // every message delivered once, in order (check_mix). The
+            // faults struck too.
+            assert!(
+                r.iter().all(|r| r.soft_losses >= 1 && r.engine_recoveries >= 1),
+                "a kill and a resumption"
+            );
+            let (kills, resumed) = (sum(&|r| r.soft_losses), sum(&|r| r.engine_recoveries));
+            assert!(resumed >= kills, "{resumed} resumptions after {kills} kills");
+            assert!(sum(&|r| r.retransmits) > 0 && sum(&|r| r.checksum_failures) > 0);
+            assert!(sum(&|r| r.duplicates_discarded) > 0);
         }
     }
 }
