@@ -1007,6 +1007,9 @@ impl Drop for Attachment {
 /// the application sent is delivered even if it never calls in again.
 pub struct Client {
     node: NodeId,
+    /// The attachment's machine, held here too so that a wait need not
+    /// take the attachment's lock to find its clock.
+    machine: Arc<dyn Machine>,
     inner: Arc<Mutex<Attachment>>,
     stop: Arc<AtomicBool>,
     watcher: Option<JoinHandle<()>>,
@@ -1015,7 +1018,8 @@ pub struct Client {
 impl Client {
     /// Create a region in the engine's directory `dir` and attach as `node`.
     pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
-        let watched = options.machine.watcher();
+        let machine = options.machine.clone();
+        let watched = machine.watcher();
         let inner = Arc::new(Mutex::new(Attachment::attach(dir, node, options)?));
         let stop = Arc::new(AtomicBool::new(false));
         let (weak, flag) = (Arc::downgrade(&inner), stop.clone());
@@ -1027,7 +1031,7 @@ impl Client {
             ),
             false => None,
         };
-        Ok(Client { node, inner, stop, watcher })
+        Ok(Client { node, machine, inner, stop, watcher })
     }
 
     /// What the watcher does, for a client whose machine has none (a
@@ -1157,9 +1161,9 @@ impl Client {
         until: impl Fn() -> Option<StdInstant>,
     ) -> Result<Option<Delivery>, EngineError> {
         // The caller's deadline on the real clock, as the machine counts.
-        let machine = self.lock().machine.clone();
+        let machine = &*self.machine;
         let until = || until().map(|t| machine.now() + t.saturating_duration_since(StdInstant::now()));
-        match wait_until(&self.inner, until, |c| c.pop(channel)) {
+        match wait_until(&self.inner, machine, until, |c| c.pop(channel)) {
             Err(EngineError::Timeout) => Ok(None),
             other => other.map(Some),
         }
@@ -1225,7 +1229,7 @@ impl Client {
     /// Where this endpoint's sent messages stand, for as long as the
     /// endpoint lives (a message's handle holds one).
     pub fn tracker(&self) -> Tracker {
-        Tracker(Arc::downgrade(&self.inner))
+        Tracker(Arc::downgrade(&self.inner), self.machine.clone())
     }
 
     /// Spin, then sleep, until `ready` gives something, holding the
@@ -1236,7 +1240,7 @@ impl Client {
         timeout: Option<Duration>,
         ready: impl FnMut(&mut Attachment) -> Option<R>,
     ) -> Result<R, EngineError> {
-        wait_unlocked(&self.inner, timeout, ready)
+        wait_unlocked(&self.inner, &*self.machine, timeout, ready)
     }
 
     /// Ask the engine to finish: it keeps driving up to `linger` for what
@@ -1275,7 +1279,7 @@ impl Drop for Client {
 /// Where an endpoint's sent messages stand; answers `Unknown` once the
 /// endpoint is gone.
 #[derive(Clone)]
-pub struct Tracker(Weak<Mutex<Attachment>>);
+pub struct Tracker(Weak<Mutex<Attachment>>, Arc<dyn Machine>);
 
 impl std::fmt::Debug for Tracker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1299,7 +1303,7 @@ impl Tracker {
         timeout: Option<Duration>,
     ) -> Result<MessageState, EngineError> {
         let Some(a) = self.0.upgrade() else { return Ok(MessageState::Unknown) };
-        wait_unlocked(&a, timeout, |c| match c.message_state(id) {
+        wait_unlocked(&a, &*self.1, timeout, |c| match c.message_state(id) {
             MessageState::Pending => None,
             settled => Some(settled),
         })
@@ -1309,24 +1313,24 @@ impl Tracker {
 /// `Attachment::wait`, locking the attachment only to look.
 fn wait_unlocked<R>(
     inner: &Mutex<Attachment>,
+    machine: &dyn Machine,
     timeout: Option<Duration>,
     ready: impl FnMut(&mut Attachment) -> Option<R>,
 ) -> Result<R, EngineError> {
     // A timeout past the end of time is no deadline.
-    let machine = inner.lock().unwrap_or_else(|e| e.into_inner()).machine.clone();
     let deadline = timeout.and_then(|t| machine.now().checked_add(t));
-    wait_until(inner, || deadline, ready)
+    wait_until(inner, machine, || deadline, ready)
 }
 
 /// Wait until `ready` gives something or the deadline `until()` gives
 /// (asked at every look) passes.
 fn wait_until<R>(
     inner: &Mutex<Attachment>,
+    machine: &dyn Machine,
     until: impl Fn() -> Option<Duration>,
     mut ready: impl FnMut(&mut Attachment) -> Option<R>,
 ) -> Result<R, EngineError> {
     let lock = || inner.lock().unwrap_or_else(|e| e.into_inner());
-    let machine = lock().machine.clone();
     let start = machine.now();
     loop {
         let sleep = {
