@@ -42,10 +42,10 @@ use crate::EngineError;
 /// some runs measured 50.8 us one way instead of 0.27).
 const DIRECT_SPIN: Duration = Duration::from_micros(1);
 
-/// The top bit of a direct path's record id: the message is on the second
-/// channel (`Channel`: tether's calls). Ids count messages from zero and
-/// never reach it.
-const DIRECT_SECOND: u64 = 1 << 63;
+/// The top bit of a direct path's record id: the message is on the
+/// layer's channel (`Channel::LAYER`: tether's calls). Ids count messages
+/// from zero and never reach it.
+const DIRECT_LAYER: u64 = 1 << 63;
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
@@ -81,8 +81,8 @@ struct PeerLog {
 
 /// A direct path to a peer on the same engine (docs/ENGINE.md, "The
 /// direct path"): a ring each way in a pair region, each record a message
-/// id (u64, little-endian; its top bit `DIRECT_SECOND` set for a
-/// message on the second channel) and the message.
+/// id (u64, little-endian; its top bit `DIRECT_LAYER` set for a
+/// message on `Channel::LAYER`) and the message.
 struct Direct {
     end: PairEnd,
     generation: u64,
@@ -514,7 +514,7 @@ impl Attachment {
         channel: Channel,
     ) -> Result<MessageId, EngineError> {
         let deadline = timeout.map(|t| self.machine.now() + t);
-        let id = if channel == Channel::APP { seq } else { seq | DIRECT_SECOND };
+        let id = if channel == Channel::APP { seq } else { seq | DIRECT_LAYER };
         loop {
             let p = self.peers.get_mut(&peer).expect("a known peer");
             let Some(d) = p.direct.as_mut() else {
@@ -572,8 +572,8 @@ impl Attachment {
                     break;
                 };
                 let id = u64::from_le_bytes(*id);
-                let channel = channel_bit(id & DIRECT_SECOND != 0);
-                let id = id & !DIRECT_SECOND;
+                let channel = channel_bit(id & DIRECT_LAYER != 0);
+                let id = id & !DIRECT_LAYER;
                 if d.expect.is_some_and(|e| e != id) {
                     broken = Some(format!("message {id} where {:?} was next", d.expect));
                     break;

@@ -1,5 +1,5 @@
 //! The protocol between an application and its engine process
-//! (docs/ENGINE.md; Zhou et al. [FTGM]), and the application's side of it,
+//! (docs/ENGINE.md; Zhou et al. \[FTGM\]), and the application's side of it,
 //! as Aeron's client library stands apart from its media driver: an
 //! application links this crate, never the engine's loop.
 //!
@@ -11,6 +11,7 @@
 //!   backup of every unsettled message, and its resumption with a new
 //!   engine when one dies.
 
+#![warn(missing_docs)]
 // An I/O crate: it reads clocks and waits on sockets.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 

@@ -16,16 +16,22 @@ use thiserror::Error;
 /// Why a record was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum RecordError {
+    /// No bytes at all.
     #[error("empty record")]
     Empty,
+    /// A kind byte this build does not know.
     #[error("unknown record kind {0}")]
     UnknownKind(u8),
+    /// The record ends before its fields do.
     #[error("record truncated")]
     Truncated,
+    /// Bytes left over after the record's last field.
     #[error("{0} bytes after the record's end")]
     Trailing(usize),
+    /// A field out of its range.
     #[error("bad field: {0}")]
     BadField(&'static str),
+    /// Encoding: the record does not fit the buffer given.
     #[error("the buffer is too small for the record")]
     BufferTooSmall,
 }
@@ -39,22 +45,50 @@ pub enum Submission<'a> {
     /// Send `payload` to `peer`; `id` is the application's name for the
     /// message, used in the completions that settle it, on `channel`
     /// (the application's, or tether's calls').
-    Send { id: u64, peer: NodeId, payload: &'a [u8], channel: Channel },
+    Send {
+        /// The message's id: its sequence number toward `peer`.
+        id: u64,
+        /// The destination.
+        peer: NodeId,
+        /// The message.
+        payload: &'a [u8],
+        /// Whose message it is.
+        channel: Channel,
+    },
     /// Learn a peer's address on each rail (rail `i` is `rails[i]`).
-    AddPeer { node: NodeId, rails: Rails },
+    AddPeer {
+        /// The peer.
+        node: NodeId,
+        /// Its address on each of the engine's rails.
+        rails: Rails,
+    },
     /// The application is leaving: settle what it sent within `linger_ns`.
-    Close { linger_ns: u64 },
+    Close {
+        /// How long the engine keeps driving what is unsettled, in
+        /// nanoseconds.
+        linger_ns: u64,
+    },
     /// After the engine died, to the new one: where the application
     /// stands in `peer`'s stream (`None`: nothing taken from it), sent
     /// after the peer's `AddPeer` and before its unsettled messages are
     /// sent again with their ids (docs/ENGINE.md, "Restore").
     /// `failed_upto`: one past the last message it was told failed.
-    Resume { peer: NodeId, failed_upto: u64, taken: Option<Taken> },
+    Resume {
+        /// The peer whose stream this is.
+        peer: NodeId,
+        /// One past the last message to it the application was told failed.
+        failed_upto: u64,
+        /// Where the application stands in the peer's stream to it.
+        taken: Option<Taken>,
+    },
     /// Every `Resume` and message has been given: restore.
     ResumeEnd,
     /// A message was pushed on the direct path to `peer`, which sleeps:
     /// ring its doorbell (docs/ENGINE.md, "The direct path").
-    Wake { peer: NodeId },
+    Wake {
+        /// The sleeping peer.
+        peer: NodeId,
+    },
 }
 
 /// A peer's addresses, one per rail, at most `MAX_RAILS`, inline.
@@ -101,26 +135,59 @@ pub struct Taken {
 pub enum Completion<'a> {
     /// A message from `from`, the `seq`-th of its stream to us, on
     /// `channel` (`Delivery::channel`).
-    Delivery { from: NodeId, fragment: Fragment, channel: Channel, payload: &'a [u8] },
+    Delivery {
+        /// The sender.
+        from: NodeId,
+        /// Which fragment of which message of the sender's stream.
+        fragment: Fragment,
+        /// Whose message it is.
+        channel: Channel,
+        /// The fragment's bytes.
+        payload: &'a [u8],
+    },
     /// Every message to `peer` with an application id below `below` is
     /// acknowledged (ids are assigned in order per peer).
-    Settled { peer: NodeId, below: u64 },
+    Settled {
+        /// The destination of the messages.
+        peer: NodeId,
+        /// Every id below this is settled.
+        below: u64,
+    },
     /// Messages that will never be acknowledged, and why.
-    Failed { failed: FailedMessages, reason: FailReason },
+    Failed {
+        /// The run of messages.
+        failed: FailedMessages,
+        /// Why they failed.
+        reason: FailReason,
+    },
     /// The application's protocol counters in this engine (`Stats`, in
     /// `Stats::fields` order, then the engine's `FaultCounters::values`,
     /// then its `EngineCounters::values`),
     /// as little-endian u64s: `counter_values`.
-    Counters { values: &'a [u8] },
+    Counters {
+        /// The counters, eight little-endian bytes each.
+        values: &'a [u8],
+    },
     /// `peer` is attached to this engine too: messages to and from it go
     /// through the pair region `generation` in the engine's directory
     /// (`pair_file`), never through the engine.
-    Local { peer: NodeId, generation: u64 },
+    Local {
+        /// The peer on the same engine.
+        peer: NodeId,
+        /// Which pair region (`pair_file`).
+        generation: u64,
+    },
     /// The direct path's other side, `peer`, detached or died: what it did
     /// not take from the ring will never be delivered.
-    LocalGone { peer: NodeId },
+    LocalGone {
+        /// The peer that went.
+        peer: NodeId,
+    },
     /// The answer to `AddPeer` (after its `Local`, if the peer is local).
-    PeerAdded { peer: NodeId },
+    PeerAdded {
+        /// The peer added.
+        peer: NodeId,
+    },
 }
 
 /// The pair region of nodes `a` and `b`, its `generation`-th, in an
@@ -138,15 +205,14 @@ pub fn counter_values(values: &[u8]) -> impl Iterator<Item = u64> + '_ {
     values.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
 }
 
-/// The channel besides the application's: records (and the direct path's
-/// record ids) name a message's channel with one bit, as the wire does.
-pub(crate) const SECOND: Channel = Channel::new(1);
+// Records (and the direct path's record ids) name a message's channel
+// with one bit, as the wire does: the application's or the layer's.
 const _: () = assert!(Channel::COUNT == 2, "records carry a message's channel in one bit");
 
 /// The channel a record's bit names.
 pub(crate) fn channel_bit(set: bool) -> Channel {
     if set {
-        SECOND
+        Channel::LAYER
     } else {
         Channel::APP
     }
@@ -159,8 +225,8 @@ mod kind {
     pub const RESUME: u8 = 4;
     pub const RESUME_END: u8 = 5;
     pub const WAKE: u8 = 6;
-    /// `SEND` on channel 1 (tether's calls).
-    pub const SEND_ON_1: u8 = 7;
+    /// `SEND` on `Channel::LAYER` (tether's calls).
+    pub const SEND_ON_LAYER: u8 = 7;
     pub const DELIVERY: u8 = 16;
     pub const SETTLED: u8 = 17;
     pub const FAILED: u8 = 18;
@@ -289,7 +355,7 @@ impl<'a> Submission<'a> {
         let mut o = Out { buf, at: 0 };
         match self {
             Submission::Send { id, peer, payload, channel } => {
-                o.put(&[if *channel == Channel::APP { kind::SEND } else { kind::SEND_ON_1 }])?;
+                o.put(&[if *channel == Channel::APP { kind::SEND } else { kind::SEND_ON_LAYER }])?;
                 o.put(&id.to_le_bytes())?;
                 o.put(&peer.to_le_bytes())?;
                 put_bytes(&mut o, payload)?;
@@ -334,11 +400,11 @@ impl<'a> Submission<'a> {
         let (&k, rest) = record.split_first().ok_or(RecordError::Empty)?;
         let mut i = In { rest };
         let s = match k {
-            kind::SEND | kind::SEND_ON_1 => Submission::Send {
+            kind::SEND | kind::SEND_ON_LAYER => Submission::Send {
                 id: i.u64()?,
                 peer: i.u32()?,
                 payload: i.bytes()?,
-                channel: channel_bit(k == kind::SEND_ON_1),
+                channel: channel_bit(k == kind::SEND_ON_LAYER),
             },
             kind::ADD_PEER => {
                 let node = i.u32()?;
@@ -503,7 +569,7 @@ mod tests {
         ) {
             let all = [
                 Submission::Send { id, peer, payload: &payload, channel: Channel::APP },
-                Submission::Send { id, peer, payload: &payload, channel: SECOND },
+                Submission::Send { id, peer, payload: &payload, channel: Channel::LAYER },
                 Submission::AddPeer { node: peer, rails: Rails::new(&addrs).unwrap() },
                 Submission::Close { linger_ns: linger },
                 Submission::Resume { peer, failed_upto: id, taken: None },

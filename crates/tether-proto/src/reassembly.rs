@@ -125,7 +125,6 @@ mod tests {
     use super::*;
 
     const APP: Channel = Channel::APP;
-    const SECOND: Channel = Channel::new(1);
 
     fn frag(seq: u64, first: bool, last: bool) -> Fragment {
         Fragment { incarnation: 1, epoch: 0, seq, first, last, total_len: None }
@@ -134,9 +133,12 @@ mod tests {
     #[test]
     fn a_message_is_put_together_with_its_channel() {
         let mut r = Reassembly::default();
-        assert_eq!(r.take(&frag(0, true, false), SECOND, b"ab", 10), Assembled::Part);
-        assert_eq!(r.take(&frag(1, false, false), SECOND, b"cd", 10), Assembled::Part);
-        assert_eq!(r.take(&frag(2, false, true), SECOND, b"e", 10), Assembled::Whole("abcde".into(), SECOND));
+        assert_eq!(r.take(&frag(0, true, false), Channel::LAYER, b"ab", 10), Assembled::Part);
+        assert_eq!(r.take(&frag(1, false, false), Channel::LAYER, b"cd", 10), Assembled::Part);
+        assert_eq!(
+            r.take(&frag(2, false, true), Channel::LAYER, b"e", 10),
+            Assembled::Whole("abcde".into(), Channel::LAYER)
+        );
         assert_eq!(r.take(&frag(3, true, true), APP, b"x", 10), Assembled::Whole("x".into(), APP));
         assert_eq!(r.position(), Some(StreamPosition { incarnation: 1, epoch: 0, next: 4 }));
     }
@@ -156,9 +158,9 @@ mod tests {
         assert_eq!(take(&mut r, false, false, APP, b"tail", 6), Assembled::Part);
         assert_eq!(take(&mut r, false, true, APP, b"end", 6), Assembled::Part);
         // Fragments that disagree on the channel.
-        assert_eq!(take(&mut r, true, false, SECOND, b"ab", 10), Assembled::Part);
+        assert_eq!(take(&mut r, true, false, Channel::LAYER, b"ab", 10), Assembled::Part);
         assert!(matches!(take(&mut r, false, false, APP, b"cd", 10), Assembled::Dropped(_)));
-        assert_eq!(take(&mut r, false, true, SECOND, b"ef", 10), Assembled::Part);
+        assert_eq!(take(&mut r, false, true, Channel::LAYER, b"ef", 10), Assembled::Part);
         // A middle or last fragment with no first before it.
         assert!(matches!(take(&mut r, false, true, APP, b"orphan", 10), Assembled::Dropped(_)));
         // And the next message comes whole.

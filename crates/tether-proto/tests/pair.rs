@@ -20,7 +20,6 @@ use tether_wire::{
 const A: u32 = 1;
 const B: u32 = 2;
 /// A channel besides the application's (tether's calls ride on it).
-const SIDE: Channel = Channel::new(1);
 const LATENCY: Duration = Duration::from_micros(50);
 
 /// The wire: decides the fate of every datagram.
@@ -124,7 +123,7 @@ fn delivers_in_order_exactly_once() {
     assert!(p.a().is_idle() && p.b().is_idle());
 }
 
-/// A second channel's messages (`send_on`: tether's calls) share the
+/// The layer channel's messages (`send_on`: tether's calls) share the
 /// stream with the application's, in order with them, whole or in
 /// fragments, under loss, and each arrives on the channel it was sent on.
 #[test]
@@ -139,7 +138,7 @@ fn calls_and_messages_share_a_stream_each_marked() {
             let m = msg(i * 2 + call as usize, len);
             let now = p.now();
             if call {
-                p.a().send_on(now, B, SIDE, bytes::Bytes::from(m.clone())).unwrap();
+                p.a().send_on(now, B, Channel::LAYER, bytes::Bytes::from(m.clone())).unwrap();
             } else {
                 p.a().send(now, B, &m).unwrap();
             }
@@ -147,8 +146,9 @@ fn calls_and_messages_share_a_stream_each_marked() {
         }
     }
     p.run(Duration::from_secs(2));
-    let got: Vec<_> =
-        std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.channel == SIDE)).collect();
+    let got: Vec<_> = std::iter::from_fn(|| p.b().recv())
+        .map(|d| (d.message.to_vec(), d.channel == Channel::LAYER))
+        .collect();
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
@@ -179,15 +179,16 @@ fn fragments_that_disagree_on_their_kind_are_dropped() {
         buf.truncate(n);
         buf
     };
-    let call = |first, last| DataFlags::new(first, last).with_channel(SIDE);
+    let call = |first, last| DataFlags::new(first, last).with_channel(Channel::LAYER);
     // A call's first fragment, a middle one that says "message", its last.
     p.b().handle_datagram(now, &fragment(0, call(true, false), 9, b"abc"));
     p.b().handle_datagram(now, &fragment(1, DataFlags::new(false, false), 0, b"def"));
     p.b().handle_datagram(now, &fragment(2, call(false, true), 0, b"ghi"));
     // Then a whole message.
     p.b().handle_datagram(now, &fragment(3, DataFlags::new(true, true), 0, b"whole"));
-    let got: Vec<_> =
-        std::iter::from_fn(|| p.b().recv()).map(|d| (d.message.to_vec(), d.channel == SIDE)).collect();
+    let got: Vec<_> = std::iter::from_fn(|| p.b().recv())
+        .map(|d| (d.message.to_vec(), d.channel == Channel::LAYER))
+        .collect();
     assert_eq!(got, [(b"whole".to_vec(), false)]);
     assert_eq!(p.b().stats().protocol_violations, 1);
 }
@@ -669,7 +670,7 @@ fn reassemble_marked(
         partial.extend_from_slice(&d.message);
         if f.last {
             out.push(std::mem::take(partial));
-            calls.push(d.channel == SIDE);
+            calls.push(d.channel == Channel::LAYER);
         }
     }
 }
@@ -782,7 +783,7 @@ fn lossy_fragments() -> (Pair, Vec<Vec<u8>>) {
     (p, (0..40).map(|i| msg(i, 100 + 700 * (i % 5))).collect())
 }
 
-/// Messages on the second channel (calls' envelopes) keep it through a
+/// Messages on the layer channel (calls' envelopes) keep it through a
 /// resume (an engine replaced under its applications): the application
 /// kept the channel with each unsettled message, and the resumed sender
 /// cuts it again with the channel on every fragment.
@@ -794,7 +795,7 @@ fn a_resumed_sender_keeps_calls_marked_as_calls() {
         for (m, &call) in want.iter().zip(&calls) {
             let now = p.now();
             if call {
-                p.a().send_on(now, B, SIDE, bytes::Bytes::from(m.clone())).unwrap();
+                p.a().send_on(now, B, Channel::LAYER, bytes::Bytes::from(m.clone())).unwrap();
             } else {
                 p.a().send(now, B, m).unwrap();
             }
@@ -839,7 +840,7 @@ fn resume_sender_after(p: &mut Pair, crash_after_ms: u64, config: Config, want: 
 }
 
 /// `resume_sender_after` where `calls[i]` says message `i` is a call's
-/// envelope (sent on `SIDE`; missing: not): the application kept that mark
+/// envelope (sent on `Channel::LAYER`; missing: not): the application kept that mark
 /// with the message, and B must get each one marked as it was sent.
 fn resume_marked_sender_after(
     p: &mut Pair,
@@ -863,7 +864,7 @@ fn resume_marked_sender_after(
         .enumerate()
         .map(|(i, m)| tether_proto::Unsettled {
             data: bytes::Bytes::from(m.clone()),
-            channel: if is_call(first + i) { SIDE } else { Channel::APP },
+            channel: if is_call(first + i) { Channel::LAYER } else { Channel::APP },
         })
         .collect();
     let stream = tether_proto::ResumedStream {

@@ -43,4 +43,4 @@ pub use target::{CompleteError, Dispatch, Outgoing, Target, TargetStats};
 /// The stream channel calls' envelopes ride on, beside the application's
 /// messages (`tether_proto::Channel::APP`): in order with them, and handed
 /// to the call layer, not to the application.
-pub const CHANNEL: tether_proto::Channel = tether_proto::Channel::new(1);
+pub const CHANNEL: tether_proto::Channel = tether_proto::Channel::LAYER;

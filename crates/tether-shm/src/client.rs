@@ -21,7 +21,7 @@ use crate::ring::Ring;
 use crate::ShmError;
 
 /// The layout's version; a region of another version is refused.
-/// 3: submissions of calls' envelopes (`SEND_ON_1`) and the direct path's
+/// 3: submissions of calls' envelopes (`SEND_ON_LAYER`) and the direct path's
 /// call mark (a record id's top bit).
 pub const LAYOUT_VERSION: u32 = 3;
 /// Streams one region may back up at most.

@@ -54,6 +54,9 @@ pub struct Channel(u8);
 impl Channel {
     /// The application's own messages.
     pub const APP: Channel = Channel(0);
+    /// The channel of the layer that rides the application's streams
+    /// (tether's calls, `tether_rpc::CHANNEL`).
+    pub const LAYER: Channel = Channel(1);
     /// How many channels a fragment can name (one flag bit).
     pub const COUNT: usize = 2;
 
@@ -77,7 +80,7 @@ impl DataFlags {
     pub const FIRST: u8 = 0x01;
     pub const LAST: u8 = 0x02;
     /// The fragment's channel (`Channel`): set on every fragment of a
-    /// message on channel 1.
+    /// message on `Channel::LAYER`.
     const CHANNEL: u8 = 0x04;
     const CHANNEL_SHIFT: u32 = 2;
     const KNOWN: u8 = Self::FIRST | Self::LAST | Self::CHANNEL;

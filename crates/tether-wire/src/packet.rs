@@ -29,7 +29,7 @@ use crate::integrity::{AuthKind, Checksummer, MacKey, TAG_LEN};
 use crate::{ChecksumKind, NodeId, WireError, MAX_DATAGRAM};
 
 pub const MAGIC: [u8; 2] = *b"TH";
-/// 5: DATA's channel flag (`Channel`): a fragment of a message on channel 1
+/// 5: DATA's channel flag (`Channel`): a fragment of a message on `Channel::LAYER`
 /// (tether's calls).
 /// 4: probes are numbered (header byte 5) and an ACK names the probe it
 /// answers (its byte 3), so a late answer to an older probe is not taken
