@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tether::faults::FaultPlan;
 use tether::{
-    AuthKind, ChecksumKind, ClusterKey, Config, Endpoint, NodeId, Options, Progress, RailPolicy,
+    AuthKind, ChecksumKind, ClusterKey, Config, Endpoint, NodeId, Options, Progress, RailPolicy, Refused,
     RetransmitMode,
 };
 use tether_io::{AddressBook, FaultyTransport, Transport, UdpTransport};
@@ -234,7 +234,9 @@ const DROP_REASONS: &[&str] = &[
     "handshake_replies_dropped",
     "mtu_refused",
     "mac_failures",
-    "unauthenticated_refused",
+    "auth_missing",
+    "auth_unexpected",
+    "auth_mismatch",
     "replays",
 ];
 
@@ -506,28 +508,92 @@ pub fn listening(cmd: &str, local: SocketAddr, peer: SocketAddr, what: &str) {
     );
 }
 
-/// A listener's first message never came.
-pub fn nothing_arrived(cmd: &str, local: SocketAddr, peer: SocketAddr) -> anyhow::Error {
-    anyhow::anyhow!(
-        "nothing arrived from {peer} within {} s (start `tether {cmd} --connect {local} --bind {peer}` there)",
-        FIRST_WAIT.as_secs()
-    )
+/// A listener's first message never came. What this side refused
+/// meanwhile (`refused`: its counters) is most likely why: a sender whose
+/// key, `--auth` or addresses differ gets no answer, so only this side can
+/// say so.
+pub fn nothing_arrived(
+    cmd: &str,
+    local: SocketAddr,
+    peer: SocketAddr,
+    refused: &Refused,
+    waited: Duration,
+) -> anyhow::Error {
+    let causes = refused.causes();
+    let waited = tether_fault::format_duration(Duration::from_millis(waited.as_millis() as u64));
+    if causes.is_empty() {
+        return anyhow::anyhow!(
+            "nothing arrived from {peer} within {waited} (start `tether {cmd} --connect {local} --bind {peer}` there)"
+        );
+    }
+    anyhow::anyhow!("nothing was accepted from {peer} within {waited}: {}", causes.join("; "))
+}
+
+/// A listener's wait for its first message: up to `FIRST_WAIT`, but once
+/// this side has refused the peer's datagrams for `give_up` (another key,
+/// a key on one side only, another `--auth`), no longer: nothing it sends
+/// will be taken, and the user learns why at once.
+pub fn first_message(
+    rx: &Endpoint,
+    cmd: &str,
+    local: SocketAddr,
+    peer: SocketAddr,
+    give_up: Duration,
+) -> anyhow::Result<tether::Delivery> {
+    let start = std::time::Instant::now();
+    let mut refusing_since: Option<std::time::Instant> = None;
+    loop {
+        let slice = Duration::from_millis(100);
+        match rx.recv(Some(slice)) {
+            Ok(d) => return Ok(d),
+            Err(tether::Error::TimedOut) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let refused = Refused::from_stats(&rx.stats());
+        let now = std::time::Instant::now();
+        if !refused.is_empty() && now.duration_since(*refusing_since.get_or_insert(now)) >= give_up {
+            return Err(nothing_arrived(cmd, local, peer, &refused, now - start));
+        }
+        if now - start >= FIRST_WAIT {
+            return Err(nothing_arrived(cmd, local, peer, &refused, now - start));
+        }
+    }
+}
+
+/// What a sender that heard nothing can say of why: what it refused, or,
+/// having refused nothing, how a listener that refuses it stays silent.
+fn silence(refused: &Refused, keyed: bool) -> String {
+    let causes = refused.causes();
+    if !causes.is_empty() {
+        return format!(" This side refused: {}.", causes.join("; "));
+    }
+    let why = if keyed {
+        "a listener with another key, another --auth or no key refuses this side's datagrams"
+    } else {
+        "a listener with a --key-file refuses unauthenticated datagrams"
+    };
+    format!(" ({why} without answering; its own output names the cause.)")
 }
 
 /// A sender's peer went quiet: nobody there at all, or gone mid-run.
+/// `stats`: the sender's counters (what was acknowledged, what it
+/// refused); `keyed`: whether it has a cluster key.
 pub fn no_answer(
     cmd: &str,
     addr: SocketAddr,
     bind: SocketAddr,
-    acked: u64,
     total: u64,
     quiet: Duration,
+    stats: &tether::Stats,
+    keyed: bool,
 ) -> anyhow::Error {
+    let (acked, refused) = (stats.messages_acked, Refused::from_stats(stats));
     let quiet = tether_fault::format_duration(quiet);
     if acked == 0 {
         anyhow::anyhow!(
             "nobody answered at {addr}: nothing was acknowledged within {quiet} (--give-up-after); \
-             is `tether {cmd} --listen {addr} --peer {bind}` running there?"
+             is `tether {cmd} --listen {addr} --peer {bind}` running there?{}",
+            silence(&refused, keyed)
         )
     } else {
         anyhow::anyhow!(
@@ -555,5 +621,112 @@ pub fn drain(tx: &Endpoint, quiet: Duration, gone: impl Fn() -> anyhow::Error) -
             Err(tether::Error::TimedOut) if s.messages_acked > acked => acked = s.messages_acked,
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// What a two-process run is, agreed before it starts: the sender offers
+/// its terms as its first message, the listener answers, and a mismatch
+/// is refused on both sides naming both values (a listener expecting
+/// 1024 B messages that were sent 8 B ones would otherwise report them
+/// all corrupted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// Each message's size in bytes.
+    pub size: usize,
+    /// How many messages.
+    pub count: u64,
+}
+
+/// The first bytes of a terms message, and of the listener's answer.
+const TERMS: &[u8; 8] = b"TTHRUN01";
+const AGREED: &[u8; 8] = b"TTHRUNOK";
+const REFUSED: &[u8; 8] = b"TTHRUNNO";
+
+impl Terms {
+    fn encode(&self) -> Vec<u8> {
+        let mut m = TERMS.to_vec();
+        m.extend_from_slice(&(self.size as u64).to_le_bytes());
+        m.extend_from_slice(&self.count.to_le_bytes());
+        m
+    }
+
+    fn decode(m: &[u8]) -> Option<Terms> {
+        let rest = m.strip_prefix(TERMS)?;
+        let (size, count) = (rest.get(..8)?, rest.get(8..16)?);
+        (rest.len() == 16).then(|| Terms {
+            size: u64::from_le_bytes(size.try_into().expect("8 bytes")) as usize,
+            count: u64::from_le_bytes(count.try_into().expect("8 bytes")),
+        })
+    }
+}
+
+impl std::fmt::Display for Terms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} messages of {} B", self.count, self.size)
+    }
+}
+
+/// The sender's side: offer `terms` to `peer` and wait (up to `wait`) for
+/// its answer. `quiet()` is the error for a listener that never answers.
+pub fn offer(
+    tx: &Endpoint,
+    peer: NodeId,
+    addr: SocketAddr,
+    terms: Terms,
+    wait: Duration,
+    quiet: impl Fn() -> anyhow::Error,
+) -> anyhow::Result<()> {
+    tx.send(peer, &terms.encode())?;
+    let answer = match tx.recv(Some(wait)) {
+        Ok(d) => d.message,
+        Err(tether::Error::TimedOut) => return Err(quiet()),
+        Err(e) => return Err(e.into()),
+    };
+    if answer.as_ref() == AGREED {
+        return Ok(());
+    }
+    match answer.strip_prefix(REFUSED) {
+        Some(why) => {
+            anyhow::bail!("the listener at {addr} refused the run: {}", String::from_utf8_lossy(why))
+        }
+        None => anyhow::bail!("the listener at {addr} answered the run's terms with something else"),
+    }
+}
+
+/// The listener's side: `first` must be the sender's terms, the same as
+/// `ours`; the answer goes back to `peer` either way, and a refusal is
+/// given time to arrive before this side ends.
+pub fn agree(rx: &Endpoint, peer: NodeId, ours: Terms, first: &[u8]) -> anyhow::Result<()> {
+    let why = match Terms::decode(first) {
+        Some(theirs) if theirs == ours => {
+            rx.send(peer, AGREED)?;
+            return Ok(());
+        }
+        Some(theirs) => format!(
+            "the sender offers {theirs}, the listener expects {ours}: start both with the same --size and --count"
+        ),
+        None => "the sender did not say what it sends (another version of tether?)".to_string(),
+    };
+    let mut answer = REFUSED.to_vec();
+    answer.extend_from_slice(why.as_bytes());
+    rx.send(peer, &answer)?;
+    let _ = rx.flush(Some(Duration::from_secs(2)));
+    anyhow::bail!("{why}")
+}
+
+#[cfg(test)]
+mod terms_tests {
+    use super::*;
+
+    #[test]
+    fn terms_round_trip_and_refuse_the_malformed() {
+        let t = Terms { size: 1024, count: 262_144 };
+        assert_eq!(Terms::decode(&t.encode()), Some(t));
+        assert_eq!(Terms::decode(b"TTHRUN01short"), None);
+        assert_eq!(Terms::decode(&[0u8; 24]), None);
+        let mut long = t.encode();
+        long.push(0);
+        assert_eq!(Terms::decode(&long), None);
+        assert_eq!(t.to_string(), "262144 messages of 1024 B");
     }
 }

@@ -211,20 +211,17 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         let local = t.local_addr().unwrap_or(addr);
         listening("pingpong", local, peer, &format!("{what}, raw"));
         let peer_t = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
-        raw_echo(peer_t, (count, o.size, o.mtu), FIRST_WAIT, || nothing_arrived("pingpong", local, peer))?;
+        raw_echo(peer_t, (count, o.size, o.mtu), FIRST_WAIT, || {
+            nothing_arrived("pingpong", local, peer, &tether::Refused::default(), FIRST_WAIT)
+        })?;
         return Ok(None);
     }
     let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
     let local = ep.local_addr().unwrap_or(addr);
     listening("pingpong", local, peer, &what);
-    match ep.recv(Some(FIRST_WAIT)) {
-        Err(tether::Error::TimedOut) => Err(nothing_arrived("pingpong", local, peer)),
-        Err(e) => Err(e.into()),
-        Ok(d) => {
-            ep.send(d.from, &d.message)?;
-            reliable_echo(&ep, count + WARMUP - 1).map(Some)
-        }
-    }
+    let d = crate::net::first_message(&ep, "pingpong", local, peer, o.give_up_after)?;
+    ep.send(d.from, &d.message)?;
+    reliable_echo(&ep, count + WARMUP - 1).map(Some)
 }
 
 /// Two-process mode: the measuring side.

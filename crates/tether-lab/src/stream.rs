@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tether::faults::FaultCounters;
+use tether::Refused;
 
 use crate::net::{
     drops, listening, loopback, no_answer, nothing_arrived, Drops, NetOpts, FIRST_WAIT, RECEIVER, SENDER,
@@ -241,7 +242,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         let mut tally = Tally::default();
         let first = rx.recv(timeout)?;
         if first == 0 {
-            return Err(nothing_arrived("stream", local, peer));
+            return Err(nothing_arrived("stream", local, peer, &Refused::default(), timeout));
         }
         let start = Instant::now();
         let mut last = start;
@@ -268,10 +269,9 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
     let local = rx.local_addr().unwrap_or(addr);
     listening("stream", local, peer, &format!("{count} messages of {} B", o.size));
     let mut tally = Tally::default();
-    let first = match rx.recv(Some(timeout)) {
-        Err(tether::Error::TimedOut) => return Err(nothing_arrived("stream", local, peer)),
-        r => r?,
-    };
+    let terms = crate::net::first_message(&rx, "stream", local, peer, o.give_up_after)?;
+    crate::net::agree(&rx, SENDER, crate::net::Terms { size: o.size, count }, &terms.message)?;
+    let first = rx.recv(Some(RECV_TIMEOUT))?;
     let start = Instant::now();
     tally.take(&first.message, o.size);
     for _ in 1..count {
@@ -304,11 +304,18 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     let tx = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
     let origin = tx.now();
     let mut buf = vec![0u8; o.size];
-    let start = Instant::now();
     // Messages to a peer that stopped answering fail after --give-up-after;
     // stop at the first failure rather than refill the send buffer and wait
     // that long again for every bufferful still to send.
-    let quiet = || no_answer("stream", addr, bind, tx.stats().messages_acked, count, o.give_up_after);
+    let keyed = o.key_file.is_some();
+    // The stream's own messages: the run's terms (`net::offer`), the first
+    // message acknowledged, are not among them.
+    let stream_stats = || {
+        let mut s = tx.stats();
+        s.messages_acked = s.messages_acked.saturating_sub(1);
+        s
+    };
+    let quiet = || no_answer("stream", addr, bind, count, o.give_up_after, &stream_stats(), keyed);
     // Looked at every 256 messages and after any wait for room, which is
     // when failures free it: often enough, and no lock per message.
     // A peer that gave no sign of life for --give-up-after is reported at
@@ -319,6 +326,11 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         let _ = tx.close(Duration::ZERO);
         Err(e)
     };
+    let terms = crate::net::Terms { size: o.size, count };
+    if let Err(e) = crate::net::offer(&tx, RECEIVER, addr, terms, o.give_up_after * 2, quiet) {
+        return gone(tx, e);
+    }
+    let start = Instant::now();
     for i in 0..count {
         let t0 = Instant::now();
         match send_pattern(&tx, &mut buf, i, o.give_up_after * 2) {
@@ -339,7 +351,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         return gone(tx, e);
     }
     let secs = start.elapsed().as_secs_f64();
-    let s = tx.stats();
+    let s = stream_stats();
     let t =
         Tally { delivered: s.messages_acked, bytes: s.messages_acked * o.size as u64, ..Tally::default() };
     let mut run = run_from(t, count, secs, s.retransmits, tx.fault_counters());

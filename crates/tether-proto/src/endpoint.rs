@@ -33,6 +33,7 @@ use crate::paths::{PathInfo, RailId, MAX_RAILS};
 use crate::peer::Peer;
 use crate::ready::ReadyList;
 use crate::recv_stream::RecvSnapshot;
+use crate::refused::Refused;
 use crate::send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
 use crate::snapshot::{EndpointSnapshot, PeerSnapshot};
 use crate::{Channel, Config, ConfigError, Delivery, Instant, NodeId, Stats};
@@ -45,19 +46,6 @@ fn default_seed(node: NodeId, incarnation: u64) -> [u8; 32] {
     seed[8..16].copy_from_slice(&incarnation.to_le_bytes());
     seed
 }
-
-/// The counters of refused traffic that `report_refused` logs, in order.
-const REFUSED: [&str; 9] = [
-    "strangers_refused",
-    "unknown_source",
-    "source_mismatch",
-    "unauthenticated_refused",
-    "mac_failures",
-    "replays",
-    "handshakes_refused",
-    "handshake_replies_dropped",
-    "mtu_refused",
-];
 
 /// How often `Endpoint::update_patience` looks at the peers' round trips.
 const PATIENCE_EVERY: Duration = Duration::from_millis(100);
@@ -227,7 +215,7 @@ pub struct Endpoint {
     /// Where authenticated datagrams are decrypted (grown once).
     open_buf: Vec<u8>,
     /// Refused traffic, logged at most once a second (`report_refused`).
-    refused_report: (Instant, [u64; REFUSED.len()]),
+    refused_report: (Instant, Refused),
     /// The handshake's key and nonce source.
     secrets: Secrets,
     /// WELCOMEs owed, at most `MAX_REPLIES`: the only state a HELLO costs.
@@ -279,7 +267,7 @@ impl Endpoint {
             backlog: 0,
             landing: LandingArea::default(),
             open_buf: Vec::new(),
-            refused_report: (Instant::ZERO, [0; REFUSED.len()]),
+            refused_report: (Instant::ZERO, Refused::default()),
             secrets: Secrets::new(default_seed(node, incarnation)),
             replies: VecDeque::new(),
             from: None,
@@ -865,7 +853,11 @@ impl Endpoint {
             // With a cluster key nothing unauthenticated is taken, nor
             // anything protected by another algorithm (peers agree on one);
             // without one an authenticated datagram cannot be checked.
-            self.stats.unauthenticated_refused += 1;
+            match (authenticated, &self.config.key) {
+                (false, _) => self.stats.auth_missing += 1,
+                (true, None) => self.stats.auth_unexpected += 1,
+                (true, Some(_)) => self.stats.auth_mismatch += 1,
+            }
             debug!(src, auth = ?unverified.auth(), "dropped: authentication does not match this endpoint's");
             return;
         }
@@ -972,28 +964,30 @@ impl Endpoint {
     /// Log what was refused since the last report, by reason, at most once
     /// a second: a flood of forged traffic is visible in the log without
     /// one line per datagram.
+    ///
+    /// The application hears of it too, as an `Event::Refused`: one
+    /// waiting at a time (a report while one is unread is added to it),
+    /// so refused traffic the application never looks at takes no room.
     fn report_refused(&mut self, now: Instant) {
         self.refused_report.0 = now + core::time::Duration::from_secs(1);
-        let fields = self.stats.fields();
-        let count = |name: &str| fields.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
-        let now_counts = REFUSED.map(count);
-        let last = std::mem::replace(&mut self.refused_report.1, now_counts);
-        if now_counts == last {
+        let total = Refused::from_stats(&self.stats);
+        let last = std::mem::replace(&mut self.refused_report.1, total);
+        let new = total.since(&last);
+        if new.is_empty() {
             return;
         }
-        let d = |i: usize| now_counts[i] - last[i];
-        warn!(
-            strangers = d(0),
-            unknown_source = d(1),
-            source_mismatch = d(2),
-            unauthenticated = d(3),
-            failed_authentication = d(4),
-            replays = d(5),
-            handshakes_refused = d(6),
-            handshake_flood = d(7),
-            mtu_refused = d(8),
-            "refused datagrams since the last report (at most one a second)"
-        );
+        warn!(node = self.node, causes = %new.causes().join("; "), "refused datagrams in the last second or more");
+        let waiting = self.events.iter_mut().find_map(|e| match e {
+            Event::Refused { refused, at } => Some((refused, at)),
+            _ => None,
+        });
+        match waiting {
+            Some((refused, at)) => {
+                refused.add(&new);
+                *at = now;
+            }
+            None => self.events.push_back(Event::Refused { refused: new, at: now }),
+        }
     }
 
     /// The key `header`'s datagram was authenticated with, if the cluster

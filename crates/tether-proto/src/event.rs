@@ -151,6 +151,16 @@ pub enum Event {
         /// When the core noticed, on the driver's clock.
         at: Instant,
     },
+    /// Datagrams this endpoint refused since the last such event, by
+    /// reason (at most one a second, and one waiting at a time): how a
+    /// peer whose configuration differs looks from here, since it gets no
+    /// answer. `refused.causes()` says what each reason likely means.
+    Refused {
+        /// The counts since the last report.
+        refused: crate::Refused,
+        /// When the core reported them.
+        at: Instant,
+    },
     /// The first ACK for data sent over a new rail after the old one
     /// stopped delivering: the failover is complete.
     FailedOver {

@@ -43,6 +43,7 @@ mod peer;
 mod ready;
 mod reassembly;
 mod recv_stream;
+mod refused;
 mod replay;
 mod rtt;
 mod send_stream;
@@ -57,6 +58,7 @@ pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use congestion::{
     AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,
 };
+pub use refused::Refused;
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;

@@ -150,10 +150,15 @@ counters! {
     /// Authenticated datagrams that did not open (their tag did not check): forged, or
     /// corrupted on the way (with a cluster key, corruption counts here).
     mac_failures,
-    /// Datagrams refused for their authentication: none where a cluster
-    /// key requires one, one this endpoint has no key to check, or one
-    /// protected with another algorithm than this endpoint's.
-    unauthenticated_refused,
+    /// Datagrams refused for coming unauthenticated where this endpoint's
+    /// cluster key requires authentication (the peer has no key).
+    auth_missing,
+    /// Authenticated datagrams this endpoint has no key to check (a key
+    /// on the peer's side only).
+    auth_unexpected,
+    /// Datagrams authenticated with another algorithm than this
+    /// endpoint's (`--auth` differs).
+    auth_mismatch,
     /// Authenticated datagrams whose packet number was already taken (or
     /// fell below the replay window): replays, dropped.
     replays,
@@ -180,6 +185,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 44);
+        assert_eq!(names.len(), 46);
     }
 }

@@ -1358,7 +1358,7 @@ fn on_path_attacker(auth: AuthKind) {
     assert_eq!(a.messages_failed, 0);
     assert!(a.replays + b.replays > 100, "replays seen: {} {}", a.replays, b.replays);
     assert!(a.mac_failures + b.mac_failures > 200, "forgeries seen");
-    assert_eq!(b.unauthenticated_refused, 60);
+    assert_eq!(b.auth_missing, 60);
     assert_eq!(b.protocol_violations + a.protocol_violations, 0, "no forged frame was ever acted on");
 }
 
@@ -1385,9 +1385,51 @@ fn a_peer_with_another_key_or_none_gets_no_session() {
         net.run(Duration::from_millis(50));
         assert!(net.ep_mut(B).recv().is_none());
         assert!(!net.ep(A).has_session(B) && !net.ep(B).has_session(A));
-        let refused = net.ep(A).stats().unauthenticated_refused + net.ep(A).stats().mac_failures;
+        let s = net.ep(A).stats();
+        let refused = s.auth_missing + s.auth_unexpected + s.auth_mismatch + s.mac_failures;
         assert!(refused > 0, "A refused B's datagrams");
     }
+}
+
+/// A peer refused for its configuration hears nothing, so the refusing
+/// side tells its application: an `Event::Refused` naming the reason
+/// (here: a key on one side only, each side's view of it), at most one
+/// waiting at a time however long the refusals go on.
+#[test]
+fn refused_traffic_is_reported_by_reason_one_event_at_a_time() {
+    let mut net = VirtualNet::new(
+        Instant::from_nanos(1_000_000),
+        Box::new(|_: &mut Sent<'_>| Fate::Deliver(LATENCY)) as Wire,
+    );
+    net.add(endpoint(keyed(), A, 1, B));
+    net.add(endpoint(Config::default(), B, 1, A));
+    let now = net.now();
+    net.ep_mut(A).send(now, B, b"for the keyed only").unwrap();
+    net.ep_mut(B).send(now, A, b"from the unkeyed").unwrap();
+    net.run(Duration::from_secs(5));
+    let refused = |ep: &mut Endpoint| {
+        let mut found = Vec::new();
+        while let Some(e) = ep.poll_event() {
+            if let Event::Refused { refused, .. } = e {
+                found.push(refused);
+            }
+        }
+        found
+    };
+    let (a, b) = (refused(net.ep_mut(A)), refused(net.ep_mut(B)));
+    assert_eq!((a.len(), b.len()), (1, 1), "one report waiting, the later ones added to it");
+    assert!(a[0].auth_missing > 0 && a[0].auth_unexpected == 0, "{:?}", a[0]);
+    assert!(b[0].auth_unexpected > 0 && b[0].auth_missing == 0, "{:?}", b[0]);
+    // Reported once a second, as datagrams come: all but the last
+    // second's refusals are in the one waiting report.
+    let total = net.ep(A).stats().auth_missing;
+    assert!(
+        a[0].auth_missing <= total && a[0].auth_missing * 5 >= total * 3,
+        "{} of {total}",
+        a[0].auth_missing
+    );
+    assert!(a[0].causes()[0].contains("the other side has none"), "{:?}", a[0].causes());
+    assert!(b[0].causes()[0].contains("a key on the other side only"), "{:?}", b[0].causes());
 }
 
 /// Two endpoints wired by hand with addresses: what each knows the other
