@@ -40,6 +40,13 @@ const MAX_REASON: usize = 1024;
 /// How long either side waits for the other's half of the exchange.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Where `tether engine` serves this user by default, and where an
+/// application looks for it unless told otherwise: a directory of this
+/// user's own in `/dev/shm` (the regions are shared memory).
+pub fn default_dir() -> PathBuf {
+    PathBuf::from(format!("/dev/shm/tether-{}", my_uid()))
+}
+
 /// The engine's socket in `dir`.
 pub fn socket_path(dir: &Path) -> PathBuf {
     dir.join(SOCKET_NAME)

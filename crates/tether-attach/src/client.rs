@@ -294,6 +294,10 @@ static REGIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Attachment {
     fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
+        // Nothing is created where no engine is: told at once, by name.
+        if !attach::socket_path(dir).exists() {
+            return Err(EngineError::NoEngine { dir: dir.to_owned() });
+        }
         let ring = options.ring_bytes.next_power_of_two().clamp(64 << 10, 1 << 30) as u32;
         let header = ClientHeader {
             version: LAYOUT_VERSION,
@@ -319,6 +323,10 @@ impl Attachment {
                 }
                 None => Err(e),
             },
+            // A socket left by an engine that is gone: nobody listens.
+            Err(EngineError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Err(EngineError::NoEngine { dir: dir.to_owned() })
+            }
             other => other,
         };
         let (conn, engine_pid) = match result {

@@ -27,6 +27,13 @@ pub enum EngineError {
     /// A rail's transport refused.
     #[error("transport: {0}")]
     Transport(#[from] tether_io::TransportError),
+    /// No engine serves the directory (no socket there, or nobody
+    /// listening on it).
+    #[error("no engine serves {}: start one with `tether engine --dir {}`", .dir.display(), .dir.display())]
+    NoEngine {
+        /// The directory the application was told to attach in.
+        dir: std::path::PathBuf,
+    },
     /// Another engine answers on this directory's socket.
     #[error("an engine already serves {0}")]
     AlreadyRunning(String),

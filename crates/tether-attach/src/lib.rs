@@ -23,7 +23,7 @@ mod error;
 mod machine;
 pub mod records;
 
-pub use attach::{is_probe_node, PROBE_BASE};
+pub use attach::{default_dir, is_probe_node, PROBE_BASE};
 pub use client::{Client, ClientOptions, Tracker};
 pub use clock::monotonic_ns;
 pub use counters::EngineCounters;

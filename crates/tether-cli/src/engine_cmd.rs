@@ -80,13 +80,8 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// This user's engine directory in /dev/shm.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from(format!("/dev/shm/tether-{}", tether_engine::attach::my_uid()))
-}
-
 pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
-    let dir = o.dir.clone().unwrap_or_else(default_dir);
+    let dir = o.dir.clone().unwrap_or_else(tether_engine::attach::default_dir);
     let config = Config {
         max_datagram: o.mtu,
         key: o.key_file.clone().map(|k| k.with_auth(o.auth)),

@@ -252,6 +252,8 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
 
 /// `pingpong` and `stream`: loopback or two processes, raw or reliable.
 fn check_net(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
+    // A side without its other address is a usage error, as clap's are.
+    two_process(o)?;
     let two_process = o.listen.is_some() || o.connect.is_some();
     if two_process {
         // One run and one rail are what two-process mode does, so asking
@@ -283,6 +285,8 @@ fn check_net(o: &NetOpts, m: &ArgMatches) -> anyhow::Result<()> {
             "rail_policy",
             "congestion",
             "flows",
+            "key_file",
+            "auth",
         ];
         if let Some(f) = first_given(m, &reliable) {
             anyhow::bail!("--raw measures the bare transport, without tether: {f} does not apply");

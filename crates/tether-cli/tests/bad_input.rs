@@ -251,6 +251,32 @@ fn every_bad_input_is_refused_in_one_clear_line() {
     );
 }
 
+/// What was asked wrongly exits 2, as clap's own refusals do; what ran
+/// and failed exits 1 (a shell script can tell the two apart).
+#[test]
+fn usage_errors_exit_2_and_failures_1() {
+    let key = TempFile::new("key", "a cluster key of thirty-two bytes");
+    let (to, from) = (silent_addr(), silent_addr());
+    let rows: Vec<(String, i32, &str)> = vec![
+        ("stream --listen 127.0.0.1:0".into(), 2, "--listen needs --peer"),
+        ("pingpong --connect 127.0.0.1:7000".into(), 2, "--connect needs --bind"),
+        ("stream --listen 127.0.0.1:0 --connect 127.0.0.1:7000".into(), 2, "not both"),
+        (format!("stream --raw --key-file {}", key.path()), 2, "--raw measures the bare transport"),
+        (format!("pingpong --raw --key-file {} --auth aes-256-gcm", key.path()), 2, "does not apply"),
+        (
+            format!("stream --connect {to} --bind {from} --count 10 --give-up-after 1s"),
+            1,
+            "nobody answered at",
+        ),
+    ];
+    for (args, code, says) in rows {
+        let argv: Vec<String> = args.split_whitespace().map(String::from).collect();
+        let o = tether(&argv);
+        assert_eq!(o.code, Some(code), "tether {args}: {}", o.stderr);
+        assert!(o.stderr.contains(says), "tether {args}: {}", o.stderr);
+    }
+}
+
 /// Every option of every command says what it does: no bare flag in any
 /// `--help`.
 #[test]
@@ -264,8 +290,12 @@ fn every_option_is_described() {
         &["bench", "checksum"],
         &["bench", "auth"],
         &["bench", "shm"],
+        &["bench", "engine"],
+        &["bench", "calls"],
+        &["bench", "logp"],
         &["sim"],
         &["campaign"],
+        &["engine"],
     ];
     for cmd in commands {
         let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
@@ -298,4 +328,46 @@ fn sim_help_lists_the_mixes_that_run() {
     let listed: Vec<&str> = listed.split(',').map(str::trim).collect();
     let running: Vec<&str> = tether_sim::FaultMix::ALL.iter().map(|m| m.name()).collect();
     assert_eq!(listed, running);
+}
+
+/// The help and the README say what the parsers do: `demo --help`'s range
+/// of `--nodes` is the one refused past, and every command but `engine`
+/// takes `--json`, as the README says.
+#[test]
+fn help_and_readme_match_the_parsers() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tether")).args(args).arg("--help").output().expect("runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let demo = help(&["demo"]);
+    let most: u64 = demo
+        .split("(2 to ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .expect("demo --help gives the range of --nodes");
+    let over = tether(&["demo".into(), "--nodes".into(), (most + 1).to_string()]);
+    assert!(over.stderr.contains(&format!("must be between 2 and {most}")), "{}", over.stderr);
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    assert!(
+        readme.contains("command but `engine` (a service, which logs) takes `--json`"),
+        "the README's claim"
+    );
+    let top = help(&[]);
+    let commands: Vec<&str> = top
+        .split("Commands:")
+        .nth(1)
+        .expect("a command list")
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 7, "{commands:?}");
+    for c in commands {
+        let takes = help(&[c]).contains("--json");
+        assert_eq!(takes, c != "engine" && c != "bank-server", "tether {c}: --json as the README says");
+    }
 }

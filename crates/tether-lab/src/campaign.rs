@@ -56,16 +56,17 @@ impl Workload {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CampaignOpts {
-    /// Workloads to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Workload::Comm, Workload::Cpu])]
+    /// Workloads to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "comm,cpu")]
     pub workloads: Vec<Workload>,
     /// Fault kinds to sweep, comma-separated [default: every message fault:
     /// drop, delay, modify, reorder, duplicate, inject].
     #[arg(long, value_delimiter = ',')]
     pub kinds: Vec<String>,
-    /// Fault rates to sweep: the probability that a datagram is struck, in (0, 1].
+    /// Fault rates to sweep, comma-separated: the probability that a
+    /// datagram is struck, in (0, 1].
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = args::rate,
-          default_values_t = [1e-4, 1e-3, 1e-2, 1e-1])]
+          default_value = "0.0001,0.001,0.01,0.1")]
     pub rates: Vec<f64>,
     /// Seeds per kind and rate (and fault-free runs per workload).
     #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<u64>(1, 1000, "", ""))]

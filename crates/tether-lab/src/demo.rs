@@ -25,7 +25,7 @@ use crate::summary::Summary;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoOpts {
-    /// Endpoints (nodes) taking part (2 to 64: each runs a sender and a
+    /// Endpoints (nodes) taking part (2 to 256: each runs a sender and a
     /// receiver thread; the process's progress threads serve them all).
     #[arg(long, default_value_t = 4, allow_negative_numbers = true, value_parser = args::int_in::<u32>(2, MAX_NODES, "", ""))]
     pub nodes: u32,

@@ -82,10 +82,14 @@ pub struct Loggp {
     /// `messages` or `calls`.
     pub what: &'static str,
     pub sizes: Vec<AtSize>,
-    /// RTT/2 - o_s - o_r at the smallest size.
-    pub l_us: f64,
-    /// Microseconds per byte, from the two largest sizes' gaps.
-    pub big_g_us_per_byte: f64,
+    /// RTT/2 - o_s - o_r at the smallest size; `None` where that is not
+    /// above zero (the overheads, measured apart, exceed half the round
+    /// trip: on one machine the two sides' work overlaps), which is no
+    /// latency.
+    pub l_us: Option<f64>,
+    /// Microseconds per byte, from the two largest sizes' gaps; `None`
+    /// where the gap did not grow with the size (or one size was given).
+    pub big_g_us_per_byte: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -249,10 +253,12 @@ fn measure(what: &'static str, side: &mut dyn Side, o: &LogpOpts) -> anyhow::Res
         sizes.push(AtSize { size, datagrams: 0, rtt_us: rtt, g_us: g, o_s_us: o_s, o_r_us: o_r });
     }
     let first = &sizes[0];
-    let l_us = first.rtt_us / 2.0 - first.o_s_us - first.o_r_us;
+    let l_us = Some(first.rtt_us / 2.0 - first.o_s_us - first.o_r_us).filter(|&l| l > 0.0);
     let big_g_us_per_byte = match &sizes[..] {
-        [.., a, b] if b.size > a.size => (b.g_us - a.g_us) / (b.size - a.size) as f64,
-        _ => 0.0,
+        [.., a, b] if b.size > a.size => {
+            Some((b.g_us - a.g_us) / (b.size - a.size) as f64).filter(|&g| g > 0.0)
+        }
+        _ => None,
     };
     Ok(Loggp { what, sizes, l_us, big_g_us_per_byte })
 }
@@ -304,11 +310,25 @@ pub fn run(o: &LogpOpts, net: NetOpts) -> anyhow::Result<()> {
         report.burst, report.reps, report.max_datagram
     );
     for l in [&report.messages, &report.calls] {
-        let g = match l.big_g_us_per_byte {
-            g if g > 0.0 => format!("G {g:.6} us/byte ({:.0} MB/s)", 1.0 / g),
-            _ => "G not measured (give two sizes, the largest last)".to_owned(),
+        let g = match (l.big_g_us_per_byte, &l.sizes[..]) {
+            (Some(g), _) => format!("G {g:.6} us/byte ({:.0} MB/s)", 1.0 / g),
+            (None, [.., a, b]) if b.size > a.size => format!(
+                "G not determined: the gap did not grow from {} B to {} B ({:.2} -> {:.2} us)",
+                a.size, b.size, a.g_us, b.g_us
+            ),
+            (None, _) => "G not measured (give two sizes, the largest last)".to_owned(),
         };
-        println!("{}: L {:.2} us, {g}", l.what, l.l_us);
+        let first = &l.sizes[0];
+        let latency = match l.l_us {
+            Some(v) => format!("L {v:.2} us"),
+            None => format!(
+                "L not determined: half the round trip ({:.2} us) is below o_s + o_r ({:.2} us), measured apart \
+                 (on one machine the two sides' work overlaps)",
+                first.rtt_us / 2.0,
+                first.o_s_us + first.o_r_us
+            ),
+        };
+        println!("{}: {latency}, {g}", l.what);
         println!("  {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}", "size", "datagrams", "RTT", "g", "o_s", "o_r");
         let mut last = 0;
         for s in &l.sizes {

@@ -195,6 +195,7 @@ impl Builder {
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.
     pub fn build(self) -> Result<Endpoint, Error> {
+        self.check_peers()?;
         if let Some(dir) = &self.engine {
             return self.attach(dir);
         }
@@ -216,6 +217,18 @@ impl Builder {
             ep.add_peer_rails(*node, addrs)?;
         }
         Ok(ep)
+    }
+
+    /// Each peer given once.
+    fn check_peers(&self) -> Result<(), Error> {
+        for (i, (node, addrs)) in self.peers.iter().enumerate() {
+            if let Some((_, again)) = self.peers[..i].iter().find(|(n, _)| n == node) {
+                let first =
+                    |a: &[SocketAddr]| a.first().copied().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+                return Err(Error::PeerTwice { node: *node, first: first(again), second: first(addrs) });
+            }
+        }
+        Ok(())
     }
 
     /// `build` with an engine: refuse what the engine owns, attach, learn

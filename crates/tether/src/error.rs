@@ -2,7 +2,7 @@
 
 use tether_fault::PlanError;
 use tether_io::TransportError;
-use tether_proto::{ConfigError, PathError, SendError, MAX_RAILS};
+use tether_proto::{ConfigError, NodeId, PathError, SendError, MAX_RAILS};
 use thiserror::Error;
 
 /// Everything a tether call can fail with.
@@ -38,6 +38,17 @@ pub enum Error {
         given: usize,
         /// How many rails the endpoint has.
         rails: usize,
+    },
+    /// The same peer was given twice (`Builder::peer`): which addresses
+    /// it has would be a guess.
+    #[error("peer {node} is given twice (at {first} and at {second}): give each peer once")]
+    PeerTwice {
+        /// The peer.
+        node: NodeId,
+        /// Its first address (rail 0), as given.
+        first: std::net::SocketAddr,
+        /// Its second.
+        second: std::net::SocketAddr,
     },
     /// The call's timeout passed first.
     #[error("timed out")]

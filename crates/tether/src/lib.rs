@@ -66,6 +66,12 @@ pub use tether_proto::{
 };
 pub use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 
+/// Where `tether engine` serves this user unless told `--dir`: the
+/// directory to give `Builder::engine` (`/dev/shm/tether-UID`).
+pub fn default_engine_dir() -> std::path::PathBuf {
+    tether_attach::default_dir()
+}
+
 /// Fault injection (the functional fault model of Li et al. \[CI\], see
 /// docs/FAULTS.md): plans of rules that drop, delay, modify, reorder,
 /// duplicate and inject datagrams, and fail the application's own calls;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tether::faults::FaultPlan;
 use tether::{Endpoint, Error, Event, MessageState, SendError};
+use tether_attach::EngineError;
 use tether_engine::{Engine, EngineOptions};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
@@ -125,8 +126,36 @@ fn what_the_engine_owns_is_refused_and_errors_are_typed() {
     assert!(matches!(bind, Err(Error::EngineOwns { .. })), "{bind:?}");
     let faults = Endpoint::builder(1).engine(&e.dir).faults(FaultPlan::default()).build();
     assert!(matches!(faults, Err(Error::EngineOwns { .. })), "{faults:?}");
-    let nobody = Endpoint::builder(1).engine("/dev/shm/tether-test-mode-nobody-serves-this").build();
-    assert!(matches!(nobody, Err(Error::Engine(_))), "{nobody:?}");
+    // No engine: the error names the directory and how to start one,
+    // and nothing is left in it.
+    let none = PathBuf::from("/dev/shm/tether-test-mode-nobody-serves-this");
+    let nobody = Endpoint::builder(1).engine(&none).build();
+    assert!(
+        matches!(nobody, Err(Error::Engine(EngineError::NoEngine { ref dir })) if *dir == none),
+        "{nobody:?}"
+    );
+    let said = nobody.unwrap_err().to_string();
+    assert!(said.contains(&format!("tether engine --dir {}", none.display())), "{said}");
+    // A socket left by an engine that died: the same, not "connection refused".
+    let stale = std::env::temp_dir().join(format!("tether-stale-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&stale).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(stale.join("engine.sock")).unwrap());
+    let left = Endpoint::builder(1).engine(&stale).build();
+    assert!(matches!(left, Err(Error::Engine(EngineError::NoEngine { .. }))), "{left:?}");
+    let files: Vec<_> = std::fs::read_dir(&stale).unwrap().map(|f| f.unwrap().file_name()).collect();
+    assert_eq!(files, ["engine.sock"], "no region left behind");
+    std::fs::remove_dir_all(&stale).unwrap();
+    let uid = tether_engine::attach::my_uid();
+    assert_eq!(tether::default_engine_dir(), PathBuf::from(format!("/dev/shm/tether-{uid}")));
+    // The same peer twice is refused, naming both addresses.
+    let twice = Endpoint::builder(1)
+        .engine(&e.dir)
+        .peer(8, "127.0.0.1:7001".parse().unwrap())
+        .peer(8, "127.0.0.1:7002".parse().unwrap())
+        .build();
+    let said = format!("{}", twice.as_ref().map(|_| ()).unwrap_err());
+    assert!(matches!(twice, Err(Error::PeerTwice { node: 8, .. })), "{said}");
+    assert!(said.contains("127.0.0.1:7001") && said.contains("127.0.0.1:7002"), "{said}");
     let a = Endpoint::builder(1).engine(&e.dir).build().unwrap();
     assert!(matches!(a.send(9, b"x"), Err(Error::Send(SendError::UnknownPeer(9)))));
     assert!(matches!(a.recv(Some(Duration::from_millis(5))), Err(Error::TimedOut)));
