@@ -46,6 +46,11 @@ pub enum NameError {
     Malformed { name: String, why: String },
     #[error("an endpoint has 1 to {MAX_RAILS} rails with addresses, not {0}")]
     Rails(usize),
+    #[error(
+        "rail {rail} is bound at {addr}, which no peer can send to: bind the endpoint to the address \
+         peers reach it at"
+    )]
+    Unspecified { rail: usize, addr: SocketAddr },
     #[error("name store: {0}")]
     Store(String),
     #[error("no endpoint is registered as {0:?}")]
@@ -93,7 +98,11 @@ impl Registration {
         let mut addrs = Vec::new();
         for l in lines {
             let a = l.strip_prefix("rail=").ok_or_else(|| bad("a line other than rail="))?;
-            addrs.push(a.parse::<SocketAddr>().map_err(|_| bad("a rail address that is not one"))?);
+            let a = a.parse::<SocketAddr>().map_err(|_| bad("a rail address that is not one"))?;
+            if a.ip().is_unspecified() || a.port() == 0 {
+                return Err(bad("a rail address no peer can send to (unspecified, or port 0)"));
+            }
+            addrs.push(a);
         }
         if addrs.is_empty() || addrs.len() > MAX_RAILS {
             return Err(bad("not 1 to MAX_RAILS rails"));
@@ -107,6 +116,11 @@ impl Registration {
         let addrs: Vec<SocketAddr> = rails.iter().flatten().copied().collect();
         if addrs.is_empty() || addrs.len() != rails.len() {
             return Err(NameError::Rails(addrs.len()));
+        }
+        // A wildcard is where the endpoint listens, not where anyone can
+        // reach it: registered, a peer would send into nowhere and time out.
+        if let Some((rail, &addr)) = addrs.iter().enumerate().find(|(_, a)| a.ip().is_unspecified()) {
+            return Err(NameError::Unspecified { rail, addr });
         }
         Ok(Registration { node: ep.node(), addrs })
     }
@@ -280,6 +294,10 @@ mod tests {
             b"node=1\nother=1\n",
             b"rail=127.0.0.1:1\nnode=1\n",
             b"node=1\nrail=127.0.0.1:1\xff\n",
+            // Nowhere to send: a wildcard, or port 0.
+            b"node=1\nrail=0.0.0.0:7000\n",
+            b"node=1\nrail=[::]:7000\n",
+            b"node=1\nrail=127.0.0.1:0\n",
         ] {
             assert!(matches!(Registration::parse("x", bad), Err(NameError::Malformed { .. })), "{bad:?}");
         }
@@ -289,5 +307,21 @@ mod tests {
             assert!(matches!(check_name(name), Err(NameError::BadName(_))), "{name:?}");
         }
         check_name("bank-server_1.a").unwrap();
+    }
+
+    /// An endpoint bound to a wildcard cannot be registered: the error
+    /// says which rail and what to do, where before a peer connected and
+    /// its first `recv` timed out.
+    #[test]
+    fn an_endpoint_bound_to_a_wildcard_is_not_registered() {
+        let ep = Endpoint::builder(3).bind("0.0.0.0:0".parse().unwrap()).build().unwrap();
+        let names =
+            FileNames::new(std::env::temp_dir().join(format!("tether-names-wild-{}", std::process::id())))
+                .unwrap();
+        let err = register(&names, "wild", &ep).unwrap_err();
+        assert!(matches!(err, NameError::Unspecified { rail: 0, .. }), "{err}");
+        assert!(err.to_string().contains("bind the endpoint to the address peers reach it at"), "{err}");
+        assert!(names.resolve("wild").unwrap().is_none(), "nothing registered");
+        let _ = std::fs::remove_dir_all(&names.dir);
     }
 }
