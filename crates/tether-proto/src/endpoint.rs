@@ -1409,6 +1409,12 @@ impl Endpoint {
         s.messages_sent - s.messages_acked - s.messages_failed
     }
 
+    /// Messages on `channel` neither acknowledged nor failed, counted one
+    /// by one (for reports: `unsettled` counts every channel at once).
+    pub fn unsettled_on(&self, channel: Channel) -> u64 {
+        self.peers.values().map(|p| p.send.unsettled_on(channel)).sum()
+    }
+
     /// Messages pending in the peers' send logs, counted one by one.
     fn pending_in_logs(&self) -> u64 {
         self.peers.values().map(|p| p.send.pending_messages()).sum()

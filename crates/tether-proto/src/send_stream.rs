@@ -372,6 +372,23 @@ impl SendStream {
         }
     }
 
+    /// Messages on `channel` in the log (neither acknowledged nor failed),
+    /// counted one by one: for reports, not the data path. Every fragment
+    /// names its message's channel, and a message's fragments are in a
+    /// row, so a message is counted once even when its first fragment is
+    /// acknowledged and gone.
+    pub fn unsettled_on(&self, channel: Channel) -> u64 {
+        let mut last = None;
+        let mut n = 0;
+        for s in self.segments.iter().filter(|s| s.log.flags.channel() == channel) {
+            if s.log.msg >= self.log.settled_below && last != Some(s.log.msg) {
+                n += 1;
+            }
+            last = Some(s.log.msg);
+        }
+        n
+    }
+
     /// Export the hard state.
     pub fn snapshot(&self) -> SendSnapshot {
         SendSnapshot {

@@ -232,7 +232,7 @@ impl Backend for Attached {
 
     /// The calls' pump stops first: it holds the client too.
     fn close(&mut self, linger: Duration) -> Result<(), Error> {
-        self.calls.stop();
+        self.calls.stop(&self.client);
         match Arc::get_mut(&mut self.client) {
             Some(client) => Ok(client.shut(linger)?),
             // Only the pump shares it, and it has ended.
@@ -261,6 +261,6 @@ impl Drop for Attached {
     fn drop(&mut self) {
         // The pump holds the client: stopped, it lets the client go (and
         // linger as it goes).
-        self.calls.stop();
+        self.calls.stop(&self.client);
     }
 }

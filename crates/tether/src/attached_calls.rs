@@ -195,11 +195,14 @@ impl AttachedCalls {
         Ok(())
     }
 
-    /// Stop the pump and wait for it (within a look of the client's
-    /// wait, at most 100 ms, unless the client is busy recovering from
-    /// its engine's death). Waits on calls end (`EngineGone`).
-    pub fn stop(&self) {
+    /// Stop the pump and wait for it: woken from its wait on `client`
+    /// at once (unless the client is busy recovering from its engine's
+    /// death). Waits on calls end (`EngineGone`).
+    pub fn stop(&self, client: &Client) {
         self.stop.store(true, Ordering::SeqCst);
+        // Asleep on the client, the pump would see the flag only at the
+        // end of its slice (up to 100 ms: every attached close took it).
+        client.kick();
         let pump = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = pump {
             let _ = p.join();

@@ -124,7 +124,12 @@ impl Embedded {
         }) {
             Ok(()) => {}
             Err(Error::TimedOut) => {
-                return Err(Error::Lingered { unsettled: self.shared.lock().core.unsettled() });
+                let d = self.shared.lock();
+                let (unsettled, envelopes) = (
+                    d.core.unsettled_on(tether_proto::Channel::APP),
+                    d.core.unsettled_on(tether_rpc::CHANNEL),
+                );
+                return Err(Error::Lingered { unsettled, envelopes });
             }
             Err(e) => return Err(e),
         }

@@ -313,7 +313,7 @@ impl Endpoint {
     /// Stop sending new work and wait, up to `linger`, until every message
     /// accepted so far is acknowledged or failed (failures are reported
     /// as events and in their handles' states as usual); then stop the
-    /// progress thread. `Err(Error::Lingered { unsettled })` when the bound
+    /// progress thread. `Err(Error::Lingered { unsettled, envelopes })` when the bound
     /// passed first: those messages' fate is unknown and stays so.
     /// With an engine, the engine drives for up to `linger`, then the
     /// application detaches.

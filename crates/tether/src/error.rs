@@ -5,6 +5,23 @@ use tether_io::TransportError;
 use tether_proto::{ConfigError, NodeId, PathError, SendError, MAX_RAILS};
 use thiserror::Error;
 
+/// "1 message", "3 messages".
+fn messages(n: u64) -> String {
+    match n {
+        1 => "1 message".to_string(),
+        n => format!("{n} messages"),
+    }
+}
+
+/// The calls' envelopes a `Lingered` close left, said after the messages.
+fn envelopes_too(n: u64) -> String {
+    match n {
+        0 => String::new(),
+        1 => " (and 1 call envelope)".to_string(),
+        n => format!(" (and {n} call envelopes)"),
+    }
+}
+
 /// Everything a tether call can fail with.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -55,10 +72,13 @@ pub enum Error {
     TimedOut,
     /// `close` (or drop) waited its bound and these messages were still
     /// neither acknowledged nor failed.
-    #[error("closed with {unsettled} messages neither acknowledged nor failed")]
+    #[error("closed with {} neither acknowledged nor failed{}", messages(*unsettled), envelopes_too(*envelopes))]
     Lingered {
-        /// Messages whose fate is unknown.
+        /// The application's messages whose fate is unknown.
         unsettled: u64,
+        /// And the calls' envelopes (requests, replies, queries) on the
+        /// same streams, not counted among the messages.
+        envelopes: u64,
     },
     /// The endpoint is shutting down.
     #[error("endpoint closed")]

@@ -215,9 +215,18 @@ fn close_reports_what_it_could_not_settle() {
         a.send(2, &msg(i, 10)).unwrap();
     }
     match a.close(Duration::from_millis(50)) {
-        Err(Error::Lingered { unsettled: 3 }) => {}
-        other => panic!("expected Lingered {{ unsettled: 3 }}, got {other:?}"),
+        Err(Error::Lingered { unsettled: 3, envelopes: 0 }) => {}
+        other => panic!("expected Lingered {{ unsettled: 3, envelopes: 0 }}, got {other:?}"),
     }
+    // A call's envelope rides the same stream, and is said apart: one
+    // message and one call to nobody are one message, not two.
+    let a = Endpoint::udp(1, any(), &[(2, gone)], Options::default()).unwrap();
+    a.send(2, &msg(0, 10)).unwrap();
+    let _call = a.request(2, 3, b"args").unwrap();
+    let closed = a.close(Duration::from_millis(50));
+    assert!(matches!(closed, Err(Error::Lingered { unsettled: 1, envelopes: 1 })), "{closed:?}");
+    let said = closed.unwrap_err().to_string();
+    assert_eq!(said, "closed with 1 message neither acknowledged nor failed (and 1 call envelope)");
 }
 
 #[test]
