@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
+use tether::names::{FileNames, Names};
 use tether::rpc::{CallLogOptions, CallOptions, Executed, RpcConfig, SyncPolicy};
 use tether::{Endpoint, Error, Options};
-use tether_names::{FileNames, Names};
 
 use crate::args;
 
@@ -121,7 +121,7 @@ pub fn serve(o: &BankServerOpts) -> anyhow::Result<()> {
     let options = Options { calls: rpc(), call_log: Some(log), linger: Duration::ZERO, ..Options::default() };
     let ep = Endpoint::udp(o.node, o.bind, &[], options)?;
     let names = FileNames::new(o.dir.join("names"))?;
-    tether_names::connect(&names, &ep, &name(CLIENT))?;
+    tether::names::connect(&names, &ep, &name(CLIENT))?;
     let balances = Mutex::new(balances);
     ep.register_handler(TRANSFER, move |r| {
         let Some((_, from, to, amount)) = decode(r.args) else { return vec![2] };
@@ -137,7 +137,7 @@ pub fn serve(o: &BankServerOpts) -> anyhow::Result<()> {
         b[to] += amount;
         vec![1]
     })?;
-    tether_names::register(&names, &name(o.node), &ep)?;
+    tether::names::register(&names, &name(o.node), &ep)?;
     loop {
         match ep.serve(Some(Duration::from_millis(100))) {
             Ok(()) | Err(Error::TimedOut) => {}
@@ -226,7 +226,7 @@ pub fn run(
     let names = FileNames::new(dir.join("names"))?;
     let options = Options { calls: rpc(), faults, ..Options::default() };
     let client = Endpoint::udp(CLIENT, "127.0.0.1:0".parse()?, &[], options)?;
-    tether_names::register(&names, &name(CLIENT), &client)?;
+    tether::names::register(&names, &name(CLIENT), &client)?;
     // One port for each server's every life.
     let addrs = (0..servers)
         .map(|_| Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?))
@@ -243,7 +243,7 @@ pub fn run(
             anyhow::ensure!(t.elapsed() < Duration::from_secs(20), "bank server {} never came up", i + 2);
             std::thread::sleep(Duration::from_millis(5));
         }
-        tether_names::connect(&names, &client, &name(i + 2))?;
+        tether::names::connect(&names, &client, &name(i + 2))?;
     }
     let done = AtomicBool::new(false);
     let killed = AtomicU32::new(0);

@@ -72,6 +72,9 @@ pub fn default_engine_dir() -> std::path::PathBuf {
     tether_attach::default_dir()
 }
 
+#[cfg(feature = "names")]
+pub mod names;
+
 /// Fault injection (the functional fault model of Li et al. \[CI\], see
 /// docs/FAULTS.md): plans of rules that drop, delay, modify, reorder,
 /// duplicate and inject datagrams, and fail the application's own calls;

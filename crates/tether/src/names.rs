@@ -2,7 +2,7 @@
 //! node id and the address of each of its rails, and others resolve the
 //! name to reach it, instead of being told node ids and addresses. This is
 //! Kaur's AMVIA name server (thesis sections 3.3 and A.2,
-//! `docs/REFERENCES.md` [AMVIA]), served by stores made for the job rather
+//! `docs/REFERENCES.md` \[AMVIA\]), served by stores made for the job rather
 //! than a server of our own: a directory of files for the processes of one
 //! machine (`FileNames`: each name one file, replaced whole by a rename),
 //! and etcd for a cluster (`EtcdNames`: its v3 JSON gateway, one key per
@@ -19,9 +19,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::{Endpoint, NodeId, MAX_RAILS};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use tether::{Endpoint, NodeId, MAX_RAILS};
 use thiserror::Error;
 
 /// The longest name, bytes.
@@ -33,30 +33,49 @@ pub const MAX_REGISTRATION: usize = 4096;
 /// Where a name points: a node, and one address per rail (rail 0 first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
+    /// The endpoint's node id.
     pub node: NodeId,
+    /// Its address on each rail, rail 0 first.
     pub addrs: Vec<SocketAddr>,
 }
 
 /// What went wrong with a name.
 #[derive(Debug, Error)]
 pub enum NameError {
+    /// Not a name: empty, too long, or with a character names do not have.
     #[error("name {0:?}: 1 to {MAX_NAME} bytes of letters, digits, '.', '_' and '-'")]
     BadName(String),
+    /// A store handed back something that is not a registration.
     #[error("registration of {name:?} is malformed: {why}")]
-    Malformed { name: String, why: String },
+    Malformed {
+        /// The name it was read for.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The endpoint has no rail with an address, or too many.
     #[error("an endpoint has 1 to {MAX_RAILS} rails with addresses, not {0}")]
     Rails(usize),
+    /// A rail bound to a wildcard: no peer could send to it.
     #[error(
         "rail {rail} is bound at {addr}, which no peer can send to: bind the endpoint to the address \
          peers reach it at"
     )]
-    Unspecified { rail: usize, addr: SocketAddr },
+    Unspecified {
+        /// Which rail.
+        rail: usize,
+        /// Where it is bound.
+        addr: SocketAddr,
+    },
+    /// The store itself failed (a file, etcd).
     #[error("name store: {0}")]
     Store(String),
+    /// Nothing is registered under the name.
     #[error("no endpoint is registered as {0:?}")]
     Unknown(String),
+    /// The endpoint refused the peer the name resolved to.
     #[error(transparent)]
-    Endpoint(#[from] tether::Error),
+    Endpoint(#[from] crate::Error),
 }
 
 fn check_name(name: &str) -> Result<(), NameError> {

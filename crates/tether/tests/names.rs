@@ -3,6 +3,8 @@
 //! real etcd (Debian's `etcd-server`), started here on free ports; the
 //! etcd test says loudly when it skips (no `etcd` binary).
 
+// Built with the `names` feature (every feature in `scripts/test`).
+#![cfg(feature = "names")]
 // The etcd test waits for the server by the wall clock.
 #![allow(clippy::disallowed_methods)]
 
@@ -10,9 +12,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tether::names::{connect, register, EtcdNames, FileNames, NameError, Names, Registration};
 use tether::rpc::Executed;
 use tether::{Endpoint, Options};
-use tether_names::{connect, register, EtcdNames, FileNames, NameError, Names, Registration};
 
 const ECHO: u32 = 1;
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
