@@ -1,4 +1,4 @@
-//! Two `tether stream` processes started with settings that do not go
+//! Two `tether stream` (or `pingpong`) processes started with settings that do not go
 //! together: each side must end by itself, fail, and say in its last line
 //! what differs - not "corrupted", not "is it running?" alone. A peer with
 //! another key gets no answer at all (strangers get nothing), so the
@@ -48,9 +48,14 @@ fn last_line(o: &Output) -> String {
 /// Run a listener with `listener` and a sender with `sender` (both added
 /// to the two-process options); both outputs.
 fn pair(listener: &[&str], sender: &[&str]) -> (Output, Output) {
+    pair_of("stream", listener, sender)
+}
+
+/// `pair` for `cmd` (`stream` or `pingpong`).
+fn pair_of(cmd: &str, listener: &[&str], sender: &[&str]) -> (Output, Output) {
     let (l, s) = two_ports();
     let (l, s) = (format!("127.0.0.1:{l}"), format!("127.0.0.1:{s}"));
-    let common = ["stream", "--count", "200", "--give-up-after", "1s"];
+    let common = [cmd, "--count", "200", "--give-up-after", "1s"];
     let spawn = |args: Vec<&str>| {
         Command::new(env!("CARGO_BIN_EXE_tether"))
             .args(args)
@@ -97,6 +102,10 @@ fn mismatched_settings_are_named_on_both_sides() {
     let both = "the sender offers 200 messages of 8 B, the listener expects 200 messages of 1024 B";
     check("size", &sizes, both, both);
     assert!(last_line(&sizes.1).contains("refused the run"));
+
+    let echo = pair_of("pingpong", &["--size", "64"], &["--size", "8"]);
+    let both = "the sender offers 200 messages of 8 B, the listener expects 200 messages of 64 B";
+    check("pingpong size", &echo, both, both);
 
     let keys = pair(&["--key-file", &k1], &["--key-file", &k2]);
     check(

@@ -219,9 +219,9 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
     let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
     let local = ep.local_addr().unwrap_or(addr);
     listening("pingpong", local, peer, &what);
-    let d = crate::net::first_message(&ep, "pingpong", local, peer, o.give_up_after)?;
-    ep.send(d.from, &d.message)?;
-    reliable_echo(&ep, count + WARMUP - 1).map(Some)
+    let terms = crate::net::first_message(&ep, "pingpong", local, peer, o.give_up_after)?;
+    crate::net::agree(&ep, SENDER, crate::net::Terms { size: o.size, count }, &terms.message)?;
+    reliable_echo(&ep, count + WARMUP).map(Some)
 }
 
 /// Two-process mode: the measuring side.
@@ -256,5 +256,10 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
         });
     }
     let ep = o.endpoint(SENDER, bind, &[(RECEIVER, addr)])?;
+    // Both sides agree on the run first: an echo side expecting other
+    // sizes or counts says so, rather than a round trip timing out.
+    let bound = o.give_up_after * 2;
+    let quiet = || silent(Some((addr, bind)), 0, count + WARMUP, bound);
+    crate::net::offer(&ep, RECEIVER, addr, crate::net::Terms { size: o.size, count }, bound, quiet)?;
     reliable_client(&ep, o, count, Some((addr, bind)))
 }
