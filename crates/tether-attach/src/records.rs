@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use tether_proto::{Channel, FailReason, FailedMessages, Fragment, NodeId, MAX_RAILS};
+use tether_proto::{Channel, FailReason, FailedMessages, Fragment, NodeId, Refused, MAX_RAILS};
 use thiserror::Error;
 
 /// Why a record was refused.
@@ -183,6 +183,12 @@ pub enum Completion<'a> {
         /// The peer that went.
         peer: NodeId,
     },
+    /// Datagrams the engine refused for this application's core since the
+    /// last such record, by reason (its `Event::Refused`, passed on).
+    Refused {
+        /// The counts.
+        refused: Refused,
+    },
     /// The answer to `AddPeer` (after its `Local`, if the peer is local).
     PeerAdded {
         /// The peer added.
@@ -234,6 +240,7 @@ mod kind {
     pub const LOCAL: u8 = 20;
     pub const LOCAL_GONE: u8 = 21;
     pub const PEER_ADDED: u8 = 22;
+    pub const REFUSED: u8 = 23;
 }
 
 /// Writes fields into a caller's buffer.
@@ -490,6 +497,12 @@ impl<'a> Completion<'a> {
                 o.put(&[kind::PEER_ADDED])?;
                 o.put(&peer.to_le_bytes())?;
             }
+            Completion::Refused { refused } => {
+                o.put(&[kind::REFUSED])?;
+                for (_, n) in refused.counts() {
+                    o.put(&n.to_le_bytes())?;
+                }
+            }
         }
         Ok(o.at)
     }
@@ -542,6 +555,13 @@ impl<'a> Completion<'a> {
             kind::LOCAL => Completion::Local { peer: i.u32()?, generation: i.u64()? },
             kind::LOCAL_GONE => Completion::LocalGone { peer: i.u32()? },
             kind::PEER_ADDED => Completion::PeerAdded { peer: i.u32()? },
+            kind::REFUSED => {
+                let mut counts = [0u64; 11];
+                for c in &mut counts {
+                    *c = i.u64()?;
+                }
+                Completion::Refused { refused: Refused::from_counts(counts) }
+            }
             k => return Err(RecordError::UnknownKind(k)),
         };
         i.end()?;
@@ -621,6 +641,7 @@ mod tests {
                 Completion::Local { peer: from, generation: seq },
                 Completion::LocalGone { peer: from },
                 Completion::PeerAdded { peer: from },
+                Completion::Refused { refused: Refused { auth_missing: seq, mac_failures: u64::from(from), ..Refused::default() } },
             ];
             let mut buf = vec![0u8; 1024];
             for c in all {

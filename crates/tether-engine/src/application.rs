@@ -235,7 +235,8 @@ pub(crate) fn publish(c: &mut Application, out: &mut Vec<u8>) -> bool {
         c.control_out.pop_front();
         any = true;
     }
-    out.resize(64, 0);
+    // A failure report or a refusal report, the largest (1 + 11 x 8).
+    out.resize(96, 0);
     // Failures first: a failure the application was told of is never
     // undone by a restore (docs/ENGINE.md, "Restore").
     while let Some(event) = c.core.poll_event() {
@@ -243,6 +244,15 @@ pub(crate) fn publish(c: &mut Application, out: &mut Vec<u8>) -> bool {
             Event::PeerUnreachable { failed } => (failed, FailReason::PeerUnreachable),
             Event::PeerRestarted { failed, .. } => (failed, FailReason::PeerRestarted),
             Event::StreamReset { failed } => (failed, FailReason::StreamReset),
+            // Passed on: the application learns why a peer gets nothing.
+            Event::Refused { refused, .. } => {
+                let n = Completion::Refused { refused }.encode(out).expect("96 bytes hold a refusal report");
+                if !c.push_or_hold(&out[..n]) {
+                    return any;
+                }
+                any = true;
+                continue;
+            }
             other => {
                 debug!(node = c.node, event = ?other, "event not forwarded to the application");
                 continue;
@@ -251,7 +261,7 @@ pub(crate) fn publish(c: &mut Application, out: &mut Vec<u8>) -> bool {
         if failed.is_empty() {
             continue;
         }
-        let n = Completion::Failed { failed, reason }.encode(out).expect("64 bytes hold a failure");
+        let n = Completion::Failed { failed, reason }.encode(out).expect("96 bytes hold a failure");
         if !c.push_or_hold(&out[..n]) {
             return any;
         }

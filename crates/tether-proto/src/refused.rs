@@ -56,6 +56,23 @@ impl Refused {
         }
     }
 
+    /// From the counts in `counts()`'s order (a record that carries them).
+    pub fn from_counts(c: [u64; 11]) -> Self {
+        Refused {
+            strangers_refused: c[0],
+            unknown_source: c[1],
+            source_mismatch: c[2],
+            auth_missing: c[3],
+            auth_unexpected: c[4],
+            auth_mismatch: c[5],
+            mac_failures: c[6],
+            replays: c[7],
+            handshakes_refused: c[8],
+            handshake_replies_dropped: c[9],
+            mtu_refused: c[10],
+        }
+    }
+
     /// Each count, with its reason's name, in a fixed order.
     pub fn counts(&self) -> [(&'static str, u64); 11] {
         [
@@ -177,5 +194,6 @@ mod tests {
         let mut m = a;
         m.add(&b);
         assert_eq!((m.auth_missing, m.replays), (14, 7));
+        assert_eq!(Refused::from_counts(m.counts().map(|(_, n)| n)), m);
     }
 }

@@ -358,3 +358,36 @@ fn close_returns_once_settled_not_after_its_linger() {
         drop((e1, e2));
     }
 }
+
+/// A peer refused for its configuration gets no answer, so the refusing
+/// side must say why, and on an attached endpoint the refusing side is
+/// its engine: the engine passes its core's `Event::Refused` on. Here a
+/// peer with a cluster key talks to an engine without one.
+#[test]
+fn an_attached_endpoint_hears_what_its_engine_refused() {
+    let e = Running::start("refused");
+    let keyed = tether::Config {
+        key: Some(tether::ClusterKey::from_material(&[7u8; 32]).unwrap()),
+        ..Default::default()
+    };
+    let b = Endpoint::builder(2)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .config(keyed)
+        .peer(1, e.addrs[0])
+        .build()
+        .unwrap();
+    let a = Endpoint::builder(1).engine(&e.dir).peer(2, b.local_addr().unwrap()).build().unwrap();
+    b.send(1, b"from a keyed peer").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match a.poll_event() {
+            Some(Event::Refused { refused, .. }) => break refused,
+            Some(_) => continue,
+            None if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            None => panic!("no Event::Refused within 10 s"),
+        }
+    };
+    assert!(refused.auth_unexpected > 0, "{refused:?}");
+    assert!(refused.causes()[0].contains("a key on the other side only"), "{:?}", refused.causes());
+    assert!(a.try_recv().is_none(), "nothing of the refused peer delivered");
+}
