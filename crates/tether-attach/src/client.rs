@@ -977,17 +977,7 @@ impl Attachment {
             // As the core queues it: one report waiting at a time.
             Completion::Refused { refused } => {
                 let at = tether_proto::Instant::from_nanos(self.machine.now().as_nanos() as u64);
-                let waiting = self.events.iter_mut().find_map(|e| match e {
-                    Event::Refused { refused, at } => Some((refused, at)),
-                    _ => None,
-                });
-                match waiting {
-                    Some((r, when)) => {
-                        r.add(&refused);
-                        *when = at;
-                    }
-                    None => self.events.push_back(Event::Refused { refused, at }),
-                }
+                refused.report(&mut self.events, at);
             }
             Completion::Failed { failed, reason } => {
                 if let Some(p) = self.peers.get_mut(&failed.peer) {

@@ -977,17 +977,7 @@ impl Endpoint {
             return;
         }
         warn!(node = self.node, causes = %new.causes().join("; "), "refused datagrams in the last second or more");
-        let waiting = self.events.iter_mut().find_map(|e| match e {
-            Event::Refused { refused, at } => Some((refused, at)),
-            _ => None,
-        });
-        match waiting {
-            Some((refused, at)) => {
-                refused.add(&new);
-                *at = now;
-            }
-            None => self.events.push_back(Event::Refused { refused: new, at: now }),
-        }
+        new.report(&mut self.events, now);
     }
 
     /// The key `header`'s datagram was authenticated with, if the cluster

@@ -6,7 +6,10 @@
 //! reported as an [`crate::Event::Refused`] at most once a second, and put
 //! in words by [`Refused::causes`].
 
+use std::collections::VecDeque;
+
 use crate::stats::Stats;
+use crate::{Event, Instant};
 
 /// Datagrams refused, by reason (the [`Stats`] counters of the same
 /// names), counted over some span: since the last report, or ever.
@@ -92,32 +95,34 @@ impl Refused {
 
     /// What was refused after `earlier` (counters only grow).
     pub fn since(&self, earlier: &Refused) -> Refused {
-        let mut d = *self;
-        d.zip_with(earlier, u64::saturating_sub);
-        d
+        self.zip_with(earlier, u64::saturating_sub)
     }
 
     /// Add `other`'s counts (two reports merged into one).
     pub fn add(&mut self, other: &Refused) {
-        self.zip_with(other, u64::saturating_add);
+        *self = self.zip_with(other, u64::saturating_add);
     }
 
-    fn zip_with(&mut self, o: &Refused, f: fn(u64, u64) -> u64) {
-        let fields = [
-            (&mut self.strangers_refused, o.strangers_refused),
-            (&mut self.unknown_source, o.unknown_source),
-            (&mut self.source_mismatch, o.source_mismatch),
-            (&mut self.auth_missing, o.auth_missing),
-            (&mut self.auth_unexpected, o.auth_unexpected),
-            (&mut self.auth_mismatch, o.auth_mismatch),
-            (&mut self.mac_failures, o.mac_failures),
-            (&mut self.replays, o.replays),
-            (&mut self.handshakes_refused, o.handshakes_refused),
-            (&mut self.handshake_replies_dropped, o.handshake_replies_dropped),
-            (&mut self.mtu_refused, o.mtu_refused),
-        ];
-        for (mine, theirs) in fields {
-            *mine = f(*mine, theirs);
+    fn zip_with(&self, o: &Refused, f: fn(u64, u64) -> u64) -> Refused {
+        let (a, b) = (self.counts(), o.counts());
+        Refused::from_counts(std::array::from_fn(|i| f(a[i].1, b[i].1)))
+    }
+
+    /// Queue `refused` (counted at `at`) on `events` as an
+    /// [`crate::Event::Refused`]: added to one already waiting, so at most
+    /// one waits however long the refusals go on (an application that
+    /// never looks loses no room to them).
+    pub fn report(self, events: &mut VecDeque<Event>, at: Instant) {
+        let waiting = events.iter_mut().find_map(|e| match e {
+            Event::Refused { refused, at } => Some((refused, at)),
+            _ => None,
+        });
+        match waiting {
+            Some((r, when)) => {
+                r.add(&self);
+                *when = at;
+            }
+            None => events.push_back(Event::Refused { refused: self, at }),
         }
     }
 
