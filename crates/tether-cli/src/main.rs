@@ -128,22 +128,25 @@ enum BenchWhat {
 }
 
 fn main() {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Warnings by default: refused traffic (another key, a key on one
-    // side only, another --auth) shows as it happens, once a second.
+    // side only, another --auth) shows as it happens, once a second. Not
+    // in `sim`: its engines die and its datagrams are forged on purpose,
+    // thousands of times a run, and its table says what came of it.
     // `RUST_LOG` overrides: `tether_proto=info` shows peers going up and
     // down, failovers and abandonments; `=trace`, every drop; `off`,
     // nothing. Colour only on a terminal: a log written to a file or a
     // pipe carries no escape codes.
     use std::io::IsTerminal;
+    let quiet = matches!(cli.command, Command::Sim(_));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if quiet { "off" } else { "warn" }));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let matches = Cli::command().get_matches();
-    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::Pingpong(o) | Command::Stream(o) | Command::Bench(BenchOpts { net: o, .. }) =
         &mut cli.command
     {
