@@ -310,7 +310,7 @@ impl Attachment {
             streams: 2 * options.peers.min(tether_shm::MAX_STREAMS / 2),
         };
         let n = REGIONS.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("client-{node}-{}-{n}.shm", std::process::id()));
+        let path = dir.join(crate::owner::region_name(node, std::process::id(), n));
         let region = ClientRegion::create(&path, header)?;
         let machine = options.machine.clone();
         region.control.set_secret(&entropy(&*machine)?);

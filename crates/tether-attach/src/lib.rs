@@ -21,6 +21,7 @@ mod clock;
 mod counters;
 mod error;
 mod machine;
+pub mod owner;
 pub mod records;
 
 pub use attach::{default_dir, is_probe_node, PROBE_BASE};

@@ -80,6 +80,21 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// Stop at SIGINT or SIGTERM: the supervisor stops its engine, removes
+/// its socket and heartbeat, and exits.
+pub fn handle_interrupts() {
+    // SAFETY: installs a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// Stop as SIGTERM would (the command that started this engine is gone).
+pub fn stop() {
+    STOP.store(true, Ordering::Relaxed);
+}
+
 pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
     let dir = o.dir.clone().unwrap_or_else(tether_engine::attach::default_dir);
     let config = Config {
@@ -97,6 +112,14 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         EngineOptions { config, faults, selftest, fault_hook: o.fault_hook, backup: !o.no_backup, ..options };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
+        // An interruption stops the loop as it would the supervisor.
+        let stop = engine.stop_flag();
+        std::thread::spawn(move || {
+            while !STOP.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
         let rails: Vec<String> = engine.rail_addrs().iter().map(|a| a.to_string()).collect();
         println!(
             "tether engine: pid {} serving {} on rails {}",
@@ -105,12 +128,11 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
             rails.join(", ")
         );
         engine.run()?;
+        drop(engine);
+        // Empty once the engine and its applications are gone: nothing
+        // is left of it.
+        let _ = std::fs::remove_dir(&dir);
         return Ok(());
-    }
-    // SAFETY: installs a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let watch = Watch { hang_after: Duration::from_micros(o.hang_after_us), ..Watch::default() };
     let start = Instant::now();
@@ -149,5 +171,7 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         }
         let _ = std::io::stdout().flush();
     })?;
+    // Empty unless applications still hold their regions in it.
+    let _ = std::fs::remove_dir(&dir);
     Ok(())
 }

@@ -9,7 +9,7 @@ mod table;
 use tether_lab::{
     args, auth_bench, bandwidth, bench, calls_bench, campaign, congestion_bench, contention_bench, demo,
     demo_engine, demo_rpc, detection, engine_bench, engine_campaign, flows, limit, logp_bench, loss_bench,
-    model, net, pingpong, shm_bench, stream, summary, timeline,
+    model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -161,6 +161,29 @@ fn main() {
         eprintln!("tether: {}", message(&e));
         std::process::exit(2);
     }
+    // What runs killed outright left (their directories in /dev/shm and
+    // the temporary directory, their namespaces) goes first; then this
+    // run's own goes with it however it ends: at the end of `main`, on
+    // SIGINT, SIGTERM or SIGHUP, or when the command that started this
+    // one (an engine, a bank server) is gone.
+    let reclaimed = scratch::reclaim();
+    if !reclaimed.dirs.is_empty() || !reclaimed.namespaces.is_empty() {
+        tracing::info!(dirs = ?reclaimed.dirs, namespaces = ?reclaimed.namespaces, "removed what killed runs left");
+    }
+    if let Command::Engine(_) = &cli.command {
+        // The supervisor stops its engine and removes its files itself.
+        engine_cmd::handle_interrupts();
+        scratch::watch_owner(engine_cmd::stop);
+    } else {
+        if let Err(e) = scratch::handle_interrupts() {
+            eprintln!("tether: cannot watch for interruptions: {e}");
+            std::process::exit(1);
+        }
+        scratch::watch_owner(|| {
+            scratch::clean_up();
+            std::process::exit(128 + libc::SIGTERM);
+        });
+    }
     let result = match cli.command {
         Command::Demo(o) => run_demo(&o),
         Command::Pingpong(o) => run_pingpong(&o),
@@ -171,6 +194,7 @@ fn main() {
         Command::Engine(o) => engine_cmd::run(&o),
         Command::BankServer(o) => demo_rpc::serve(&o),
     };
+    scratch::clean_up();
     if let Err(e) = result {
         eprintln!("tether: {}", message(&e));
         std::process::exit(1);

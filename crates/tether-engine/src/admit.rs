@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 
-use tether_attach::{attach, is_probe_node, EngineCounters};
+use tether_attach::{attach, is_probe_node, owner, EngineCounters};
 use tether_fault::FaultCounters;
 use tether_proto::{Config, Endpoint as Core, Instant};
 use tether_shm::ClientRegion;
@@ -77,7 +78,7 @@ impl Engine {
             Err(why) => Err(why.as_str()),
         };
         attach::write_reply(&mut conn, reply).map_err(|e| format!("answering: {e}"))?;
-        let (region, core, pid, mode) = result?;
+        let (region, path, core, pid, mode) = result?;
         let recovered = read_backups(&region);
         let backups = recovered.iter().map(|(&peer, &(slot, _))| (peer, (slot, None))).collect();
         conn.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -85,6 +86,7 @@ impl Engine {
             node: region.header.node,
             pid,
             region,
+            path,
             core,
             conn,
             record: Vec::new(),
@@ -113,7 +115,7 @@ impl Engine {
     fn check_attachment(
         &mut self,
         conn: &mut UnixStream,
-    ) -> Result<(ClientRegion, Core, u32, attach::Mode), String> {
+    ) -> Result<(ClientRegion, PathBuf, Core, u32, attach::Mode), String> {
         let cred = attach::peer_cred(conn).map_err(|e| format!("peer credentials: {e}"))?;
         if cred.uid != attach::my_uid() {
             return Err(format!("user {} may not attach to user {}'s engine", cred.uid, attach::my_uid()));
@@ -134,6 +136,17 @@ impl Engine {
         if h.pid != cred.pid {
             return Err(format!("region names pid {}, the connection is pid {}", h.pid, cred.pid));
         }
+        // Named for its node and owner, so what a dead owner leaves is
+        // found and reclaimed (`crate::reclaim`), and nothing else is.
+        let name = canonical.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if owner::region_owner(name) != Some((h.node, h.pid)) {
+            return Err(format!(
+                "region {} is not named for node {} of pid {}",
+                path.display(),
+                h.node,
+                h.pid
+            ));
+        }
         if is_probe_node(h.node) {
             return Err(format!("node {} is reserved for the engine's self-test", h.node));
         }
@@ -145,6 +158,6 @@ impl Engine {
         let config = client_config(&self.options.config, largest);
         let mut core = Core::new(config, h.node, h.incarnation).map_err(|e| e.to_string())?;
         core.seed_secrets(region.control.secret());
-        Ok((region, core, cred.pid, mode))
+        Ok((region, canonical, core, cred.pid, mode))
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tether_attach::{is_probe_node, Completion, EngineCounters, Submission, Taken};
@@ -40,6 +41,8 @@ pub(crate) struct Application {
     pub(crate) node: NodeId,
     pub(crate) pid: u32,
     pub(crate) region: ClientRegion,
+    /// Where the region is: removed here if its owner dies (`crate::reclaim`).
+    pub(crate) path: PathBuf,
     pub(crate) core: Core,
     pub(crate) conn: UnixStream,
     /// The submission being handled; `stalled` while the core has no room.

@@ -46,6 +46,7 @@ use crate::audit::{AuditClock, Due, SLICE};
 use crate::book::Book;
 use crate::heartbeat::Heartbeat;
 use crate::pairs::Pairs;
+use crate::reclaim::Departed;
 use crate::selftest::{SelfTest, SelfTestOptions, SelfTestStats};
 use crate::stats::EngineStats;
 
@@ -184,6 +185,8 @@ pub struct Engine {
     /// is attached here, and gets a direct path (`crate::pairs`).
     own: Vec<SocketAddr>,
     pairs: Pairs,
+    /// Applications whose connection closed, until their region is gone.
+    departed: Departed,
     #[cfg(feature = "fault-hook")]
     hook: Option<crate::hook::Hook>,
 }
@@ -238,6 +241,16 @@ impl EngineSockets {
             }
             // Left by an engine that died: nobody answers on it.
             std::fs::remove_file(&sock)?;
+        }
+        // Nobody serves the directory now: what dead applications left
+        // in it can go.
+        let reclaimed = crate::reclaim::sweep(&options.dir);
+        if reclaimed != Default::default() {
+            info!(
+                regions = reclaimed.regions,
+                pairs = reclaimed.pairs,
+                "reclaimed what dead applications left"
+            );
         }
         let listener = UnixListener::bind(&sock)?;
         listener.set_nonblocking(true)?;
@@ -327,6 +340,7 @@ impl Engine {
             payload_pass: None,
             own: addrs.clone(),
             pairs: Pairs::default(),
+            departed: Departed::default(),
             #[cfg(feature = "fault-hook")]
             hook,
             options,
@@ -455,13 +469,18 @@ impl Engine {
         }
         self.pair_up();
         let before = self.clients.len();
+        let departed = &mut self.departed;
         self.clients.retain(|c| {
             if c.gone {
                 info!(node = c.node, pid = c.pid, "application detached");
+                departed.watch(c.pid, c.path.clone());
             }
             !c.gone
         });
         self.stats.detached += (before - self.clients.len()) as u64;
+        if housekeeping {
+            self.stats.reclaimed_regions += self.departed.check() as u64;
+        }
         busy
     }
 

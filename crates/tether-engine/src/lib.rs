@@ -25,6 +25,7 @@ mod heartbeat;
 #[cfg(feature = "fault-hook")]
 pub mod hook;
 mod pairs;
+pub mod reclaim;
 mod resume;
 mod selftest;
 mod stats;
@@ -37,6 +38,6 @@ pub use selftest::{SelfTestOptions, SelfTestStats};
 pub use stats::EngineStats;
 pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};
 pub use tether_attach::{
-    attach, is_probe_node, monotonic_ns, records, Client, ClientOptions, Completion, EngineCounters,
+    attach, is_probe_node, monotonic_ns, owner, records, Client, ClientOptions, Completion, EngineCounters,
     EngineError, RecordError, Submission, Taken, Tracker, PROBE_BASE,
 };

@@ -6,6 +6,10 @@ pub struct EngineStats {
     pub attached: u64,
     pub detached: u64,
     pub attach_refused: u64,
+    /// Regions removed because their application was gone: found when
+    /// the engine started, or after an application's connection closed
+    /// (`crate::reclaim`).
+    pub reclaimed_regions: u64,
     /// Datagrams for a node no attached application is.
     pub unknown_destination: u64,
     /// Datagrams built and lost on the way out (a transport that refused

@@ -17,7 +17,6 @@
 // The benchmark reads the wall clock.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,7 @@ use tether::{Endpoint, Error, Options};
 
 use crate::args;
 use crate::net::{loopback, NetOpts};
+use crate::scratch::{Base, Scratch};
 use crate::summary::Summary;
 use crate::{limit, pingpong};
 
@@ -100,15 +100,7 @@ struct Pair {
     stop: AtomicBool,
     /// Calls the server runs at once, at most (`serve_batch`).
     batch: usize,
-    _dir: Option<TempDir>,
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _dir: Option<Scratch>,
 }
 
 /// `credit`: calls the client may keep open.
@@ -118,11 +110,9 @@ fn pair(net: &NetOpts, log: Log, credit: u32) -> anyhow::Result<Pair> {
     let (call_log, dir) = match log {
         Log::Memory => (None, None),
         Log::File(sync) => {
-            let dir = std::env::temp_dir().join(format!("tether-bench-calls-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            let _ = std::fs::remove_file(dir.join("calls.log"));
-            let o = CallLogOptions { path: dir.join("calls.log"), capacity: 64 << 20, sync };
-            (Some(o), Some(TempDir(dir)))
+            let dir = Scratch::new(Base::Tmp, "bench-calls-log")?;
+            let o = CallLogOptions { path: dir.path().join("calls.log"), capacity: 64 << 20, sync };
+            (Some(o), Some(dir))
         }
     };
     let server = Endpoint::udp(2, loopback(), &[], Options { call_log, ..options.clone() })?;
@@ -166,13 +156,12 @@ fn checked(args: &[u8], out: tether::rpc::CallOutcome) -> anyhow::Result<()> {
 /// `count` calls, one at a time, between two applications attached to two
 /// `tether engine` processes on loopback.
 fn through_engines(size: usize, count: u64) -> anyhow::Result<(f64, f64)> {
-    let dir = |name: &str| crate::engine_bench::engine_dir(&format!("calls-{name}"));
     // Declared first, dropped last: the applications detach before their
     // engines stop.
-    let e1 = crate::engine_proc::EngineProcess::start(&dir("a"), &[loopback()], &[])?;
-    let e2 = crate::engine_proc::EngineProcess::start(&dir("b"), &[loopback()], &[])?;
-    let client = Endpoint::builder(1).engine(dir("a")).peer(2, e2.rails[0]).build()?;
-    let server = Endpoint::builder(2).engine(dir("b")).peer(1, e1.rails[0]).build()?;
+    let e1 = crate::engine_proc::EngineProcess::start("bench-calls-a", &[loopback()], &[])?;
+    let e2 = crate::engine_proc::EngineProcess::start("bench-calls-b", &[loopback()], &[])?;
+    let client = Endpoint::builder(1).engine(e1.dir()).peer(2, e2.rails[0]).build()?;
+    let server = Endpoint::builder(2).engine(e2.dir()).peer(1, e1.rails[0]).build()?;
     server.register_handler(HANDLER, |r| r.args.to_vec())?;
     let p = Pair { client, server, stop: AtomicBool::new(false), batch: 1, _dir: None };
     let msg = vec![7u8; size];

@@ -6,7 +6,6 @@
 //! engine) is printed beside the first message delivered after, and the
 //! usual totals say whether anything was lost, repeated or corrupted.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -93,14 +92,13 @@ impl Engines {
     pub fn start(o: Cluster, rules: &[String]) -> anyhow::Result<Self> {
         let mut procs = Vec::new();
         for node in 0..o.nodes {
-            let dir = PathBuf::from(format!("/dev/shm/tether-demo-{}-{node}", std::process::id()));
             let seed = tether::faults::node_seed(o.seed, node).to_string();
             let hang = o.hang_after_us.to_string();
             let mut extra = vec!["--seed", &seed, "--hang-after-us", &hang];
             for r in rules {
                 extra.extend(["--fault", r.as_str()]);
             }
-            procs.push(EngineProcess::start(&dir, &vec![loopback(); o.rails], &extra)?);
+            procs.push(EngineProcess::start(&format!("demo-{node}"), &vec![loopback(); o.rails], &extra)?);
         }
         let strikes = vec![
             Strike { node: 0, signal: libc::SIGKILL, at_share: 1.0 / 3.0, struck: None },

@@ -35,6 +35,7 @@ use tether::rpc::{CallLogOptions, CallOptions, Executed, RpcConfig, SyncPolicy};
 use tether::{Endpoint, Error, Options};
 
 use crate::args;
+use crate::scratch::{self, Base, Scratch};
 
 const CLIENT: u32 = 1;
 const TRANSFER: u32 = 1;
@@ -181,7 +182,7 @@ struct Servers {
 
 impl Servers {
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let child = Command::new(std::env::current_exe()?)
+        let child = scratch::owned_by_this_run(&mut Command::new(std::env::current_exe()?))
             .arg("bank-server")
             .arg("--dir")
             .arg(&self.dir)
@@ -189,6 +190,7 @@ impl Servers {
             .args(["--accounts", &self.accounts.to_string()])
             .stdout(Stdio::null())
             .spawn()?;
+        scratch::child_started(child.id());
         self.children[i] = Some(child);
         Ok(())
     }
@@ -197,6 +199,7 @@ impl Servers {
         if let Some(mut c) = self.children[i].take() {
             let _ = c.kill();
             let _ = c.wait();
+            scratch::child_gone(c.id());
         }
     }
 }
@@ -220,9 +223,9 @@ pub fn run(
     faults: tether::faults::FaultPlan,
 ) -> anyhow::Result<BankReport> {
     let start = Instant::now();
-    let dir = std::env::temp_dir().join(format!("tether-bank-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
+    // The servers' call logs, effects and names: this run's scratch.
+    let scratch = Scratch::new(Base::Tmp, "bank")?;
+    let dir = scratch.path().to_owned();
     let names = FileNames::new(dir.join("names"))?;
     let options = Options { calls: rpc(), faults, ..Options::default() };
     let client = Endpoint::udp(CLIENT, "127.0.0.1:0".parse()?, &[], options)?;
@@ -346,7 +349,7 @@ pub fn run(
         && report.money_after == report.money_before
         && report.negative_accounts == 0
         && report.kills >= kills;
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     Ok(report)
 }
 

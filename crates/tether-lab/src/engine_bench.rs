@@ -19,7 +19,6 @@
 //!
 //! Every message is checked: lost, duplicated and corrupted are counted.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -154,13 +153,6 @@ pub struct RecoveryReport {
     pub seconds: f64,
 }
 
-/// A fresh directory for one engine of a benchmark.
-pub(crate) fn engine_dir(name: &str) -> PathBuf {
-    let base =
-        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
-    base.join(format!("tether-bench-engine-{}-{name}", std::process::id()))
-}
-
 /// Two supervised engines on loopback, an application attached to each,
 /// each knowing the other.
 struct Pair2 {
@@ -197,8 +189,8 @@ fn engines_with_options(
 ) -> anyhow::Result<Pair2> {
     let hang = o.hang_after_us.to_string();
     let extra = [&["--hang-after-us", hang.as_str()], more].concat();
-    let e1 = EngineProcess::start(&engine_dir(&format!("{name}a")), &[loopback()], &extra)?;
-    let e2 = EngineProcess::start(&engine_dir(&format!("{name}b")), &[loopback()], &extra)?;
+    let e1 = EngineProcess::start(&format!("bench-engine-{name}a"), &[loopback()], &extra)?;
+    let e2 = EngineProcess::start(&format!("bench-engine-{name}b"), &[loopback()], &extra)?;
     let (a, b) = (e1.attach_with(A, client.clone())?, e2.attach_with(B, client)?);
     a.add_peer_rails(B, &e2.rails)?;
     b.add_peer_rails(A, &e1.rails)?;

@@ -48,6 +48,7 @@ use crate::engine_proc::{EngineProcess, Line};
 use crate::fault_hook::{Hook, Reply};
 use crate::netns::{Netns, NetnsError};
 use crate::plot::{self, Chart, Series};
+use crate::scratch::{Base, Scratch};
 use crate::summary::Summary;
 use crate::verified_stream::{self, Progress, Spec, Totals};
 
@@ -366,20 +367,14 @@ fn ms(d: Duration) -> f64 {
 /// The side names, by index.
 const SIDES: [&str; 2] = ["sender", "receiver"];
 
-/// Where engines and the campaign's hook sockets live: /dev/shm, which
-/// every namespace shares.
-fn shm_path(name: &str) -> PathBuf {
-    let base = if Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
-    base.join(format!("tether-campaign-{}-{name}", std::process::id()))
-}
-
 /// The campaign's state across episodes.
 struct Campaign<'o> {
     o: &'o CampaignOpts,
     ns: Netns,
     rng: Pcg64Mcg,
     /// One per side, when internal classes are struck.
-    hooks: Option<[Hook; 2]>,
+    /// The hooks, and the directory of their sockets.
+    hooks: Option<([Hook; 2], Scratch)>,
     start: Instant,
     records: Vec<StrikeRecord>,
     /// Engines a strike reached: their replacements were provoked.
@@ -440,7 +435,11 @@ pub fn run(o: &CampaignOpts, say: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
                 external_names()
             );
         }
-        Some([Hook::bind(&shm_path("hook-a.sock"))?, Hook::bind(&shm_path("hook-b.sock"))?])
+        // In /dev/shm, which every namespace shares, as the engines' are.
+        let dir = Scratch::new(Base::Shm, "campaign-hooks")?;
+        let hooks =
+            [Hook::bind(&dir.path().join("hook-a.sock"))?, Hook::bind(&dir.path().join("hook-b.sock"))?];
+        Some((hooks, dir))
     } else {
         None
     };
@@ -513,9 +512,9 @@ impl Campaign<'_> {
         }
         let mut engines = Vec::with_capacity(2);
         for s in 0..2 {
-            let dir = shm_path(&format!("{e}-{}", if s == 0 { 'a' } else { 'b' }));
+            let name = format!("campaign-{e}-{}", if s == 0 { 'a' } else { 'b' });
             let binds = self.ns.binds(s, port);
-            engines.push(EngineProcess::start_in(Some(self.ns.name(s)), &dir, &binds, &extra)?);
+            engines.push(EngineProcess::start_in(Some(self.ns.name(s)), &name, &binds, &extra)?);
         }
         let engines: [EngineProcess; 2] =
             engines.try_into().map_err(|_| anyhow::anyhow!("two engines were started"))?;
@@ -618,7 +617,7 @@ impl Campaign<'_> {
                 Err(e) => (Hit::Missed, e.to_string()),
             },
             _ => {
-                let Some(hooks) = &self.hooks else {
+                let Some((hooks, _)) = &self.hooks else {
                     anyhow::bail!("internal fault {} without the fault hook", class.name());
                 };
                 let reply = hooks[d.side].strike(victim.dir(), class.name(), d.seed, HOOK_TIMEOUT);

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::Receiver;
@@ -16,10 +16,14 @@ use std::time::{Duration, Instant};
 use tether::NodeId;
 use tether_engine::{Client, ClientOptions};
 
+use crate::scratch::{self, Base, Scratch};
+
 /// One `tether engine` (its supervisor, and the engine it runs).
 pub struct EngineProcess {
     child: Child,
-    dir: PathBuf,
+    /// The engine's directory, this run's scratch: removed when the
+    /// engine is stopped, or by the run's clean-up if it is interrupted.
+    dir: Scratch,
     pub rails: Vec<SocketAddr>,
     /// The engine serving now (the supervisor's child).
     engine: Arc<AtomicU32>,
@@ -72,10 +76,11 @@ impl Line {
 }
 
 impl EngineProcess {
-    /// Start a supervised `tether engine` serving `dir` on `binds` (one
-    /// rail each), with `extra` arguments, and wait for it to serve.
-    pub fn start(dir: &Path, binds: &[SocketAddr], extra: &[&str]) -> anyhow::Result<Self> {
-        Self::start_in(None, dir, binds, extra)
+    /// Start a supervised `tether engine` serving a fresh directory `name`
+    /// of this run's (in `/dev/shm`) on `binds` (one rail each), with
+    /// `extra` arguments, and wait for it to serve.
+    pub fn start(name: &str, binds: &[SocketAddr], extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_in(None, name, binds, extra)
     }
 
     /// `start`, in the network namespace `ns` if one is given (through
@@ -83,10 +88,11 @@ impl EngineProcess {
     /// still the supervisor and SIGTERM still reaches it).
     pub fn start_in(
         ns: Option<&str>,
-        dir: &Path,
+        name: &str,
         binds: &[SocketAddr],
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        let dir = Scratch::new(Base::Shm, name)?;
         let exe = std::env::current_exe()?;
         let mut cmd = match ns {
             Some(ns) => {
@@ -96,11 +102,13 @@ impl EngineProcess {
             }
             None => Command::new(exe),
         };
-        cmd.arg("engine").arg("--dir").arg(dir).args(extra);
+        cmd.arg("engine").arg("--dir").arg(dir.path()).args(extra);
+        scratch::owned_by_this_run(&mut cmd);
         for b in binds {
             cmd.args(["--bind", &b.to_string()]);
         }
         let mut child = cmd.stdout(Stdio::piped()).stdin(Stdio::null()).spawn()?;
+        scratch::child_started(child.id());
         let mut out = BufReader::new(child.stdout.take().expect("piped"));
         let mut first = String::new();
         out.read_line(&mut first)?;
@@ -114,6 +122,7 @@ impl EngineProcess {
         let Some((pid, rails)) = parsed else {
             let _ = child.kill();
             let _ = child.wait();
+            scratch::child_gone(child.id());
             anyhow::bail!("tether engine did not start: it said {:?}", first.trim());
         };
         let engine = Arc::new(AtomicU32::new(pid));
@@ -129,12 +138,12 @@ impl EngineProcess {
                 }
             }
         });
-        Ok(EngineProcess { child, dir: dir.to_path_buf(), rails, engine, timeline })
+        Ok(EngineProcess { child, dir, rails, engine, timeline })
     }
 
     /// The directory applications attach through.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// The engine process serving now.
@@ -191,7 +200,7 @@ impl EngineProcess {
     }
 
     pub fn attach_with(&self, node: NodeId, options: ClientOptions) -> anyhow::Result<Client> {
-        Ok(Client::attach(&self.dir, node, options)?)
+        Ok(Client::attach(self.dir.path(), node, options)?)
     }
 }
 
@@ -209,7 +218,7 @@ impl Drop for EngineProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        scratch::child_gone(self.child.id());
     }
 }
 

@@ -38,6 +38,7 @@ pub mod pattern;
 pub mod pingpong;
 pub mod plot;
 pub mod raw;
+pub mod scratch;
 pub mod shm_bench;
 pub mod stream;
 pub mod summary;

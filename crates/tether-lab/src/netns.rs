@@ -100,6 +100,9 @@ impl Netns {
         let mut ns = Netns { names: [0, 1].map(|s| format!("tether-{purpose}-{pid}-{}", side(s))), rails: 0 };
         for n in &ns.names {
             let out = ip(&["netns", "add", n]).map_err(|e| NetnsError::Unavailable(e.to_string()))?;
+            if out.status.success() {
+                crate::scratch::namespace_made(n);
+            }
             if !out.status.success() {
                 // Root without the capability (a container, say): the
                 // environment's limit, like not being root.
@@ -214,6 +217,7 @@ impl Drop for Netns {
         // that process exits (the engines are stopped first).
         for n in &self.names {
             let _ = ip(&["netns", "del", n]);
+            crate::scratch::namespace_gone(n);
         }
     }
 }

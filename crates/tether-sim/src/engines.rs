@@ -405,7 +405,9 @@ struct App {
 }
 
 /// A scratch directory for the engines' sockets and the regions, removed
-/// at the end of the run whatever happens.
+/// at the end of the run whatever happens. It lies in the process's run
+/// directory (`tether_engine::owner::run_dir_name`), which a `tether sim`
+/// interrupted removes, and the next tether command does if it was killed.
 struct Scratch(PathBuf);
 
 impl Scratch {
@@ -414,7 +416,8 @@ impl Scratch {
         let base = Path::new("/dev/shm");
         let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!("tether-sim-{}-{seed}-{n}", std::process::id()));
+        let run = tether_engine::owner::run_dir_name(std::process::id());
+        let dir = base.join(run).join(format!("sim-{seed}-{n}"));
         std::fs::create_dir_all(&dir)?;
         Ok(Scratch(dir))
     }

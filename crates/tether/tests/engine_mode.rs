@@ -391,3 +391,80 @@ fn an_attached_endpoint_hears_what_its_engine_refused() {
     assert!(refused.causes()[0].contains("a key on the other side only"), "{:?}", refused.causes());
     assert!(a.try_recv().is_none(), "nothing of the refused peer delivered");
 }
+
+/// Where the application process of the test below attaches (set for
+/// the child it starts: this same test binary, run as that application).
+const APP_IN: &str = "TETHER_TEST_RECLAIM_APP_IN";
+
+/// An application in a process of its own (this test binary again),
+/// attached to the engine serving `dir`; returned once attached.
+fn application_process(dir: &std::path::Path) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_killed_applications_region_is_reclaimed", "--nocapture", "--test-threads", "1"])
+        .env(APP_IN, dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    for line in out.lines() {
+        if line.unwrap().contains("application attached") {
+            return child;
+        }
+    }
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("the application process never attached: {status:?}");
+}
+
+/// The client regions in `dir`.
+fn regions(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("client-"))
+        .collect()
+}
+
+/// Wait up to five seconds for `dir` to hold no client region.
+fn regions_gone(dir: &std::path::Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !regions(dir).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    regions(dir)
+}
+
+/// An application killed outright (SIGKILL runs no destructor) leaves its
+/// region behind. The engine serving it removes it once the process is
+/// gone; killed while no engine serves, it is removed by the next engine
+/// that starts in the directory.
+#[test]
+fn a_killed_applications_region_is_reclaimed() {
+    if let Some(dir) = std::env::var_os(APP_IN) {
+        // The application: attached until killed.
+        let _ep = Endpoint::builder(5).engine(PathBuf::from(dir)).build().unwrap();
+        println!("application attached");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let mut e = Running::start("reclaim");
+    let mut app = application_process(&e.dir);
+    assert_eq!(regions(&e.dir).len(), 1, "the application's region is there while it runs");
+    app.kill().unwrap();
+    app.wait().unwrap();
+    assert_eq!(regions_gone(&e.dir), Vec::<String>::new(), "the engine removes a dead application's region");
+
+    // Killed while no engine serves: the next engine's start removes it.
+    let mut app = application_process(&e.dir);
+    e.stop();
+    app.kill().unwrap();
+    app.wait().unwrap();
+    assert_eq!(regions(&e.dir).len(), 1, "nobody has removed it yet");
+    e.restart();
+    assert_eq!(
+        regions(&e.dir),
+        Vec::<String>::new(),
+        "the engine's start removes a dead application's region"
+    );
+}
