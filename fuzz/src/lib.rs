@@ -25,6 +25,7 @@ pub mod records;
 pub mod rpc_envelope;
 pub mod rpc_log;
 pub mod shm;
+pub mod stat_board;
 
 /// `(name, module::run)` for each module named.
 macro_rules! targets {
@@ -47,5 +48,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     records,
     hook_request,
     rpc_envelope,
-    rpc_log
+    rpc_log,
+    stat_board
 ];

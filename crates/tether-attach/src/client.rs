@@ -199,6 +199,8 @@ struct Attachment {
     events: VecDeque<Event>,
     buf: Vec<u8>,
     engine_gone: bool,
+    /// New engines this endpoint resumed with.
+    recoveries: u64,
     /// `close` ran: dropping has nothing left to do.
     closed: bool,
     /// How long dropping waits for what was sent to settle.
@@ -358,6 +360,7 @@ impl Attachment {
             events: VecDeque::new(),
             buf: Vec::new(),
             engine_gone: false,
+            recoveries: 0,
             closed: false,
             engine_stats: Stats::default(),
             stats_before: Stats::default(),
@@ -428,6 +431,11 @@ impl Attachment {
     /// The engine process serving this endpoint.
     pub fn engine_pid(&self) -> u32 {
         self.engine_pid
+    }
+
+    /// New engines this endpoint resumed with.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries
     }
 
     /// The largest message this endpoint can send or receive through its
@@ -894,6 +902,7 @@ impl Attachment {
         self.checks_before.accumulate(&last);
         let outage = self.machine.now().saturating_sub(lost);
         tracing::info!(node = self.node, engine = pid, ?outage, "resumed with a new engine");
+        self.recoveries += 1;
         self.events.push_back(Event::EngineRecovered { outage });
         Ok(())
     }
@@ -1084,6 +1093,12 @@ impl Client {
     /// The engine process serving this endpoint now.
     pub fn engine_pid(&self) -> u32 {
         self.lock().engine_pid()
+    }
+
+    /// New engines this endpoint resumed with (one per
+    /// `Event::EngineRecovered`).
+    pub fn recoveries(&self) -> u64 {
+        self.lock().recoveries()
     }
 
     /// The largest message this endpoint can send or receive.

@@ -23,6 +23,7 @@ mod error;
 mod machine;
 pub mod owner;
 pub mod records;
+pub mod stat;
 
 pub use attach::{default_dir, is_probe_node, PROBE_BASE};
 pub use client::{Client, ClientOptions, Tracker};

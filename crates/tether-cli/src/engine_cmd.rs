@@ -5,15 +5,15 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tether::faults::FaultPlan;
 use tether::{AuthKind, ClusterKey, Config};
 use tether_engine::{supervise, Engine, EngineOptions, Incident, SelfTestOptions, Watch};
 
-use crate::args;
 use crate::net::{auth_kind, key_file};
+use crate::{args, service};
 
 #[derive(clap::Args)]
 pub struct EngineOpts {
@@ -24,6 +24,11 @@ pub struct EngineOpts {
     /// One UDP address per rail, in rail order (repeat for more rails).
     #[arg(long = "bind", required = true)]
     pub binds: Vec<SocketAddr>,
+    /// Serve the engine's counters in the Prometheus text format at this
+    /// address (`GET /metrics`), from a `tether metrics` process started
+    /// beside it once it serves (docs/OPERATING.md).
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
     /// Largest datagram the engine sends, header included.
     #[arg(long, default_value_t = Config::default().max_datagram,
           value_parser = args::config_field(|c, v| c.max_datagram = v))]
@@ -73,26 +78,21 @@ pub struct EngineOpts {
     pub no_backup: bool,
 }
 
-/// Set by SIGINT or SIGTERM: the supervisor stops its engine and exits.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+/// `tether metrics` for `dir` at `addr`, stopped with this engine (and on
+/// its own if this process is killed: it watches its owner).
+fn start_metrics(dir: &std::path::Path, addr: SocketAddr) -> anyhow::Result<std::process::Child> {
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg("metrics").arg("--dir").arg(dir).arg("--listen").arg(addr.to_string());
+    tether_lab::scratch::owned_by_this_run(&mut cmd);
+    Ok(cmd.stdin(std::process::Stdio::null()).spawn()?)
 }
 
-/// Stop at SIGINT or SIGTERM: the supervisor stops its engine, removes
-/// its socket and heartbeat, and exits.
-pub fn handle_interrupts() {
-    // SAFETY: installs a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+fn stop_metrics(child: Option<std::process::Child>) {
+    if let Some(mut c) = child {
+        // SAFETY: a signal to the child this process started, not reaped.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let _ = c.wait();
     }
-}
-
-/// Stop as SIGTERM would (the command that started this engine is gone).
-pub fn stop() {
-    STOP.store(true, Ordering::Relaxed);
 }
 
 pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
@@ -115,7 +115,7 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
         // An interruption stops the loop as it would the supervisor.
         let stop = engine.stop_flag();
         std::thread::spawn(move || {
-            while !STOP.load(Ordering::Relaxed) {
+            while !service::stopping() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             stop.store(true, Ordering::Relaxed);
@@ -127,7 +127,10 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
             dir.display(),
             rails.join(", ")
         );
-        engine.run()?;
+        let metrics = o.metrics.map(|a| start_metrics(&dir, a)).transpose()?;
+        let ran = engine.run();
+        stop_metrics(metrics);
+        ran?;
         drop(engine);
         // Empty once the engine and its applications are gone: nothing
         // is left of it.
@@ -138,8 +141,10 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut rails = String::new();
     let mut first = true;
+    let mut metrics = None;
+    let mut metrics_failed = None;
     let stamp = |start: Instant| format!("{:>10.3} ms", start.elapsed().as_secs_f64() * 1e3);
-    supervise(options, watch, &STOP, |incident| {
+    let supervised = supervise(options, watch, &service::STOP, |incident| {
         use std::io::Write;
         match incident {
             Incident::Serving { rails: bound } => {
@@ -152,6 +157,12 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
                     std::process::id(),
                     dir.display(),
                 );
+                if let Some(addr) = o.metrics {
+                    match start_metrics(&dir, addr) {
+                        Ok(c) => metrics = Some(c),
+                        Err(e) => metrics_failed = Some(e),
+                    }
+                }
             }
             Incident::Started { pid } => println!("{} engine {pid} started", stamp(start)),
             Incident::Died { pid, status } => println!("{} engine {pid} died: {status}", stamp(start)),
@@ -170,8 +181,13 @@ pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
             ),
         }
         let _ = std::io::stdout().flush();
-    })?;
+    });
+    stop_metrics(metrics);
+    supervised?;
     // Empty unless applications still hold their regions in it.
     let _ = std::fs::remove_dir(&dir);
-    Ok(())
+    match metrics_failed {
+        Some(e) => Err(e.context("--metrics")),
+        None => Ok(()),
+    }
 }

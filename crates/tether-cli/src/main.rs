@@ -4,6 +4,9 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod engine_cmd;
+mod metrics_cmd;
+mod service;
+mod stat_cmd;
 mod table;
 
 use tether_lab::{
@@ -47,6 +50,12 @@ enum Command {
     /// The engine process of a node: owns the sockets of every rail and
     /// runs the protocol for the applications that attach to it.
     Engine(engine_cmd::EngineOpts),
+    /// A running node looked into, read-only: its engine's (or endpoints')
+    /// counters, peers and rails, refreshing like AeronStat or top.
+    Stat(stat_cmd::StatOpts),
+    /// A node's counters in the Prometheus text format, served over HTTP
+    /// for a Prometheus server to scrape (what `tether stat` reads).
+    Metrics(metrics_cmd::MetricsOpts),
     /// A bank server of `tether demo --rpc` (started by the demo).
     #[command(hide = true)]
     BankServer(demo_rpc::BankServerOpts),
@@ -170,10 +179,10 @@ fn main() {
     if !reclaimed.dirs.is_empty() || !reclaimed.namespaces.is_empty() {
         tracing::info!(dirs = ?reclaimed.dirs, namespaces = ?reclaimed.namespaces, "removed what killed runs left");
     }
-    if let Command::Engine(_) = &cli.command {
-        // The supervisor stops its engine and removes its files itself.
-        engine_cmd::handle_interrupts();
-        scratch::watch_owner(engine_cmd::stop);
+    if let Command::Engine(_) | Command::Metrics(_) = &cli.command {
+        // Services stop cleanly and remove their files themselves.
+        service::handle_interrupts();
+        scratch::watch_owner(service::stop);
     } else {
         if let Err(e) = scratch::handle_interrupts() {
             eprintln!("tether: cannot watch for interruptions: {e}");
@@ -192,6 +201,8 @@ fn main() {
         Command::Sim(o) => run_sim(&o),
         Command::Campaign(o) => run_campaign(&o),
         Command::Engine(o) => engine_cmd::run(&o),
+        Command::Stat(o) => stat_cmd::run(&o),
+        Command::Metrics(o) => metrics_cmd::run(&o),
         Command::BankServer(o) => demo_rpc::serve(&o),
     };
     scratch::clean_up();
@@ -273,7 +284,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
-        Command::Engine(_) | Command::BankServer(_) => Ok(()),
+        Command::Engine(_) | Command::Stat(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
     }
 }
 

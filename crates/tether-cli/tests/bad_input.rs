@@ -331,8 +331,8 @@ fn sim_help_lists_the_mixes_that_run() {
 }
 
 /// The help and the README say what the parsers do: `demo --help`'s range
-/// of `--nodes` is the one refused past, and every command but `engine`
-/// takes `--json`, as the README says.
+/// of `--nodes` is the one refused past, and every command but the
+/// services (`engine`, `metrics`) takes `--json`, as the README says.
 #[test]
 fn help_and_readme_match_the_parsers() {
     let help = |args: &[&str]| {
@@ -351,7 +351,7 @@ fn help_and_readme_match_the_parsers() {
 
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     assert!(
-        readme.contains("command but `engine` (a service, which logs) takes `--json`"),
+        readme.contains("command but `engine` and `metrics` (services, which log) takes `--json`"),
         "the README's claim"
     );
     let top = help(&[]);
@@ -368,6 +368,7 @@ fn help_and_readme_match_the_parsers() {
     assert!(commands.len() >= 7, "{commands:?}");
     for c in commands {
         let takes = help(&[c]).contains("--json");
-        assert_eq!(takes, c != "engine" && c != "bank-server", "tether {c}: --json as the README says");
+        let service = matches!(c, "engine" | "metrics" | "bank-server");
+        assert_eq!(takes, !service, "tether {c}: --json as the README says");
     }
 }

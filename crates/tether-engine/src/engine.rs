@@ -43,6 +43,7 @@ use tracing::{info, warn};
 
 use crate::application::{completion, publish, take_submissions, transmit, Application, COUNTERS_EVERY};
 use crate::audit::{AuditClock, Due, SLICE};
+use crate::board::Board;
 use crate::book::Book;
 use crate::heartbeat::Heartbeat;
 use crate::pairs::Pairs;
@@ -91,6 +92,11 @@ pub struct EngineOptions {
     /// restore from, and applications that retain nothing either
     /// (`ClientOptions::retain`) do not wait for one.
     pub backup: bool,
+    /// Publish the engine's counters and every application's peers and
+    /// paths on a board in the directory (`engine.board`), for `tether
+    /// stat` and the metrics exporter. Off in the simulator, whose
+    /// engines nobody reads.
+    pub publish_stats: bool,
 }
 
 impl EngineOptions {
@@ -104,6 +110,7 @@ impl EngineOptions {
             selftest: Some(SelfTestOptions::default()),
             fault_hook: false,
             backup: true,
+            publish_stats: true,
         }
     }
 }
@@ -170,7 +177,7 @@ pub struct Engine {
     /// (`HOUSEKEEPING_EVERY`; at once after a sleep).
     housekeeping_due: Instant,
     /// The supervisor's watch on this engine.
-    heartbeat: Option<Heartbeat>,
+    pub(crate) heartbeat: Option<Heartbeat>,
     /// The socket file is this engine's to remove when it stops.
     owns_socket: bool,
     selftest: Option<SelfTest>,
@@ -187,6 +194,8 @@ pub struct Engine {
     pairs: Pairs,
     /// Applications whose connection closed, until their region is gone.
     departed: Departed,
+    /// The board `tether stat` reads (`crate::board`).
+    pub(crate) board: Option<Board>,
     #[cfg(feature = "fault-hook")]
     hook: Option<crate::hook::Hook>,
 }
@@ -319,6 +328,14 @@ impl Engine {
         if options.fault_hook {
             return Err(EngineError::Faults("this build has no fault hook (the fault-hook feature)".into()));
         }
+        // A board nobody can make is no reason not to serve: said, and
+        // `tether stat` says nothing publishes.
+        let board = match options.publish_stats {
+            true => {
+                Board::create(&options.dir).map_err(|e| warn!(error = %e, "no board for tether stat")).ok()
+            }
+            false => None,
+        };
         Ok(Engine {
             driver: Driver::new(rails, slot),
             tx: vec![0; slot],
@@ -341,10 +358,16 @@ impl Engine {
             own: addrs.clone(),
             pairs: Pairs::default(),
             departed: Departed::default(),
+            board,
             #[cfg(feature = "fault-hook")]
             hook,
             options,
         })
+    }
+
+    /// Engines the supervisor replaced before this one, for the board.
+    pub fn set_replaced_before(&mut self, n: u64) {
+        self.stats.replaced_before = n;
     }
 
     /// What the fault plan did to what the rails received, summed.
@@ -424,6 +447,7 @@ impl Engine {
         }
         if self.owns_socket {
             let _ = std::fs::remove_file(attach::socket_path(&self.options.dir));
+            let _ = std::fs::remove_file(self.options.dir.join(tether_attach::stat::ENGINE_BOARD));
         }
         Ok(())
     }
@@ -480,6 +504,7 @@ impl Engine {
         self.stats.detached += (before - self.clients.len()) as u64;
         if housekeeping {
             self.stats.reclaimed_regions += self.departed.check() as u64;
+            self.publish_board(now);
         }
         busy
     }

@@ -19,6 +19,7 @@
 mod admit;
 mod application;
 mod audit;
+mod board;
 mod book;
 mod engine;
 mod heartbeat;
@@ -38,6 +39,6 @@ pub use selftest::{SelfTestOptions, SelfTestStats};
 pub use stats::EngineStats;
 pub use supervisor::{supervise, Incident, Watch, HEARTBEAT_FILE};
 pub use tether_attach::{
-    attach, is_probe_node, monotonic_ns, owner, records, Client, ClientOptions, Completion, EngineCounters,
-    EngineError, RecordError, Submission, Taken, Tracker, PROBE_BASE,
+    attach, is_probe_node, monotonic_ns, owner, records, stat, Client, ClientOptions, Completion,
+    EngineCounters, EngineError, RecordError, Submission, Taken, Tracker, PROBE_BASE,
 };

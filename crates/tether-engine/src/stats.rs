@@ -22,4 +22,7 @@ pub struct EngineStats {
     pub turns: u64,
     /// Time spent auditing the engine's own state (`crate::audit`).
     pub audit_ns: u64,
+    /// Engines its supervisor replaced before this one (it died or hung):
+    /// the node's engine recoveries.
+    pub replaced_before: u64,
 }

@@ -84,13 +84,14 @@ pub fn supervise(
     let heartbeat =
         Heartbeat::new(Arc::new(Region::create(&options.dir.join(HEARTBEAT_FILE), Heartbeat::LEN)?));
     let mut replacing: Option<(u32, Instant)> = None;
+    let mut replaced = 0;
     let result = loop {
         // An idle engine sleeps at most half the threshold: a hang while
         // it sleeps (a SIGSTOP) shows once the sleep should have ended, so
         // it is still seen within 1.5 thresholds. (Unset, the bound was
         // 0, and an idle engine woke every 100 us and spun: a whole core.)
         heartbeat.reset(watch.hang_after / 2);
-        let pid = spawn(&options, &sockets, &heartbeat)?;
+        let pid = spawn(&options, &sockets, &heartbeat, replaced)?;
         match replacing.take() {
             Some((old, since)) => report(&Incident::Replaced { old, new: pid, after: since.elapsed() }),
             None => report(&Incident::Started { pid }),
@@ -105,9 +106,11 @@ pub fn supervise(
             }
         }
         replacing = Some((pid, Instant::now()));
+        replaced += 1;
     };
     let _ = std::fs::remove_file(tether_attach::attach::socket_path(&options.dir));
     let _ = std::fs::remove_file(options.dir.join(HEARTBEAT_FILE));
+    let _ = std::fs::remove_file(options.dir.join(tether_attach::stat::ENGINE_BOARD));
     result
 }
 
@@ -116,6 +119,7 @@ fn spawn(
     options: &EngineOptions,
     sockets: &EngineSockets,
     heartbeat: &Heartbeat,
+    replaced_before: u64,
 ) -> Result<u32, EngineError> {
     // SAFETY: the caller is single-threaded (see `supervise`), so the child
     // is a whole copy of it; the child never returns from this branch.
@@ -132,8 +136,11 @@ fn spawn(
         // the descriptors); the parent's copy is never used in the child,
         // and the child exits without unwinding, so nothing drops twice.
         let sockets = unsafe { std::ptr::read(sockets) };
-        let run = Engine::with_sockets(options.clone(), sockets, Some(heartbeat.clone()))
-            .and_then(|mut engine| engine.run());
+        let run =
+            Engine::with_sockets(options.clone(), sockets, Some(heartbeat.clone())).and_then(|mut engine| {
+                engine.set_replaced_before(replaced_before);
+                engine.run()
+            });
         let code = match run {
             Ok(()) => 0,
             Err(e @ EngineError::SelfTest(_)) => {

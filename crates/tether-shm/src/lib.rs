@@ -17,6 +17,8 @@
 //!   and one a stray write damaged is detected, not taken;
 //! - [`PairEnd`]: two applications' direct path, a ring each way that the
 //!   engine lays out and stays out of;
+//! - [`BoardWriter`] and [`BoardReader`]: a notice board, one writer's
+//!   snapshot of any length that readers copy read-only (`tether stat`);
 //! - [`Block`]: a control block (the host-side backup of a stream, say)
 //!   written under a sequence lock and a CRC32C, so a reader can tell a
 //!   half-written block from a whole one and never trusts the first.
@@ -25,6 +27,7 @@
 //! is bounded and validated, with typed errors ([`ShmError`]).
 
 mod block;
+mod board;
 mod client;
 mod error;
 mod pair;
@@ -32,6 +35,7 @@ mod region;
 mod ring;
 
 pub use block::{Block, BlockBody, StreamBackup, BLOCK_BODY};
+pub use board::{BoardReader, BoardWriter, BOARD_HEADER, MAX_BOARD};
 pub use client::{ClientHeader, ClientRegion, Control, LAYOUT_VERSION, MAX_STREAMS, SECRET_LEN};
 pub use error::ShmError;
 pub use pair::{create_pair, pair_len, PairEnd};

@@ -184,6 +184,8 @@ impl World {
             // The self-test's timing adapts to what its probes cost on the
             // real clock: off, and the whole audit runs after every turn.
             options.selftest = None;
+            // Nobody reads a simulated engine's board.
+            options.publish_stats = false;
             hosts.push(Host { options, engine: None });
         }
         let injectors = (0..HOSTS)

@@ -200,6 +200,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.drop_lingering(linger)
     }
 
+    fn stats_source(&self) -> crate::publish::Source {
+        self.inner.stats_source()
+    }
+
     fn calls(&self) -> Site<'_> {
         self.inner.calls()
     }

@@ -252,6 +252,10 @@ impl Backend for Attached {
     /// The client lingers as it goes (`ClientOptions::linger`).
     fn drop_lingering(&mut self, _linger: Duration) {}
 
+    fn stats_source(&self) -> crate::publish::Source {
+        crate::publish::Source::Attached(Arc::clone(&self.client))
+    }
+
     fn calls(&self) -> Site<'_> {
         Site::Attached { calls: &self.calls, client: &self.client }
     }

@@ -63,6 +63,8 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn drop_lingering(&mut self, linger: Duration);
     /// The endpoint's calls and what carries their envelopes.
     fn calls(&self) -> Site<'_>;
+    /// Where the state `Builder::publish_stats` publishes is read from.
+    fn stats_source(&self) -> crate::publish::Source;
 }
 
 /// A message as the application hands it to `send`: borrowed, and copied

@@ -265,12 +265,53 @@ impl Endpoint {
     /// abandoned and resolved; requests served, duplicates answered from
     /// the table, refusals by reason; envelopes dropped.
     pub fn call_stats(&self) -> Option<CallStats> {
-        Some(self.site().host().with(|c| CallStats {
+        Some(CallStats::of(&self.site().host()))
+    }
+}
+
+impl CallStats {
+    /// The call layer's counters where it runs.
+    pub(crate) fn of(host: &crate::call_site::Host) -> CallStats {
+        host.with(|c| CallStats {
             caller: c.caller.stats(),
             server: c.target.stats(),
             envelopes_dropped: c.envelopes_dropped,
             log_sync_failures: c.log_sync_failures,
-        }))
+        })
+    }
+
+    /// Every counter with a stable name (`calls_` as a caller, `served_`
+    /// as a server), for boards and metrics.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let (c, t) = (&self.caller, &self.server);
+        vec![
+            ("calls_made", c.calls),
+            ("calls_retransmissions", c.retransmissions),
+            ("calls_queries", c.queries),
+            ("calls_replies", c.replies),
+            ("calls_abandoned", c.abandoned),
+            ("calls_resolved", c.resolved),
+            ("calls_malformed", c.malformed),
+            ("calls_unknown", c.unknown_calls),
+            ("calls_events_dropped", c.events_dropped),
+            ("served_requests", t.requests),
+            ("served_duplicates", t.duplicates),
+            ("served_handlers_started", t.handlers_started),
+            ("served_replies", t.replies),
+            ("served_acks_elided", t.acks_elided),
+            ("served_queries", t.queries),
+            ("served_refused_not_found", t.refused_not_found),
+            ("served_refused_busy", t.refused_busy),
+            ("served_refused_stale", t.refused_stale),
+            ("served_refused_not_run", t.refused_not_run),
+            ("served_refused_indeterminate", t.refused_indeterminate),
+            ("served_ack_requests", t.ack_requests),
+            ("served_malformed", t.malformed),
+            ("served_late_completions", t.late_completions),
+            ("served_log_compactions", t.log_compactions),
+            ("call_envelopes_dropped", self.envelopes_dropped),
+            ("call_log_sync_failures", self.log_sync_failures),
+        ]
     }
 }
 

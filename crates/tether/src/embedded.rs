@@ -364,6 +364,10 @@ impl Backend for Embedded {
         self.stop();
     }
 
+    fn stats_source(&self) -> crate::publish::Source {
+        crate::publish::Source::Embedded(Arc::clone(&self.shared))
+    }
+
     fn calls(&self) -> Site<'_> {
         Site::Embedded(&self.shared)
     }

@@ -34,6 +34,11 @@ pub struct Endpoint {
     /// Where its protocol runs: in this process or in an engine's.
     pub(crate) backend: Box<dyn Backend>,
     linger: Duration,
+    /// Its board, if it publishes one (`Options::publish_stats`).
+    board: Option<crate::publish::Publisher>,
+    /// Its metrics listener, if it serves one (`Options::metrics`).
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -109,7 +114,7 @@ impl Endpoint {
             }
             None => Box::new(embedded),
         };
-        Ok(Endpoint { backend, linger: options.linger })
+        Endpoint::new(backend, options.linger).operable(options.publish_stats.as_deref(), options.metrics)
     }
 
     /// Attach to the engine serving `dir` as `node` (`Builder::engine`).
@@ -119,8 +124,57 @@ impl Endpoint {
         options: tether_attach::ClientOptions,
         calls: crate::attached::CallSetup<'_>,
         linger: Duration,
+        publish: Option<&std::path::Path>,
+        metrics: Option<SocketAddr>,
     ) -> Result<Self, Error> {
-        Ok(Endpoint { backend: Box::new(Attached::attach(dir, node, options, calls)?), linger })
+        let backend = Box::new(Attached::attach(dir, node, options, calls)?);
+        Endpoint::new(backend, linger).operable(publish, metrics)
+    }
+
+    fn new(backend: Box<dyn Backend>, linger: Duration) -> Self {
+        Endpoint {
+            backend,
+            linger,
+            board: None,
+            #[cfg(feature = "metrics")]
+            metrics: None,
+        }
+    }
+
+    /// Publish on a board in `dir` and serve metrics at `metrics`, where
+    /// given (docs/OPERATING.md).
+    fn operable(mut self, dir: Option<&std::path::Path>, metrics: Option<SocketAddr>) -> Result<Self, Error> {
+        let rails: Vec<String> = self.backend.rail_addrs().iter().flatten().map(|a| a.to_string()).collect();
+        if let Some(dir) = dir {
+            let source = self.backend.stats_source();
+            let calls = self.backend.calls().host();
+            self.board =
+                Some(crate::publish::Publisher::start(dir, self.node(), source, calls, rails.clone())?);
+        }
+        if let Some(addr) = metrics {
+            #[cfg(feature = "metrics")]
+            {
+                let (source, calls) = (self.backend.stats_source(), self.backend.calls().host());
+                let started = std::time::Instant::now();
+                let snapshot = move || vec![source.snapshot(&calls, started, &rails)];
+                self.metrics = Some(crate::metrics::MetricsServer::serve(addr, snapshot)?);
+            }
+            #[cfg(not(feature = "metrics"))]
+            {
+                let _ = addr;
+                return Err(Error::Unsupported { what: "serving metrics without the `metrics` feature" });
+            }
+        }
+        Ok(self)
+    }
+
+    /// Where this endpoint serves its metrics (`Builder::metrics`), if it
+    /// does.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "metrics")]
+        return self.metrics.as_ref().map(|m| m.local_addr());
+        #[cfg(not(feature = "metrics"))]
+        None
     }
 }
 
@@ -318,12 +372,18 @@ impl Endpoint {
     /// With an engine, the engine drives for up to `linger`, then the
     /// application detaches.
     pub fn close(mut self, linger: Duration) -> Result<(), Error> {
+        self.board.take();
+        #[cfg(feature = "metrics")]
+        self.metrics.take();
         self.backend.close(linger)
     }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        self.board.take();
+        #[cfg(feature = "metrics")]
+        self.metrics.take();
         self.backend.drop_lingering(self.linger);
     }
 }

@@ -47,6 +47,7 @@ mod handle;
 mod leave;
 mod options;
 mod progress;
+mod publish;
 mod shared;
 mod station;
 mod waiter;
@@ -72,6 +73,8 @@ pub fn default_engine_dir() -> std::path::PathBuf {
     tether_attach::default_dir()
 }
 
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "names")]
 pub mod names;
 

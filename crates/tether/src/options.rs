@@ -52,6 +52,15 @@ pub struct Options {
     /// restarted endpoint learns how its earlier life's calls ended
     /// (`Endpoint::earlier_calls`). `None`: not kept.
     pub caller_log: Option<CallLogOptions>,
+    /// Publish this endpoint's counters (and, embedded, its peers' and
+    /// paths' state) on a board in this directory, a few times a second,
+    /// for `tether stat` and the metrics exporter. `None`: not published.
+    pub publish_stats: Option<std::path::PathBuf>,
+    /// Serve this endpoint's metrics in the Prometheus text format at this
+    /// address (`GET /metrics`; port 0 picks one, see
+    /// `Endpoint::metrics_addr`). Needs the `metrics` feature: without it
+    /// `build` refuses it. `None`: not served.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for Options {
@@ -67,6 +76,8 @@ impl Default for Options {
             calls: RpcConfig::default(),
             call_log: None,
             caller_log: None,
+            publish_stats: None,
+            metrics: None,
         }
     }
 }
