@@ -21,8 +21,9 @@ pub struct EngineOpts {
     /// shared-memory regions): this user's only [default: /dev/shm/tether-UID].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// One UDP address per rail, in rail order (repeat for more rails).
-    #[arg(long = "bind", required = true)]
+    /// One UDP address per rail, in rail order (repeat for more rails);
+    /// or `engine.bind` in tether.toml, or TETHER_ENGINE_BIND.
+    #[arg(long = "bind")]
     pub binds: Vec<SocketAddr>,
     /// Serve the engine's counters in the Prometheus text format at this
     /// address (`GET /metrics`), from a `tether metrics` process started
@@ -95,13 +96,114 @@ fn stop_metrics(child: Option<std::process::Child>) {
     }
 }
 
-pub fn run(o: &EngineOpts) -> anyhow::Result<()> {
+/// The engine's settings from a `tether.toml` and `TETHER_*` variables
+/// (`tether::settings`) where no flag was given on the command line (`m`,
+/// the engine's matches): the flags win. The protocol's configuration,
+/// every `config.*` key with the flags `--mtu`, `--key-file` and `--auth`
+/// over theirs. A value the settings refuse, or no rail at all, is a
+/// refusal of what was asked.
+pub fn configure(o: &mut EngineOpts, m: &clap::ArgMatches) -> anyhow::Result<Config> {
+    use clap::parser::ValueSource;
+    let layers = tether::settings::Layers::load()?;
+    let flag = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    let mut t = tether::settings::Target::default();
+    layers.apply(&mut t, |key| match key {
+        "config.max_datagram" => flag("mtu"),
+        "config.key_file" => flag("key_file"),
+        "config.auth" => flag("auth") || flag("key_file"),
+        _ => false,
+    })?;
+    let mut config = t.options.config;
+    if flag("mtu") {
+        config.max_datagram = o.mtu;
+    }
+    if flag("key_file") {
+        config.key = o.key_file.clone().map(|k| k.with_auth(o.auth));
+    } else if flag("auth") {
+        config.key = config.key.map(|k| k.with_auth(o.auth));
+    }
+    let text = |key: &str| layers.get(key).filter(|_| !flag(flag_of(key))).map(|(v, _)| v.trim().to_string());
+    let list =
+        |v: String| v.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect::<Vec<_>>();
+    // Checked when read (`Layers`): these parse.
+    let bad = |key: &str, e: String| anyhow::anyhow!("{key}: {e}");
+    if let Some(v) = text("engine.dir") {
+        o.dir = Some(v.into());
+    }
+    if let Some(v) = text("engine.bind") {
+        o.binds = list(v)
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad("engine.bind", format!("{e}")))?;
+    }
+    if let Some(v) = text("engine.metrics") {
+        o.metrics = Some(v.parse().map_err(|e| bad("engine.metrics", format!("{e}")))?);
+    }
+    for (key, at) in [
+        ("engine.hang_after_us", &mut o.hang_after_us),
+        ("engine.selftest_every_ms", &mut o.selftest_every_ms),
+        ("engine.selftest_deadline_ms", &mut o.selftest_deadline_ms),
+        ("engine.seed", &mut o.seed),
+    ] {
+        if let Some(v) = text(key) {
+            *at = v.replace('_', "").parse().map_err(|e| bad(key, format!("{e}")))?;
+        }
+    }
+    if let Some(v) = text("engine.faults") {
+        o.faults = if v == "none" { Vec::new() } else { list(v) };
+    }
+    if o.binds.is_empty() {
+        anyhow::bail!(
+            "tether engine needs a rail: --bind ADDR, or engine.bind in tether.toml, or TETHER_ENGINE_BIND"
+        );
+    }
+    Ok(config)
+}
+
+/// The flag (its clap id) an `engine.*` key stands for.
+fn flag_of(key: &str) -> &'static str {
+    match key {
+        "engine.dir" => "dir",
+        "engine.bind" => "binds",
+        "engine.metrics" => "metrics",
+        "engine.hang_after_us" => "hang_after_us",
+        "engine.selftest_every_ms" => "selftest_every_ms",
+        "engine.selftest_deadline_ms" => "selftest_deadline_ms",
+        "engine.seed" => "seed",
+        "engine.faults" => "faults",
+        _ => "",
+    }
+}
+
+/// What `tether engine` uses for each `engine.*` key nobody set: its
+/// flags' defaults, for `tether config`.
+pub fn defaults(engine: &clap::Command) -> std::collections::BTreeMap<&'static str, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for key in tether::settings::all().iter().map(|s| s.key).filter(|k| k.starts_with("engine.")) {
+        let default = engine
+            .get_arguments()
+            .find(|a| a.get_id() == flag_of(key))
+            .map(|a| {
+                a.get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .filter(|d| !d.is_empty());
+        let shown = match (key, default) {
+            ("engine.dir", _) => tether_engine::attach::default_dir().display().to_string(),
+            (_, Some(d)) => d,
+            _ => "none".into(),
+        };
+        out.insert(key, shown);
+    }
+    out
+}
+
+pub fn run(o: &EngineOpts, config: Config) -> anyhow::Result<()> {
     let dir = o.dir.clone().unwrap_or_else(tether_engine::attach::default_dir);
-    let config = Config {
-        max_datagram: o.mtu,
-        key: o.key_file.clone().map(|k| k.with_auth(o.auth)),
-        ..Config::default()
-    };
     let faults = FaultPlan::parse_rules(o.seed, &o.faults).map_err(|e| anyhow::anyhow!("--fault: {e}"))?;
     let options = EngineOptions::new(&dir, o.binds.clone());
     let selftest = (o.selftest_every_ms > 0).then(|| SelfTestOptions {

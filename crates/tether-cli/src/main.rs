@@ -3,6 +3,7 @@
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod config_cmd;
 mod engine_cmd;
 mod metrics_cmd;
 mod service;
@@ -53,6 +54,9 @@ enum Command {
     /// A running node looked into, read-only: its engine's (or endpoints')
     /// counters, peers and rails, refreshing like AeronStat or top.
     Stat(stat_cmd::StatOpts),
+    /// The effective configuration from tether.toml and TETHER_* variables,
+    /// and where each value came from.
+    Config(config_cmd::ConfigOpts),
     /// A node's counters in the Prometheus text format, served over HTTP
     /// for a Prometheus server to scrape (what `tether stat` reads).
     Metrics(metrics_cmd::MetricsOpts),
@@ -170,6 +174,18 @@ fn main() {
         eprintln!("tether: {}", message(&e));
         std::process::exit(2);
     }
+    // An engine's settings from tether.toml and TETHER_* variables, under
+    // its flags; refused settings are refusals of what was asked too.
+    let mut engine_config = None;
+    if let (Command::Engine(o), Some(m)) = (&mut cli.command, matches.subcommand_matches("engine")) {
+        match engine_cmd::configure(o, m) {
+            Ok(c) => engine_config = Some(c),
+            Err(e) => {
+                eprintln!("tether: {}", message(&e));
+                std::process::exit(2);
+            }
+        }
+    }
     // What runs killed outright left (their directories in /dev/shm and
     // the temporary directory, their namespaces) goes first; then this
     // run's own goes with it however it ends: at the end of `main`, on
@@ -200,8 +216,12 @@ fn main() {
         Command::Bench(o) => run_bench(&o),
         Command::Sim(o) => run_sim(&o),
         Command::Campaign(o) => run_campaign(&o),
-        Command::Engine(o) => engine_cmd::run(&o),
+        Command::Engine(o) => engine_cmd::run(&o, engine_config.take().unwrap_or_default()),
         Command::Stat(o) => stat_cmd::run(&o),
+        Command::Config(o) => config_cmd::run(
+            &o,
+            &engine_cmd::defaults(Cli::command().find_subcommand("engine").expect("the engine command")),
+        ),
         Command::Metrics(o) => metrics_cmd::run(&o),
         Command::BankServer(o) => demo_rpc::serve(&o),
     };
@@ -284,7 +304,8 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
-        Command::Engine(_) | Command::Stat(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
+        Command::Stat(_) | Command::Config(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
+        Command::Engine(_) => Ok(()),
     }
 }
 

@@ -13,7 +13,7 @@ use tether_proto::Instant;
 use tether_shm::BoardWriter;
 use tracing::warn;
 
-use crate::engine::Engine;
+use crate::application::Application;
 use crate::EngineStats;
 
 pub(crate) struct Board {
@@ -57,36 +57,47 @@ impl EngineStats {
     }
 }
 
-impl Engine {
-    /// Publish the snapshot if it is due.
-    pub(crate) fn publish_board(&mut self, now: Instant) {
-        if self.board.as_ref().is_none_or(|b| now < b.due) {
+impl Board {
+    /// Is a snapshot due at `now`?
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        now >= self.due
+    }
+
+    /// Publish the snapshot if it is due: the engine's counters, its
+    /// rails, and each application's protocol instance.
+    pub(crate) fn publish_due(
+        &mut self,
+        now: Instant,
+        stats: &EngineStats,
+        rails: &[std::net::SocketAddr],
+        supervised: bool,
+        clients: &[Application],
+    ) {
+        if now < self.due {
             return;
         }
-        let rails: Vec<String> = self.rail_addrs().iter().map(|a| a.to_string()).collect();
-        let Some(board) = &mut self.board else { return };
-        board.due = now + PUBLISH_EVERY;
-        let s = &mut board.snapshot;
+        self.due = now + PUBLISH_EVERY;
+        let s = &mut self.snapshot;
         s.format = FORMAT;
         s.role = "engine".into();
         s.pid = std::process::id();
         // SAFETY: getppid has no preconditions.
-        s.supervisor = self.heartbeat.is_some().then(|| unsafe { libc::getppid() } as u32);
-        s.rails = rails;
-        s.uptime_ms = board.started.elapsed().as_millis() as u64;
+        s.supervisor = supervised.then(|| unsafe { libc::getppid() } as u32);
+        s.rails = rails.iter().map(|a| a.to_string()).collect();
+        s.uptime_ms = self.started.elapsed().as_millis() as u64;
         s.published_unix_ms = stat::unix_ms();
         s.counters.clear();
-        s.counters.extend(self.stats.fields().into_iter().map(|(k, v)| (k.to_string(), v)));
+        s.counters.extend(stats.fields().into_iter().map(|(k, v)| (k.to_string(), v)));
         s.applications.clear();
-        s.applications.extend(self.clients.iter().map(|c| stat::app_stat(&c.core, c.pid)));
-        board.bytes.clear();
-        if let Err(e) = serde_json::to_writer(&mut board.bytes, &board.snapshot) {
+        s.applications.extend(clients.iter().map(|c| stat::app_stat(&c.core, c.pid)));
+        self.bytes.clear();
+        if let Err(e) = serde_json::to_writer(&mut self.bytes, &self.snapshot) {
             warn!(error = %e, "the engine's snapshot did not encode");
             return;
         }
-        if let Err(e) = board.writer.publish(&board.bytes) {
-            if !board.too_large {
-                board.too_large = true;
+        if let Err(e) = self.writer.publish(&self.bytes) {
+            if !self.too_large {
+                self.too_large = true;
                 warn!(error = %e, "the engine's snapshot does not fit its board: tether stat shows an older one");
             }
         }

@@ -177,7 +177,7 @@ pub struct Engine {
     /// (`HOUSEKEEPING_EVERY`; at once after a sleep).
     housekeeping_due: Instant,
     /// The supervisor's watch on this engine.
-    pub(crate) heartbeat: Option<Heartbeat>,
+    heartbeat: Option<Heartbeat>,
     /// The socket file is this engine's to remove when it stops.
     owns_socket: bool,
     selftest: Option<SelfTest>,
@@ -195,7 +195,7 @@ pub struct Engine {
     /// Applications whose connection closed, until their region is gone.
     departed: Departed,
     /// The board `tether stat` reads (`crate::board`).
-    pub(crate) board: Option<Board>,
+    board: Option<Board>,
     #[cfg(feature = "fault-hook")]
     hook: Option<crate::hook::Hook>,
 }
@@ -504,7 +504,13 @@ impl Engine {
         self.stats.detached += (before - self.clients.len()) as u64;
         if housekeeping {
             self.stats.reclaimed_regions += self.departed.check() as u64;
-            self.publish_board(now);
+            // The rails' addresses are looked up only when a snapshot is due.
+            if self.board.as_ref().is_some_and(|b| b.is_due(now)) {
+                let rails = self.rail_addrs();
+                if let Some(board) = &mut self.board {
+                    board.publish_due(now, &self.stats, &rails, self.heartbeat.is_some(), &self.clients);
+                }
+            }
         }
         busy
     }

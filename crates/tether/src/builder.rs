@@ -44,6 +44,13 @@ pub struct Builder {
     engine: Option<PathBuf>,
     /// Options given that only an embedded endpoint has, by name.
     embedded_only: Vec<&'static str>,
+    /// The settings the program gave by builder calls (`section.name`, or
+    /// `section.*`): a `tether.toml` or `TETHER_*` value never overrides
+    /// them (`tether::settings`).
+    given: Vec<&'static str>,
+    /// The settings to apply instead of reading `tether.toml` and the
+    /// environment at `build`.
+    settings: Option<crate::settings::Layers>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -74,6 +81,8 @@ impl Builder {
             options: Options::default(),
             engine: None,
             embedded_only: Vec::new(),
+            given: Vec::new(),
+            settings: None,
         }
     }
 
@@ -82,12 +91,14 @@ impl Builder {
     /// they are added, from 0.
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.rails.push(Rail::Udp(addr));
+        self.given.push("endpoint.bind");
         self
     }
 
     /// Add a rail over any transport (e.g. `transport::MemNetwork` in tests).
     pub fn transport(mut self, transport: Box<dyn Transport + Send>) -> Self {
         self.rails.push(Rail::Transport(transport));
+        self.given.push("endpoint.bind");
         self
     }
 
@@ -110,12 +121,14 @@ impl Builder {
     /// (`Event::EngineRecovered`). docs/ENGINE.md.
     pub fn engine(mut self, dir: impl Into<PathBuf>) -> Self {
         self.engine = Some(dir.into());
+        self.given.push("endpoint.engine");
         self
     }
 
     /// All options at once (replaces any set before).
     pub fn options(mut self, options: Options) -> Self {
         self.options = options;
+        self.given.extend(["config.*", "calls.*", "endpoint.*"]);
         self.embedded_only.push("options (all at once)");
         self
     }
@@ -123,6 +136,7 @@ impl Builder {
     /// The protocol configuration (checked at `build`).
     pub fn config(mut self, config: Config) -> Self {
         self.options.config = config;
+        self.given.push("config.*");
         self.embedded_only.push("the protocol configuration");
         self
     }
@@ -130,6 +144,7 @@ impl Builder {
     /// Who drives the protocol while the application is away.
     pub fn progress(mut self, progress: Progress) -> Self {
         self.options.progress = progress;
+        self.given.push("endpoint.progress");
         self.embedded_only.push("progress");
         self
     }
@@ -137,6 +152,7 @@ impl Builder {
     /// How long a blocked call busy-polls before sleeping in the kernel.
     pub fn spin(mut self, spin: Duration) -> Self {
         self.options.spin = spin;
+        self.given.push("endpoint.spin");
         self
     }
 
@@ -144,12 +160,14 @@ impl Builder {
     /// node must use a larger one than before.
     pub fn incarnation(mut self, incarnation: u64) -> Self {
         self.options.incarnation = Some(incarnation);
+        self.given.push("endpoint.incarnation");
         self
     }
 
     /// Faults to inject on every rail and into the application's calls.
     pub fn faults(mut self, plan: FaultPlan) -> Self {
         self.options.faults = plan;
+        self.given.extend(["endpoint.faults", "endpoint.fault_seed"]);
         self.embedded_only.push("fault injection");
         self
     }
@@ -164,6 +182,7 @@ impl Builder {
     /// How long dropping the endpoint waits for unsettled messages.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.options.linger = linger;
+        self.given.push("endpoint.linger");
         self
     }
 
@@ -171,6 +190,7 @@ impl Builder {
     /// (`tether::rpc::RpcConfig`).
     pub fn calls(mut self, calls: tether_rpc::RpcConfig) -> Self {
         self.options.calls = calls;
+        self.given.push("calls.*");
         self
     }
 
@@ -179,6 +199,7 @@ impl Builder {
     /// again.
     pub fn call_log(mut self, log: crate::rpc::CallLogOptions) -> Self {
         self.options.call_log = Some(log);
+        self.given.extend(["endpoint.call_log", "endpoint.call_log_sync"]);
         self
     }
 
@@ -188,6 +209,7 @@ impl Builder {
     /// end).
     pub fn caller_log(mut self, log: crate::rpc::CallLogOptions) -> Self {
         self.options.caller_log = Some(log);
+        self.given.extend(["endpoint.caller_log", "endpoint.call_log_sync"]);
         self
     }
 
@@ -198,6 +220,7 @@ impl Builder {
     /// tens of microseconds per publication.
     pub fn publish_stats(mut self, dir: impl Into<PathBuf>) -> Self {
         self.options.publish_stats = Some(dir.into());
+        self.given.push("endpoint.publish_stats");
         self
     }
 
@@ -207,14 +230,63 @@ impl Builder {
     /// without it `build` refuses. Names and labels: docs/OPERATING.md.
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.options.metrics = Some(addr);
+        self.given.push("endpoint.metrics");
         self
     }
 
     /// Bind the sockets, start the progress thread, learn the peers.
     /// Errors name what is wrong: the configuration field, the address
     /// that could not be bound and why, the rail counts.
-    pub fn build(self) -> Result<Endpoint, Error> {
+    pub fn build(mut self) -> Result<Endpoint, Error> {
         self.check_peers()?;
+        let layers = match self.settings.take() {
+            Some(layers) => layers,
+            None => crate::settings::Layers::load()?,
+        };
+        self.configured(&layers)?.assemble()
+    }
+
+    /// Configure from these settings (`Layers::from_parts`: a file of your
+    /// choosing and variables; `Layers::default()`: none) instead of the
+    /// `tether.toml` and `TETHER_*` variables `build` reads otherwise.
+    /// Builder calls win over them either way.
+    pub fn settings(mut self, layers: crate::settings::Layers) -> Self {
+        self.settings = Some(layers);
+        self
+    }
+
+    /// The settings of `layers` (a `tether.toml`, `TETHER_*` variables)
+    /// applied under what the builder calls gave (`tether::settings`).
+    pub(crate) fn configured(mut self, layers: &crate::settings::Layers) -> Result<Self, Error> {
+        let udp: Vec<SocketAddr> =
+            self.rails.iter().filter_map(|r| if let Rail::Udp(a) = r { Some(*a) } else { None }).collect();
+        let mut t = crate::settings::Target {
+            options: std::mem::take(&mut self.options),
+            bind: udp,
+            engine: self.engine.take(),
+            peers: self.peers.iter().cloned().collect(),
+            ..Default::default()
+        };
+        let given = &self.given;
+        layers.apply(&mut t, |key| {
+            given
+                .iter()
+                .any(|g| *g == key || g.strip_suffix('*').is_some_and(|section| key.starts_with(section)))
+        })?;
+        if !given.contains(&"endpoint.bind") {
+            self.rails = t.bind.iter().map(|&a| Rail::Udp(a)).collect();
+        }
+        for (node, addrs) in t.peers {
+            if !self.peers.iter().any(|(n, _)| *n == node) {
+                self.peers.push((node, addrs));
+            }
+        }
+        self.options = t.options;
+        self.engine = t.engine;
+        Ok(self)
+    }
+
+    fn assemble(self) -> Result<Endpoint, Error> {
         if let Some(dir) = &self.engine {
             return self.attach(dir);
         }

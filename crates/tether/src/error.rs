@@ -110,6 +110,10 @@ pub enum Error {
         /// What was asked.
         what: &'static str,
     },
+    /// The configuration from `tether.toml` or `TETHER_*` variables was
+    /// refused (`tether::settings`).
+    #[error("configuration: {0}")]
+    Settings(#[from] crate::settings::SettingsError),
     /// An operating-system call failed (thread or eventfd creation).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -48,6 +48,7 @@ mod leave;
 mod options;
 mod progress;
 mod publish;
+pub mod settings;
 mod shared;
 mod station;
 mod waiter;

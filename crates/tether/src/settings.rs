@@ -22,9 +22,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use tether_fault::{format_duration, parse_duration, FaultPlan};
-use tether_proto::{
-    AuthKind, ChecksumKind, ChecksumSet, ClusterKey, CongestionControl, NodeId, RailPolicy, RetransmitMode,
-};
+use tether_proto::{ClusterKey, CongestionControl, NodeId, RailPolicy, RetransmitMode};
+use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 
 use crate::rpc::{CallLogOptions, SyncPolicy};
 use crate::{Options, Progress};
@@ -252,7 +251,7 @@ fn engine(key: &'static str, help: &'static str, check: fn(&str) -> Result<(), S
 }
 
 fn call_log(at: fn(&mut Options) -> &mut Option<CallLogOptions>, s: &str, t: &mut Target) {
-    *at(&mut t.options) = (!none(s)).then(|| CallLogOptions { path: PathBuf::from(s.trim()), ..Default::default() });
+    *at(&mut t.options) = (!none(s)).then(|| CallLogOptions::new(s.trim()));
 }
 
 /// Every setting, in the order they apply (`config.auth` before
@@ -262,24 +261,50 @@ pub fn all() -> &'static [Setting] {
     ALL.get_or_init(|| {
         vec![
             // The protocol (`Config`), for an endpoint and an engine alike.
-            int("config.max_datagram", "largest datagram sent, header included", |t| &mut t.options.config.max_datagram),
+            int("config.max_datagram", "largest datagram sent, header included", |t| {
+                &mut t.options.config.max_datagram
+            }),
             int("config.send_window", "segments in flight per peer", |t| &mut t.options.config.send_window),
-            int("config.send_window_bytes", "payload bytes in flight per peer", |t| &mut t.options.config.send_window_bytes),
-            int("config.send_buffer_bytes", "bytes kept for retransmission per peer", |t| &mut t.options.config.send_buffer_bytes),
-            int("config.send_buffer_messages", "messages kept for retransmission per peer", |t| &mut t.options.config.send_buffer_messages),
-            int("config.recv_window", "segments accepted out of order per peer", |t| &mut t.options.config.recv_window),
-            int("config.delivery_queue_bytes", "bytes delivered and not yet taken", |t| &mut t.options.config.delivery_queue_bytes),
-            int("config.delivery_queue_messages", "messages delivered and not yet taken", |t| &mut t.options.config.delivery_queue_messages),
+            int("config.send_window_bytes", "payload bytes in flight per peer", |t| {
+                &mut t.options.config.send_window_bytes
+            }),
+            int("config.send_buffer_bytes", "bytes kept for retransmission per peer", |t| {
+                &mut t.options.config.send_buffer_bytes
+            }),
+            int("config.send_buffer_messages", "messages kept for retransmission per peer", |t| {
+                &mut t.options.config.send_buffer_messages
+            }),
+            int("config.recv_window", "segments accepted out of order per peer", |t| {
+                &mut t.options.config.recv_window
+            }),
+            int("config.delivery_queue_bytes", "bytes delivered and not yet taken", |t| {
+                &mut t.options.config.delivery_queue_bytes
+            }),
+            int("config.delivery_queue_messages", "messages delivered and not yet taken", |t| {
+                &mut t.options.config.delivery_queue_messages
+            }),
             int("config.max_message_len", "largest message", |t| &mut t.options.config.max_message_len),
-            flag("config.deliver_fragments", "deliver a large message's fragments as they come", |t| &mut t.options.config.deliver_fragments),
-            flag("config.verify_payloads", "verify each payload's checksum end to end", |t| &mut t.options.config.verify_payloads),
+            flag("config.deliver_fragments", "deliver a large message's fragments as they come", |t| {
+                &mut t.options.config.deliver_fragments
+            }),
+            flag("config.verify_payloads", "verify each payload's checksum end to end", |t| {
+                &mut t.options.config.verify_payloads
+            }),
             time("config.rto_initial", "first retransmission timeout", |t| &mut t.options.config.rto_initial),
             time("config.rto_min", "least retransmission timeout", |t| &mut t.options.config.rto_min),
             time("config.rto_max", "greatest retransmission timeout", |t| &mut t.options.config.rto_max),
-            time("config.coalesce_delay", "how long small messages wait to share a datagram", |t| &mut t.options.config.coalesce_delay),
-            time("config.ack_delay", "how long an acknowledgement waits for company", |t| &mut t.options.config.ack_delay),
-            int("config.ack_request_at", "segments after which an acknowledgement is asked for", |t| &mut t.options.config.ack_request_at),
-            time("config.abandon_after", "silence after which a peer's messages fail", |t| &mut t.options.config.abandon_after),
+            time("config.coalesce_delay", "how long small messages wait to share a datagram", |t| {
+                &mut t.options.config.coalesce_delay
+            }),
+            time("config.ack_delay", "how long an acknowledgement waits for company", |t| {
+                &mut t.options.config.ack_delay
+            }),
+            int("config.ack_request_at", "segments after which an acknowledgement is asked for", |t| {
+                &mut t.options.config.ack_request_at
+            }),
+            time("config.abandon_after", "silence after which a peer's messages fail", |t| {
+                &mut t.options.config.abandon_after
+            }),
             typed(
                 "config.abandon_limit",
                 "the most abandon_after stretches to (none: twelve times it)",
@@ -287,7 +312,13 @@ pub fn all() -> &'static [Setting] {
                 |d| d.map_or("none".into(), format_duration),
                 |t| &mut t.options.config.abandon_limit,
             ),
-            typed("config.checksum", "the checksum sent with", checksum, |k| k.name().into(), |t| &mut t.options.config.checksum),
+            typed(
+                "config.checksum",
+                "the checksum sent with",
+                checksum,
+                |k| k.name().into(),
+                |t| &mut t.options.config.checksum,
+            ),
             typed(
                 "config.accept_checksums",
                 "checksums accepted from peers besides one's own (comma-separated)",
@@ -323,11 +354,21 @@ pub fn all() -> &'static [Setting] {
                 },
                 |t| &mut t.options.config.rail_policy,
             ),
-            time("config.path_suspect_after", "silence after which a path is suspect", |t| &mut t.options.config.path_suspect_after),
-            time("config.path_down_after", "silence after which a path is down", |t| &mut t.options.config.path_down_after),
-            time("config.path_probe_interval", "probe interval of a suspect path", |t| &mut t.options.config.path_probe_interval),
-            time("config.path_down_probe_interval", "probe interval of a down path", |t| &mut t.options.config.path_down_probe_interval),
-            time("config.path_idle_probe_interval", "probe interval of an idle healthy path", |t| &mut t.options.config.path_idle_probe_interval),
+            time("config.path_suspect_after", "silence after which a path is suspect", |t| {
+                &mut t.options.config.path_suspect_after
+            }),
+            time("config.path_down_after", "silence after which a path is down", |t| {
+                &mut t.options.config.path_down_after
+            }),
+            time("config.path_probe_interval", "probe interval of a suspect path", |t| {
+                &mut t.options.config.path_probe_interval
+            }),
+            time("config.path_down_probe_interval", "probe interval of a down path", |t| {
+                &mut t.options.config.path_down_probe_interval
+            }),
+            time("config.path_idle_probe_interval", "probe interval of an idle healthy path", |t| {
+                &mut t.options.config.path_idle_probe_interval
+            }),
             typed(
                 "config.congestion",
                 "the congestion controller: delay, new-reno or off",
@@ -376,7 +417,13 @@ pub fn all() -> &'static [Setting] {
                 show: Box::new(|t| show_path(&t.key_file)),
             },
             // The endpoint's builder.
-            typed("endpoint.bind", "rails: one UDP socket at each address (comma-separated)", parse_addrs, |a| show_addrs(a), |t| &mut t.bind),
+            typed(
+                "endpoint.bind",
+                "rails: one UDP socket at each address (comma-separated)",
+                parse_addrs,
+                |a| show_addrs(a),
+                |t| &mut t.bind,
+            ),
             typed(
                 "endpoint.engine",
                 "attach to the engine serving this directory instead (none: embedded)",
@@ -398,21 +445,26 @@ pub fn all() -> &'static [Setting] {
                 },
                 |t| &mut t.options.progress,
             ),
-            time("endpoint.spin", "how long a blocked call busy-polls before it sleeps", |t| &mut t.options.spin),
+            time("endpoint.spin", "how long a blocked call busy-polls before it sleeps", |t| {
+                &mut t.options.spin
+            }),
             typed(
                 "endpoint.incarnation",
                 "this life's incarnation (none: from the clock)",
                 |s| if none(s) { Ok(None) } else { parse_int(s).map(Some) },
-                |i| i.map_or("none".into(), |i| i.to_string()),
+                |i: &Option<u64>| i.map_or("none".into(), |i| i.to_string()),
                 |t| &mut t.options.incarnation,
             ),
-            time("endpoint.linger", "how long closing waits for what was sent to settle", |t| &mut t.options.linger),
+            time("endpoint.linger", "how long closing waits for what was sent to settle", |t| {
+                &mut t.options.linger
+            }),
             int("endpoint.fault_seed", "the seed of the fault rules", |t| &mut t.fault_seed),
             typed(
                 "endpoint.faults",
                 "fault rules (docs/FAULTS.md), e.g. drop:p=0.01 (comma-separated in the environment)",
                 |s| {
-                    let rules: Vec<String> = list(s).map(String::from).collect();
+                    let rules: Vec<String> =
+                        if none(s) { Vec::new() } else { list(s).map(String::from).collect() };
                     FaultPlan::parse_rules(0, &rules).map_err(|e| e.to_string())?;
                     Ok(rules)
                 },
@@ -429,8 +481,14 @@ pub fn all() -> &'static [Setting] {
             typed(
                 "endpoint.metrics",
                 "serve metrics for Prometheus at this address (none: not; the metrics feature)",
-                |s| if none(s) { Ok(None) } else { s.trim().parse().map(Some).map_err(|_| "not an address".into()) },
-                |a| a.map_or("none".into(), |a| a.to_string()),
+                |s| {
+                    if none(s) {
+                        Ok(None)
+                    } else {
+                        s.trim().parse().map(Some).map_err(|_| "not an address".into())
+                    }
+                },
+                |a: &Option<SocketAddr>| a.map_or("none".into(), |a| a.to_string()),
                 |t| &mut t.options.metrics,
             ),
             Setting {
@@ -468,7 +526,7 @@ pub fn all() -> &'static [Setting] {
                 }),
                 show: Box::new(|t| {
                     let sync = t.options.call_log.as_ref().or(t.options.caller_log.as_ref()).map(|l| l.sync);
-                    match sync.unwrap_or(CallLogOptions::default().sync) {
+                    match sync.unwrap_or(SyncPolicy::None) {
                         SyncPolicy::None => "none".into(),
                         SyncPolicy::Batch => "batch".into(),
                         SyncPolicy::Record => "record".into(),
@@ -478,27 +536,47 @@ pub fn all() -> &'static [Setting] {
             // The calls (`RpcConfig`).
             int("calls.credit", "calls a caller keeps open per server", |t| &mut t.options.calls.credit),
             int("calls.retries", "times a call's request is sent again", |t| &mut t.options.calls.retries),
-            time("calls.ack_timeout", "how long a request waits for its acknowledgement", |t| &mut t.options.calls.ack_timeout),
-            time("calls.reply_timeout", "how long an acknowledged call waits for its reply", |t| &mut t.options.calls.reply_timeout),
-            time("calls.max_retry_interval", "the longest wait between a request's copies", |t| &mut t.options.calls.max_retry_interval),
-            time("calls.ack_request_after", "how long a server waits before asking for an ack", |t| &mut t.options.calls.ack_request_after),
-            int("calls.lives_per_node", "a peer's lives a server remembers", |t| &mut t.options.calls.lives_per_node),
+            time("calls.ack_timeout", "how long a request waits for its acknowledgement", |t| {
+                &mut t.options.calls.ack_timeout
+            }),
+            time("calls.reply_timeout", "how long an acknowledged call waits for its reply", |t| {
+                &mut t.options.calls.reply_timeout
+            }),
+            time("calls.max_retry_interval", "the longest wait between a request's copies", |t| {
+                &mut t.options.calls.max_retry_interval
+            }),
+            time("calls.ack_request_after", "how long a server waits before asking for an ack", |t| {
+                &mut t.options.calls.ack_request_after
+            }),
+            int("calls.lives_per_node", "a peer's lives a server remembers", |t| {
+                &mut t.options.calls.lives_per_node
+            }),
             int("calls.max_calls", "calls a server keeps", |t| &mut t.options.calls.max_calls),
             int("calls.max_args", "largest arguments", |t| &mut t.options.calls.max_args),
             int("calls.max_reply", "largest reply", |t| &mut t.options.calls.max_reply),
-            int("calls.max_events", "call events kept for the application", |t| &mut t.options.calls.max_events),
+            int("calls.max_events", "call events kept for the application", |t| {
+                &mut t.options.calls.max_events
+            }),
             // An engine (`tether engine`'s flags of the same names).
             engine("engine.dir", "the directory applications attach through", |_| Ok(())),
-            engine("engine.bind", "rails: one UDP address each (comma-separated)", |s| parse_addrs(s).map(|_| ())),
+            engine("engine.bind", "rails: one UDP address each (comma-separated)", |s| {
+                parse_addrs(s).map(|_| ())
+            }),
             engine("engine.metrics", "serve the engine's metrics for Prometheus at this address", |s| {
                 s.trim().parse::<SocketAddr>().map(|_| ()).map_err(|_| "not an address".into())
             }),
-            engine("engine.hang_after_us", "heartbeat silence after which the engine is hung", |s| parse_int::<u64>(s).map(|_| ())),
-            engine("engine.selftest_every_ms", "interval of the self-test's probes (0: off)", |s| parse_int::<u64>(s).map(|_| ())),
-            engine("engine.selftest_deadline_ms", "how long a probe may take", |s| parse_int::<u64>(s).map(|_| ())),
+            engine("engine.hang_after_us", "heartbeat silence after which the engine is hung", |s| {
+                parse_int::<u64>(s).map(|_| ())
+            }),
+            engine("engine.selftest_every_ms", "interval of the self-test's probes (0: off)", |s| {
+                parse_int::<u64>(s).map(|_| ())
+            }),
+            engine("engine.selftest_deadline_ms", "how long a probe may take", |s| {
+                parse_int::<u64>(s).map(|_| ())
+            }),
             engine("engine.seed", "the seed of the fault draws", |s| parse_int::<u64>(s).map(|_| ())),
             engine("engine.faults", "fault rules on what the rails receive (comma-separated)", |s| {
-                let rules: Vec<&str> = list(s).collect();
+                let rules: Vec<&str> = if none(s) { Vec::new() } else { list(s).collect() };
                 FaultPlan::parse_rules(0, &rules).map(|_| ()).map_err(|e| e.to_string())
             }),
         ]
@@ -566,7 +644,10 @@ impl Layers {
     }
 
     /// `file`, if given, under the variables `env`.
-    pub fn from_parts(file: Option<&Path>, env: impl Iterator<Item = (String, String)>) -> Result<Self, SettingsError> {
+    pub fn from_parts(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<Self, SettingsError> {
         let mut layers = Layers { file: file.map(Path::to_path_buf), ..Default::default() };
         if let Some(path) = file {
             let bad = |why: String| SettingsError::File { path: path.to_path_buf(), why };
@@ -600,7 +681,8 @@ impl Layers {
                 continue;
             }
             let Some(rest) = var.strip_prefix("TETHER_") else { continue };
-            let Some(section) = SECTIONS.iter().find(|s| rest.starts_with(&format!("{}_", s.to_uppercase()))) else {
+            let Some(section) = SECTIONS.iter().find(|s| rest.starts_with(&format!("{}_", s.to_uppercase())))
+            else {
                 continue; // not a setting's variable (TETHER_TOML, say)
             };
             let key = format!("{section}.{}", rest[section.len() + 1..].to_lowercase());
@@ -624,7 +706,12 @@ impl Layers {
 
     fn peer(&mut self, node: &str, text: &str, origin: Source) -> Result<(), SettingsError> {
         let key = format!("endpoint.peers.{node}");
-        let bad = |why: String| SettingsError::Value { key: key.clone(), value: text.to_string(), origin: origin.clone(), why };
+        let bad = |why: String| SettingsError::Value {
+            key: key.clone(),
+            value: text.to_string(),
+            origin: origin.clone(),
+            why,
+        };
         let node: NodeId = node.parse().map_err(|_| bad("the key after peers. is a node id".into()))?;
         parse_addrs(text).map_err(bad)?;
         self.peers.insert(node, (text.to_string(), origin));
@@ -639,7 +726,11 @@ impl Layers {
     /// Apply to `t` every value whose key `given` does not claim (the
     /// program set it), and the peers `t` does not have; every value with
     /// its source, in the settings' order, then the peers.
-    pub fn apply(&self, t: &mut Target, given: impl Fn(&str) -> bool) -> Result<Vec<Resolved>, SettingsError> {
+    pub fn apply(
+        &self,
+        t: &mut Target,
+        given: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Resolved>, SettingsError> {
         let mut resolved = Vec::new();
         for s in all() {
             let source = match self.values.get(s.key) {
@@ -659,16 +750,18 @@ impl Layers {
         }
         for (&node, (text, origin)) in &self.peers {
             let key = format!("endpoint.peers.{node}");
-            let source = if t.peers.contains_key(&node) {
-                Source::Program
-            } else {
-                t.peers.insert(node, parse_addrs(text).expect("checked when read"));
-                origin.clone()
+            let source = match t.peers.entry(node) {
+                std::collections::btree_map::Entry::Occupied(_) => Source::Program,
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(parse_addrs(text).expect("checked when read"));
+                    origin.clone()
+                }
             };
             resolved.push(Resolved { key, value: show_addrs(&t.peers[&node]), source });
         }
         if !t.fault_rules.is_empty() {
-            t.options.faults = FaultPlan::parse_rules(t.fault_seed, &t.fault_rules).expect("checked when read");
+            t.options.faults =
+                FaultPlan::parse_rules(t.fault_seed, &t.fault_rules).expect("checked when read");
         }
         Ok(resolved)
     }
@@ -706,7 +799,8 @@ mod tests {
             "[config]\nmax_datagram = 1400\nabandon_after = \"3s\"\n[endpoint]\nbind = [\"127.0.0.1:7000\"]\n\
              [endpoint.peers]\n2 = [\"127.0.0.1:7001\", \"127.0.0.2:7001\"]\n[calls]\ncredit = 9\n",
         );
-        let vars = [("TETHER_CONFIG_ABANDON_AFTER", "5s"), ("TETHER_TEST_SEED", "1"), ("TETHER_CALLS_CREDIT", "12")];
+        let vars =
+            [("TETHER_CONFIG_ABANDON_AFTER", "5s"), ("TETHER_TEST_SEED", "1"), ("TETHER_CALLS_CREDIT", "12")];
         let layers = Layers::from_parts(Some(&f), env(&vars)).unwrap();
         let mut t = Target::default();
         // The program set calls.credit itself.
@@ -732,7 +826,10 @@ mod tests {
         assert!(matches!(&e, SettingsError::Unknown { key, .. } if key == "config.max_datagrams"), "{e}");
         assert!(e.to_string().contains("did you mean config.max_datagram?"), "{e}");
         let e = Layers::from_parts(None, env(&[("TETHER_CONFIG_ABANDON_AFTER", "soon")])).unwrap_err();
-        assert!(e.to_string().contains("env TETHER_CONFIG_ABANDON_AFTER") && e.to_string().contains("duration"), "{e}");
+        assert!(
+            e.to_string().contains("env TETHER_CONFIG_ABANDON_AFTER") && e.to_string().contains("duration"),
+            "{e}"
+        );
         let f = file("bad", "[config]\nchecksum = \"md5\"\n");
         let e = Layers::from_parts(Some(&f), env(&[])).unwrap_err();
         assert!(e.to_string().contains("not a checksum"), "{e}");
