@@ -12,7 +12,7 @@
 use std::mem::MaybeUninit;
 
 use tether_wire::{
-    overhead, AckRepr, ChecksumKind, DataFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
+    overhead, AckRepr, ChecksumKind, DataFrame, DatagramFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
     HANDSHAKE_LEN, HEADER_LEN, MAX_DATAGRAM,
 };
 
@@ -80,6 +80,7 @@ fn check(data: &[u8]) {
             Frame::Data(d) => writer.push_data(d.seq, d.flags, d.total_len.unwrap_or(0), d.payload),
             Frame::Ack(a) => writer.push_ack(&a.to_repr()),
             Frame::Handshake(h) => writer.push_handshake(h),
+            Frame::Datagram(d) => writer.push_datagram(d.payload),
         }
         .expect("a re-emitted frame fits where the parsed one did");
     }
@@ -128,5 +129,6 @@ fn walk(frame: &Frame<'_>) -> usize {
         // HELLO, WELCOME and CONFIRM: fixed length, every field a plain
         // number (their meaning is the core's to check).
         Frame::Handshake(_) => HANDSHAKE_LEN,
+        Frame::Datagram(d) => DatagramFrame::encoded_len(d.payload.len()),
     }
 }

@@ -188,6 +188,13 @@ pub struct Config {
     /// default queueing delay against a target, and loss when competing
     /// with loss-based flows.
     pub congestion: crate::congestion::CongestionControl,
+    /// Bytes of unreliable messages (`Endpoint::send_unreliable`) waiting
+    /// to go to one peer, and waiting for the application on arrival: past
+    /// either bound a message is dropped and counted (`unreliable_dropped`),
+    /// never waited for.
+    pub unreliable_queue_bytes: usize,
+    /// ... and as many messages.
+    pub unreliable_queue_messages: usize,
 }
 
 impl Default for Config {
@@ -223,6 +230,8 @@ impl Default for Config {
             path_down_probe_interval: Duration::from_millis(50),
             path_idle_probe_interval: Duration::from_millis(20),
             congestion: crate::congestion::CongestionControl::Delay,
+            unreliable_queue_bytes: 1 << 20,
+            unreliable_queue_messages: 4096,
         }
     }
 }
@@ -281,6 +290,12 @@ impl Config {
         }
         if self.delivery_queue_messages == 0 || self.delivery_queue_messages > 1 << 30 {
             return bad("delivery_queue_messages", "must be between 1 and 2^30");
+        }
+        if self.unreliable_queue_bytes == 0 || self.unreliable_queue_bytes > 1 << 30 {
+            return bad("unreliable_queue_bytes", "must be between 1 byte and 1 GiB");
+        }
+        if self.unreliable_queue_messages == 0 || self.unreliable_queue_messages > 1 << 20 {
+            return bad("unreliable_queue_messages", "must be between 1 and 2^20");
         }
         if self.rto_min.is_zero() || self.rto_min > self.rto_max {
             return bad("rto_min", "must be non-zero and at most rto_max");

@@ -43,4 +43,6 @@ pub(crate) struct Context<'a> {
     pub greetings: &'a mut Greetings,
     /// Rails the driver left unread this turn (`Endpoint::set_backlog`).
     pub backlog: u8,
+    /// Unreliable messages received, for the application.
+    pub unreliable: &'a mut crate::unreliable::Inbox,
 }

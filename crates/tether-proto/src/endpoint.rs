@@ -208,6 +208,8 @@ pub struct Endpoint {
     recv_arena: BytesMut,
     /// Buffers for messages reassembled from fragments, recycled.
     messages: MessagePool,
+    /// Unreliable messages received and not yet taken (`recv_unreliable`).
+    unreliable: crate::unreliable::Inbox,
     /// Rails whose sockets the driver left unread this turn (`set_backlog`).
     backlog: u8,
     /// Where payloads land while their datagram is verified (`landing`).
@@ -264,6 +266,7 @@ impl Endpoint {
             send_arena: BytesMut::new(),
             recv_arena: BytesMut::new(),
             messages: MessagePool::new(),
+            unreliable: Default::default(),
             backlog: 0,
             landing: LandingArea::default(),
             open_buf: Vec::new(),
@@ -512,6 +515,7 @@ impl Endpoint {
             ready,
             greetings,
             backlog,
+            unreliable,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
@@ -531,6 +535,7 @@ impl Endpoint {
             aggregate,
             greetings,
             backlog: *backlog,
+            unreliable,
         };
         let out = f(peer, &mut cx, landing);
         greetings.update(counted, peer.greeting_counted());
@@ -681,6 +686,60 @@ impl Endpoint {
         self.check_send(peer, msg.len())?;
         let data = copy_to_bytes(&mut self.send_arena, msg);
         self.queue(now, peer, data, channel)
+    }
+
+    /// Send `msg` to `peer` unreliably (the UNR class, `crate::unreliable`):
+    /// once, whole, in a DATAGRAM frame, never acknowledged, ordered or
+    /// sent again. It waits for the session with the peer if there is none
+    /// yet. `Ok(false)`: the peer's queue was full, and the message is
+    /// dropped (and counted); that is the class's answer to overload, not
+    /// an error. Refused (`MessageTooLarge`) if it cannot fit a datagram of
+    /// this endpoint's size.
+    pub fn send_unreliable(&mut self, peer: NodeId, msg: &[u8]) -> Result<bool, SendError> {
+        if peer == self.node {
+            return Err(SendError::SelfSend);
+        }
+        let max = self.max_unreliable_len();
+        if msg.len() > max {
+            return Err(SendError::MessageTooLarge { len: msg.len(), max });
+        }
+        let Endpoint { peers, config, stats, messages, ready, .. } = self;
+        let Some(p) = peers.get_mut(&peer) else { return Err(SendError::UnknownPeer(peer)) };
+        let mut buf = messages.take(msg.len());
+        buf.extend_from_slice(msg);
+        let queued = p.unreliable.offer(messages.seal(buf), config, stats);
+        if queued {
+            ready.list(peer, &mut p.listed);
+        }
+        Ok(queued)
+    }
+
+    /// The largest unreliable message: what one DATAGRAM frame holds in a
+    /// datagram of this endpoint's size beside a CONFIRM (which rides in
+    /// every datagram until the peer shows it knows us), so a message
+    /// always fits the next datagram. A peer that agreed a smaller size
+    /// drops larger ones, counted.
+    pub fn max_unreliable_len(&self) -> usize {
+        let trailer = if self.config.key.is_some() {
+            tether_wire::AUTH_TRAILER_LEN
+        } else {
+            tether_wire::MAX_TRAILER_LEN
+        };
+        self.config.max_datagram
+            - tether_wire::HEADER_LEN
+            - trailer
+            - tether_wire::DATAGRAM_FIXED_LEN
+            - tether_wire::HANDSHAKE_LEN
+    }
+
+    /// The next unreliable message received, if any.
+    pub fn recv_unreliable(&mut self) -> Option<crate::Unreliable> {
+        self.unreliable.take()
+    }
+
+    /// Is an unreliable message waiting for the application?
+    pub fn has_unreliable(&self) -> bool {
+        !self.unreliable.is_empty()
     }
 
     /// Queue a message behind small ones that wait for company to share a

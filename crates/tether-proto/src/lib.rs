@@ -53,12 +53,14 @@ mod snapshot;
 mod stats;
 mod time;
 mod timer;
+mod unreliable;
 
 pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use congestion::{
     AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,
 };
 pub use refused::Refused;
+pub use unreliable::Unreliable;
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;

@@ -12,7 +12,12 @@
 //! streams' logs, the peer's incarnation, and the configured rails. The
 //! RTT estimate, timers and rail health are soft and rebuilt.
 
-use tether_wire::{Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, Packet, PacketWriter};
+use tether_wire::{
+    DatagramFrame, Frame, HandshakeFrame, HandshakeKind, Header, HeaderFlags, MacKey, Packet, PacketWriter,
+    HANDSHAKE_LEN,
+};
+
+use crate::unreliable::Outbox;
 use tracing::{debug, info, trace, warn};
 
 use crate::aggregate::{Aggregate, Room};
@@ -71,6 +76,8 @@ pub(crate) struct Peer {
     pub scheduled: Option<Instant>,
     /// In the queue of handshakes waiting for a place (`greeting`).
     pub greeting: Queued,
+    /// Unreliable messages waiting to go (`crate::unreliable`).
+    pub unreliable: Outbox,
 }
 
 impl Peer {
@@ -90,6 +97,7 @@ impl Peer {
             listed: Listed::default(),
             scheduled: None,
             greeting: Queued::default(),
+            unreliable: Outbox::default(),
         };
         p.update_timers(config, aggregate);
         p
@@ -142,6 +150,7 @@ impl Peer {
             listed: Listed::default(),
             scheduled: None,
             greeting: Queued::default(),
+            unreliable: Outbox::default(),
         };
         p.update_timers(config, aggregate);
         p
@@ -204,6 +213,7 @@ impl Peer {
             || self.hs.confirm_due()
             || (self.session()
                 && (self.recv.ack_due(now)
+                    || !self.unreliable.is_empty()
                     || self.send.has_work(now, config, room)
                     || self.send.probe_owed()
                     || self.paths.control_due(now)))
@@ -357,6 +367,10 @@ impl Peer {
                 Frame::Handshake(_) => {
                     // Only first in a datagram means anything.
                     cx.stats.protocol_violations += 1;
+                }
+                Frame::Datagram(d) => {
+                    // Of no stream and no epoch: delivered as it came.
+                    cx.unreliable.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats);
                 }
                 Frame::Data(d) => {
                     let landed = landings.next(cx.stats);
@@ -888,12 +902,13 @@ impl Peer {
         // Data goes where the rail policy says; an ACK alone answers on
         // the rail the peer was last heard on.
         let room = cx.aggregate.room();
-        let rail = if self.send.has_work(now, config, room) {
+        let rail = if self.send.has_work(now, config, room) || !self.unreliable.is_empty() {
             self.paths.data_rail(config.rail_policy)
         } else {
             self.paths.reply_rail()
         };
         let mut w = self.writer(cx.config, &mut buf[..cap], &header, true)?;
+        let empty_room = w.remaining();
         // Until the peer shows it knows us, our CONFIRM rides in front.
         let confirming = self.hs.confirm().is_some_and(|c| w.push_handshake(&c).is_ok());
         if confirming {
@@ -918,9 +933,31 @@ impl Peer {
                 stats.integrity_faults += 1;
             }
         }
+        // Unreliable messages go next, as many as fit: they wait for
+        // nothing. A message always fits a datagram beside a CONFIRM
+        // (`Endpoint::max_unreliable_len` leaves room for one), so one
+        // that does not fit now goes in the next datagram, after the ACK
+        // that took its room, and every datagram makes progress. One that
+        // would not fit even that (the size agreed with the peer is below
+        // the one it was sent for) never will: dropped, counted.
+        let mut unreliable = 0;
+        while let Some(len) = self.unreliable.next_len() {
+            let need = DatagramFrame::encoded_len(len);
+            if need <= w.remaining() {
+                let msg = self.unreliable.take().expect("a message is queued");
+                w.push_datagram(&msg).expect("it fits");
+                stats.unreliable_sent += 1;
+                unreliable += 1;
+            } else if need + HANDSHAKE_LEN > empty_room {
+                self.unreliable.take();
+                stats.unreliable_dropped += 1;
+            } else {
+                break;
+            }
+        }
         let retransmits_before = stats.retransmits;
         let frames = self.send.fill(&mut w, now, rail, config, stats, room);
-        if frames == 0 && !acked && !confirming {
+        if frames == 0 && !acked && !confirming && unreliable == 0 {
             return None;
         }
         if frames == 0 {

@@ -162,6 +162,14 @@ counters! {
     /// Authenticated datagrams whose packet number was already taken (or
     /// fell below the replay window): replays, dropped.
     replays,
+    /// Unreliable messages put in a datagram (`Endpoint::send_unreliable`).
+    unreliable_sent,
+    /// Unreliable messages received and queued for the application.
+    unreliable_received,
+    /// Unreliable messages dropped here: a queue full (either way), or
+    /// larger than the datagram size agreed with the peer. Never sent
+    /// again: that is their class.
+    unreliable_dropped,
 }
 
 impl Stats {
@@ -185,6 +193,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 46);
+        assert_eq!(names.len(), 49);
     }
 }

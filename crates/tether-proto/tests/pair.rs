@@ -1748,3 +1748,120 @@ fn the_window_in_bytes_bounds_large_datagrams() {
     check(&p.drain_b(), &want, "large datagrams");
     assert_eq!(p.a().stats().retransmits, 0);
 }
+
+/// An unreliable message: its number and a pattern of `len` bytes.
+fn unreliable_msg(i: u32, len: usize) -> Vec<u8> {
+    let mut m = i.to_le_bytes().to_vec();
+    m.extend((0..len.saturating_sub(4)).map(|j| (i as usize * 13 + j * 5) as u8));
+    m
+}
+
+/// The unreliable class: each message is sent once and never again (no
+/// retransmission), arrives at most once and intact or not at all, beside
+/// a reliable stream that still delivers everything in order through the
+/// same loss.
+#[test]
+fn unreliable_messages_go_once_arrive_at_most_once_and_leave_the_stream_whole() {
+    let mut p = Pair::connected(Config::default());
+    p.keep(|n, _| n % 3 != 0);
+    let max = p.a().max_unreliable_len();
+    let mut reliable = Vec::new();
+    for i in 0..300u32 {
+        let len = 4 + (i as usize * 37) % (max - 4);
+        assert_eq!(p.a().send_unreliable(B, &unreliable_msg(i, len)), Ok(true));
+        if i % 3 == 0 {
+            let m = msg(i as usize, 100);
+            p.send(&m).unwrap();
+            reliable.push(m);
+        }
+        p.run(Duration::from_micros(200));
+    }
+    p.run(Duration::from_secs(5));
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(u) = p.b().recv_unreliable() {
+        assert_eq!(u.from, A);
+        let i = u32::from_le_bytes(u.message[..4].try_into().unwrap());
+        assert!(seen.insert(i), "unreliable message {i} arrived twice");
+        assert_eq!(u.message, unreliable_msg(i, u.message.len()), "unreliable message {i} changed");
+    }
+    let (sent, received) = (p.a().stats().unreliable_sent, p.b().stats().unreliable_received);
+    assert_eq!(sent, 300, "each sent exactly once, none again");
+    assert_eq!(received, seen.len() as u64);
+    assert!(received > 100 && received < 300, "a third of the datagrams dropped: {received} arrived");
+    check(&p.drain_b(), &reliable, "the reliable stream beside them");
+}
+
+#[test]
+fn unreliable_queues_are_bounded_and_bad_sends_refused() {
+    let config =
+        Config { unreliable_queue_messages: 4, unreliable_queue_bytes: 1 << 20, ..Config::default() };
+    let mut p = Pair::connected(config);
+    let max = p.a().max_unreliable_len();
+    let too_large = vec![0u8; max + 1];
+    assert_eq!(p.a().send_unreliable(B, &too_large), Err(SendError::MessageTooLarge { len: max + 1, max }));
+    assert_eq!(p.a().send_unreliable(A, b"me"), Err(SendError::SelfSend));
+    assert_eq!(p.a().send_unreliable(9, b"who"), Err(SendError::UnknownPeer(9)));
+    // The sender's queue: four wait, the fifth is dropped and counted.
+    let queued: Vec<bool> =
+        (0..5u32).map(|i| p.a().send_unreliable(B, &unreliable_msg(i, 8)).unwrap()).collect();
+    assert_eq!(queued, [true, true, true, true, false]);
+    p.run(Duration::from_millis(10));
+    // The receiver's queue, never drained: four kept, the rest dropped.
+    for i in 0..6u32 {
+        p.a().send_unreliable(B, &unreliable_msg(i, 8)).unwrap();
+        p.run(Duration::from_millis(1));
+    }
+    assert_eq!(p.a().stats().unreliable_dropped, 1);
+    assert_eq!((p.b().stats().unreliable_received, p.b().stats().unreliable_dropped), (4, 6));
+    let kept: Vec<u32> = std::iter::from_fn(|| p.b().recv_unreliable())
+        .map(|u| u32::from_le_bytes(u.message[..4].try_into().unwrap()))
+        .collect();
+    assert_eq!(kept, [0, 1, 2, 3], "the first four, as they came");
+}
+
+/// Under a cluster key an unreliable datagram is authenticated like any
+/// other: a copy replayed is dropped by its packet number, and one forged
+/// without the key is refused. Without a key, a copy arrives twice, as a
+/// UDP datagram may (docs/PROTOCOL.md, DATAGRAM).
+#[test]
+fn an_unreliable_datagram_replayed_or_forged_is_dropped_under_a_key() {
+    for keyed in [true, false] {
+        let key = keyed.then(|| ClusterKey::from_material(b"sixteen bytes at least, please").unwrap());
+        let mut p = Pair::connected(Config { key, ..Config::default() });
+        let captured = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let c = captured.clone();
+        p.keep(move |_, bytes| {
+            c.borrow_mut().push(bytes.to_vec());
+            true
+        });
+        p.a().send_unreliable(B, b"heartbeat 1").unwrap();
+        p.run(Duration::from_millis(1));
+        assert_eq!(p.b().recv_unreliable().map(|u| u.message.to_vec()), Some(b"heartbeat 1".to_vec()));
+        let copy = captured.borrow().iter().find(|d| d.windows(11).any(|w| w == b"heartbeat 1")).cloned();
+        let now = p.now();
+        match copy {
+            Some(copy) => p.b().handle_datagram(now, &copy),
+            None => assert!(keyed, "in clear the payload shows"),
+        }
+        if keyed {
+            // GMAC leaves the payload in clear too: the copy was found and
+            // replayed; its packet number was taken already.
+            assert_eq!(p.b().recv_unreliable(), None, "a replayed copy is dropped");
+            assert!(p.b().stats().replays >= 1);
+            // A DATAGRAM frame forged without the key.
+            let mut buf = vec![0u8; 200];
+            let mut w = PacketWriter::new(&mut buf, &header(A, B, 1, 1)).unwrap();
+            w.push_datagram(b"forged").unwrap();
+            let n = w.finish();
+            p.b().handle_datagram(now, &buf[..n]);
+            assert_eq!(p.b().recv_unreliable(), None, "a forged datagram is refused");
+            assert!(p.b().stats().auth_missing >= 1);
+        } else {
+            assert_eq!(
+                p.b().recv_unreliable().map(|u| u.message.to_vec()),
+                Some(b"heartbeat 1".to_vec()),
+                "without a key a copy arrives again"
+            );
+        }
+    }
+}

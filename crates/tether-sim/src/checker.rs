@@ -78,6 +78,28 @@ pub enum Violation {
         seq: u64,
         state: String,
     },
+    /// An unreliable message arrived changed (`crate::unreliable`).
+    UnreliableCorrupted {
+        to: NodeId,
+    },
+    /// An unreliable message arrived that its sender never sent, or from
+    /// another node than it names.
+    UnreliableInvented {
+        from: NodeId,
+        to: NodeId,
+    },
+    /// An unreliable message arrived twice under a cluster key.
+    UnreliableTwice {
+        from: NodeId,
+        to: NodeId,
+        n: u64,
+    },
+    /// The cores put more unreliable messages in datagrams than they
+    /// accepted: one was sent again.
+    UnreliableResent {
+        sent: u64,
+        accepted: u64,
+    },
 }
 
 #[derive(Debug, Default)]

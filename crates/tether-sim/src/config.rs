@@ -86,6 +86,10 @@ pub struct SimConfig {
     /// first `forge_within` of the run's.
     pub forgeries: usize,
     pub forge_within: u64,
+    /// Send unreliable messages beside the streams (`crate::unreliable`).
+    /// On in every mix; off only to replay a world pinned before they
+    /// existed, whose every datagram they would move.
+    pub unreliable: bool,
     pub mix: &'static str,
 }
 
@@ -112,6 +116,7 @@ impl SimConfig {
             reader_batch: None,
             forgeries: 0,
             forge_within: 0,
+            unreliable: true,
             mix: "custom",
         }
     }

@@ -13,6 +13,7 @@ mod forger;
 pub mod net;
 mod report;
 mod sim;
+mod unreliable;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
 pub use config::{plan, FaultMix, LinkCut, SimConfig, Workload};

@@ -25,6 +25,7 @@ use crate::config::SimConfig;
 use crate::forger::Forger;
 use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
 use crate::report::{LinkCounters, SimReport};
+use crate::unreliable::UnreliableCheck;
 
 /// The simulator's own events; datagrams in flight and endpoint wake-ups
 /// are the network's (`NetEvent`).
@@ -62,6 +63,8 @@ struct Node {
     /// With `deliver_fragments`: the application's reassembly of each
     /// peer's stream, which survives the engine (docs/ENGINE.md).
     reassembly: BTreeMap<NodeId, Reassembly>,
+    /// Unreliable messages sent to each peer in this incarnation.
+    unreliable_to: Vec<u64>,
 }
 
 /// Virtual time starts at 1 s so no core timestamp is zero.
@@ -98,6 +101,8 @@ struct World<'a> {
     dead_stats: Stats,
     /// Engines rebuilt from hard state so far.
     soft_losses: u64,
+    /// The unreliable messages beside the streams (`crate::unreliable`).
+    unreliable: UnreliableCheck,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -137,6 +142,7 @@ impl<'a> World<'a> {
                 next_seq: vec![0; cfg.nodes as usize],
                 read_scheduled: false,
                 reassembly: BTreeMap::new(),
+                unreliable_to: vec![0; cfg.nodes as usize],
             })
             .collect();
         for node in 0..cfg.nodes {
@@ -149,7 +155,15 @@ impl<'a> World<'a> {
         for &(node, at) in &cfg.soft_losses {
             net.timeline_mut().schedule(origin + at, Ev::SoftLoss { node });
         }
-        World { cfg, net, nodes, checker: Checker::default(), dead_stats: Stats::default(), soft_losses: 0 }
+        World {
+            cfg,
+            net,
+            nodes,
+            checker: Checker::default(),
+            dead_stats: Stats::default(),
+            soft_losses: 0,
+            unreliable: UnreliableCheck::default(),
+        }
     }
 
     fn schedule(&mut self, after: Duration, ev: Ev) {
@@ -232,6 +246,19 @@ impl<'a> World<'a> {
                 }
             }
             more |= self.nodes[id as usize].sent_to[peer as usize] < total;
+            // Beside the stream, one unreliable message a turn (as a
+            // heartbeat would go), of a size drawn from the run's seed.
+            if more && self.cfg.unreliable {
+                let node = &mut self.nodes[id as usize];
+                let n = node.unreliable_to[peer as usize];
+                let len = self.net.link.rng.gen_range(24..=400);
+                let msg = crate::unreliable::message(id, peer, node.incarnation, n, len);
+                let inc = node.incarnation;
+                if self.net.ep_mut(id).send_unreliable(peer, &msg) == Ok(true) {
+                    self.nodes[id as usize].unreliable_to[peer as usize] += 1;
+                    self.unreliable.on_send(id, inc, peer, n);
+                }
+            }
         }
         if more {
             self.schedule(self.cfg.pace, Ev::Tick { node: id });
@@ -303,7 +330,14 @@ impl<'a> World<'a> {
     fn after(&mut self, id: NodeId) {
         let now = self.net.now();
         let (cfg, checker, node) = (self.cfg, &mut self.checker, &mut self.nodes[id as usize]);
+        let unreliable = &mut self.unreliable;
+        // Under a cluster key a copy never arrives twice; without one the
+        // network may duplicate a datagram, as it may UDP's.
+        let once = cfg.proto.key.is_some();
         self.net.settle(id, |timeline, ep| {
+            while let Some(u) = ep.recv_unreliable() {
+                unreliable.on_receive(u.from, id, &u.message, once, &mut checker.violations);
+            }
             match cfg.reader_batch {
                 None => read(checker, id, ep, usize::MAX, &mut node.reassembly),
                 Some(_) => {
@@ -336,6 +370,7 @@ impl<'a> World<'a> {
             stats.accumulate(ep.stats());
         }
         let expected = self.cfg.messages_per_stream * self.cfg.nodes as u64 * (self.cfg.nodes as u64 - 1);
+        self.unreliable.finish(stats.unreliable_sent, &mut self.checker.violations);
         let unsent = expected - self.checker.sent();
         if unsent > 0 {
             self.checker.violations.push(Violation::NotConverged { pending: unsent });
@@ -545,6 +580,7 @@ fn describe(datagram: &[u8]) -> String {
             tether_wire::Frame::Handshake(h) => {
                 write!(out, " {:?}({:x},{})", h.kind, h.nonce, h.max_datagram)
             }
+            tether_wire::Frame::Datagram(d) => write!(out, " U{}", d.payload.len()),
         };
     }
     out

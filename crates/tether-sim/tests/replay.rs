@@ -53,9 +53,13 @@ fn regression_tight_full_delivery_queue_does_not_stall() {
 /// it crashed. The commit point is the delivery queue, so that is the
 /// receiving application's loss; the checker now counts such messages as
 /// handed over (`unread_at_crash`), still checking order and bytes.
+///
+/// The world as it was found: without the unreliable messages every mix
+/// now sends beside its streams (they move every datagram, and no seed of
+/// 0..100 of any mix has a receiver crash with unread messages since).
 #[test]
 fn regression_swarm_31_unread_deliveries_die_with_their_reader() {
-    let r = run(&FaultMix::Swarm.config(31));
+    let r = run(&tether_sim::SimConfig { unreliable: false, ..FaultMix::Swarm.config(31) });
     assert!(r.ok(), "{:?}", &r.violations[..r.violations.len().min(3)]);
     assert!(r.unread_at_crash > 0, "the receiver crashed with unread messages");
 }

@@ -11,6 +11,10 @@
 //! * `HELLO`, `WELCOME` and `CONFIRM` are the handshake (docs/PROTOCOL.md,
 //!   "Handshake"): one shape, [`HandshakeFrame`], 24 bytes each, so an
 //!   answer is never larger than what provoked it.
+//! * `DATAGRAM` carries one unreliable message whole (the UNR class of Li
+//!   et al. [CI] section 3: heartbeats): no sequence number, never
+//!   acknowledged or sent again, but in the session's datagrams, so it is
+//!   authenticated and its source validated like the rest.
 //! * `PADDING` fills a datagram to a size: a HELLO and its WELCOME are
 //!   padded to the datagram size they propose, so their arrival proves the
 //!   path carries it (RFC 8899's probe packets, in the handshake). It is
@@ -25,6 +29,9 @@ pub(crate) const FRAME_HELLO: u8 = 0x03;
 pub(crate) const FRAME_WELCOME: u8 = 0x04;
 pub(crate) const FRAME_CONFIRM: u8 = 0x05;
 pub(crate) const FRAME_PADDING: u8 = 0x06;
+pub(crate) const FRAME_DATAGRAM: u8 = 0x07;
+/// Fixed part of a DATAGRAM frame: type, flags (none yet), len.
+pub const DATAGRAM_FIXED_LEN: usize = 4;
 /// A handshake frame: type, flags, reserved, max_datagram, nonce, cookie.
 pub const HANDSHAKE_LEN: usize = 24;
 
@@ -248,11 +255,25 @@ pub struct HandshakeFrame {
     pub cookie: u64,
 }
 
+/// An unreliable message, whole in one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramFrame<'a> {
+    pub payload: &'a [u8],
+}
+
+impl DatagramFrame<'_> {
+    /// Bytes a DATAGRAM frame with `payload_len` bytes takes.
+    pub const fn encoded_len(payload_len: usize) -> usize {
+        DATAGRAM_FIXED_LEN + payload_len
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
     Data(DataFrame<'a>),
     Ack(AckFrame<'a>),
     Handshake(HandshakeFrame),
+    Datagram(DatagramFrame<'a>),
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -343,6 +364,20 @@ fn parse_meaningful(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             }
             Ok((Frame::Ack(ack), total))
         }
+        Some(FRAME_DATAGRAM) => {
+            if b.len() < DATAGRAM_FIXED_LEN {
+                return Err(WireError::FrameTruncated);
+            }
+            if b[1] != 0 {
+                return Err(WireError::MalformedFrame("unknown datagram flags"));
+            }
+            let len = u16_at(b, 2) as usize;
+            if b.len() < DATAGRAM_FIXED_LEN + len {
+                return Err(WireError::FrameTruncated);
+            }
+            let payload = &b[DATAGRAM_FIXED_LEN..DATAGRAM_FIXED_LEN + len];
+            Ok((Frame::Datagram(DatagramFrame { payload }), DATAGRAM_FIXED_LEN + len))
+        }
         Some(t @ (FRAME_HELLO | FRAME_WELCOME | FRAME_CONFIRM)) => {
             if b.len() < HANDSHAKE_LEN {
                 return Err(WireError::FrameTruncated);
@@ -391,6 +426,18 @@ pub(crate) fn emit_handshake(out: &mut [u8], h: &HandshakeFrame) -> Result<usize
     out[8..16].copy_from_slice(&h.nonce.to_le_bytes());
     out[16..24].copy_from_slice(&h.cookie.to_le_bytes());
     Ok(HANDSHAKE_LEN)
+}
+
+pub(crate) fn emit_datagram(out: &mut [u8], payload: &[u8]) -> Result<usize, WireError> {
+    let need = DatagramFrame::encoded_len(payload.len());
+    if out.len() < need || payload.len() > u16::MAX as usize {
+        return Err(WireError::BufferTooSmall);
+    }
+    out[0] = FRAME_DATAGRAM;
+    out[1] = 0;
+    out[2..4].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    out[DATAGRAM_FIXED_LEN..need].copy_from_slice(payload);
+    Ok(need)
 }
 
 pub(crate) fn emit_data(

@@ -21,8 +21,8 @@ mod packet;
 
 pub use error::WireError;
 pub use frame::{
-    AckFrame, AckRepr, Channel, DataFlags, DataFrame, Frame, HandshakeFrame, HandshakeKind, SackRange,
-    HANDSHAKE_LEN, MAX_SACK_RANGES,
+    AckFrame, AckRepr, Channel, DataFlags, DataFrame, DatagramFrame, Frame, HandshakeFrame, HandshakeKind,
+    SackRange, DATAGRAM_FIXED_LEN, HANDSHAKE_LEN, MAX_SACK_RANGES,
 };
 pub use integrity::{AuthKind, ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
 pub use packet::{

@@ -627,6 +627,12 @@ impl<'a> PacketWriter<'a> {
         self.summed = self.len;
     }
 
+    /// Append a DATAGRAM frame (an unreliable message, whole); checksummed
+    /// later with the run it belongs to.
+    pub fn push_datagram(&mut self, payload: &[u8]) -> Result<(), WireError> {
+        self.push_frame(|out| frame::emit_datagram(out, payload))
+    }
+
     pub fn push_handshake(&mut self, h: &HandshakeFrame) -> Result<(), WireError> {
         self.push_frame(|out| frame::emit_handshake(out, h))
     }

@@ -20,6 +20,7 @@ enum FrameModel {
     Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
     Ack { epoch: u32, cumulative: u64, full: bool, answer: Option<u8>, ranges: Vec<SackRange> },
     Handshake(HandshakeFrame),
+    Datagram(Vec<u8>),
 }
 
 impl FrameModel {
@@ -39,6 +40,7 @@ impl FrameModel {
                 ranges: a.ranges().collect(),
             },
             Frame::Handshake(h) => FrameModel::Handshake(*h),
+            Frame::Datagram(d) => FrameModel::Datagram(d.payload.to_vec()),
         }
     }
 
@@ -50,6 +52,7 @@ impl FrameModel {
             }
             FrameModel::Ack { ranges, .. } => 16 + 8 * ranges.len(),
             FrameModel::Handshake(_) => HANDSHAKE_LEN,
+            FrameModel::Datagram(payload) => 4 + payload.len(),
         }
     }
 
@@ -59,6 +62,7 @@ impl FrameModel {
                 w.push_data(*seq, *flags, total_len.unwrap_or(0), payload)
             }
             FrameModel::Handshake(h) => w.push_handshake(h),
+            FrameModel::Datagram(payload) => w.push_datagram(payload),
             FrameModel::Ack { epoch, cumulative, full, answer, ranges } => {
                 let mut ack = AckRepr::new(*epoch, *cumulative);
                 ack.full = *full;
@@ -160,7 +164,12 @@ fn handshake_strategy() -> impl Strategy<Value = FrameModel> {
 /// Frames in order, cut to the longest prefix that fits one datagram.
 fn frames_strategy(max_frames: usize, max_payload: usize) -> impl Strategy<Value = Vec<FrameModel>> {
     vec(
-        prop_oneof![3 => data_strategy(max_payload), 1 => ack_strategy(), 1 => handshake_strategy()],
+        prop_oneof![
+            3 => data_strategy(max_payload),
+            1 => ack_strategy(),
+            1 => handshake_strategy(),
+            1 => vec(any::<u8>(), 0..=max_payload).prop_map(FrameModel::Datagram),
+        ],
         0..=max_frames,
     )
     .prop_map(|frames| {
@@ -400,7 +409,7 @@ fn check_landing_agrees(datagram: &[u8]) -> Result<(), TestCaseError> {
             .frames()
             .filter_map(|f| match f {
                 Frame::Data(d) => Some(d.payload),
-                Frame::Ack(_) | Frame::Handshake(_) => None,
+                Frame::Ack(_) | Frame::Handshake(_) | Frame::Datagram(_) => None,
             })
             .collect();
         prop_assert_eq!(landing.calls, payloads.len());

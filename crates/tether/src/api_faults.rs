@@ -23,6 +23,7 @@ use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{error_of, FaultHandle};
 use tether_proto::{
     CongestionInfo, Delivery, Event, FailReason, Instant, MessageId, MessageState, NodeId, PathInfo, Stats,
+    Unreliable,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -198,6 +199,14 @@ impl<B: Backend> Backend for ApiFaults<B> {
 
     fn drop_lingering(&mut self, linger: Duration) {
         self.inner.drop_lingering(linger)
+    }
+
+    fn send_unreliable(&self, peer: NodeId, msg: &[u8]) -> Result<bool, Error> {
+        self.inner.send_unreliable(peer, msg)
+    }
+
+    fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error> {
+        self.inner.recv_unreliable(timeout)
     }
 
     fn stats_source(&self) -> crate::publish::Source {

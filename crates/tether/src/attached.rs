@@ -27,6 +27,7 @@ use tether_attach::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
 use tether_proto::{
     CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats,
+    Unreliable,
 };
 
 use crate::attached_calls::AttachedCalls;
@@ -251,6 +252,18 @@ impl Backend for Attached {
 
     /// The client lingers as it goes (`ClientOptions::linger`).
     fn drop_lingering(&mut self, _linger: Duration) {}
+
+    fn send_unreliable(&self, _peer: NodeId, _msg: &[u8]) -> Result<bool, Error> {
+        Err(Error::Unsupported {
+            what: "unreliable messages through an engine (not yet: embedded endpoints only)",
+        })
+    }
+
+    fn recv_unreliable(&self, _timeout: Option<Duration>) -> Result<Unreliable, Error> {
+        Err(Error::Unsupported {
+            what: "unreliable messages through an engine (not yet: embedded endpoints only)",
+        })
+    }
 
     fn stats_source(&self) -> crate::publish::Source {
         crate::publish::Source::Attached(Arc::clone(&self.client))

@@ -13,7 +13,7 @@ use tether_fault::FaultCounters;
 use tether_io::FaultHandle;
 use tether_proto::{
     CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, PathInfo,
-    SendError, Stats,
+    SendError, Stats, Unreliable,
 };
 
 use crate::call_site::Site;
@@ -65,6 +65,10 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn calls(&self) -> Site<'_>;
     /// Where the state `Builder::publish_stats` publishes is read from.
     fn stats_source(&self) -> crate::publish::Source;
+    /// `Endpoint::send_unreliable`.
+    fn send_unreliable(&self, peer: NodeId, msg: &[u8]) -> Result<bool, Error>;
+    /// `Endpoint::recv_unreliable`.
+    fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error>;
 }
 
 /// A message as the application hands it to `send`: borrowed, and copied

@@ -18,7 +18,7 @@ use tether_fault::{FaultCounters, Side};
 use tether_io::{FaultHandle, FaultyTransport, Transport};
 use tether_proto::{
     CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, PathInfo,
-    RailId, SendError, Stats, MAX_RAILS,
+    RailId, SendError, Stats, Unreliable, MAX_RAILS,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -362,6 +362,21 @@ impl Backend for Embedded {
             let _ = self.linger_for(linger);
         }
         self.stop();
+    }
+
+    fn send_unreliable(&self, peer: NodeId, msg: &[u8]) -> Result<bool, Error> {
+        let mut d = self.shared.lock();
+        d.learn_peer(peer);
+        let queued = d.core.send_unreliable(peer, msg)?;
+        d.transmit(self.shared.clock.now());
+        Ok(queued)
+    }
+
+    fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error> {
+        if let Some(u) = self.shared.lock().core.recv_unreliable() {
+            return Ok(u);
+        }
+        block_on(&self.shared, timeout, Awaits::Unreliable, |d| d.core.recv_unreliable())
     }
 
     fn stats_source(&self) -> crate::publish::Source {

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tether_fault::{FaultCounters, Injector, Side};
 use tether_io::{AddressBook, FaultHandle, Transport, UdpTransport};
 use tether_proto::{
-    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, Stats,
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, Stats, Unreliable,
 };
 
 use crate::api_faults::ApiFaults;
@@ -166,6 +166,25 @@ impl Endpoint {
             }
         }
         Ok(self)
+    }
+
+    /// Send `msg` to `peer` unreliably: once, whole, in one datagram,
+    /// never acknowledged, ordered or sent again (the UNR class of Li et
+    /// al. [CI]: heartbeats, status, anything a newer copy replaces). It
+    /// is authenticated and its source validated as every datagram of the
+    /// session is; with a cluster key a replayed copy is dropped. `Ok(true)`:
+    /// queued; `Ok(false)`: the queue to the peer was full and the message
+    /// was dropped (counted in `Stats::unreliable_dropped`), which is the
+    /// class's answer to overload. At most `max_unreliable_len` bytes.
+    /// Embedded endpoints only, for now.
+    pub fn send_unreliable(&self, peer: NodeId, msg: &[u8]) -> Result<bool, Error> {
+        self.backend.send_unreliable(peer, msg)
+    }
+
+    /// The next unreliable message from any peer, waiting up to `timeout`
+    /// (`None`: for ever; `Err(Error::TimedOut)` past it, as `recv`).
+    pub fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error> {
+        self.backend.recv_unreliable(timeout)
     }
 
     /// Where this endpoint serves its metrics (`Builder::metrics`), if it

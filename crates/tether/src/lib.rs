@@ -64,7 +64,7 @@ pub use tether_proto::{
     ClusterKey, Config, ConfigError, CongestionControl, CongestionInfo, Controller, ControllerFactory,
     Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, NodeId,
     PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, Refused, RetransmitMode, SendError, Stats,
-    MAX_PEERS, MAX_RAILS,
+    Unreliable, MAX_PEERS, MAX_RAILS,
 };
 pub use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 

@@ -386,6 +386,12 @@ pub fn all() -> &'static [Setting] {
                 },
                 |t| &mut t.options.config.congestion,
             ),
+            int("config.unreliable_queue_bytes", "bytes of unreliable messages queued each way", |t| {
+                &mut t.options.config.unreliable_queue_bytes
+            }),
+            int("config.unreliable_queue_messages", "unreliable messages queued each way", |t| {
+                &mut t.options.config.unreliable_queue_messages
+            }),
             typed(
                 "config.auth",
                 "the authentication algorithm a cluster key is used with",

@@ -170,10 +170,12 @@ pub(crate) enum Awaits {
     Anything,
     /// A call moved (an answer, a state change) or a handler waits to run.
     Calls,
+    /// An unreliable message for the application.
+    Unreliable,
 }
 
 impl Awaits {
-    const COUNT: usize = 6;
+    const COUNT: usize = 7;
 }
 
 impl Shared {
@@ -324,6 +326,9 @@ impl Shared {
         }
         if parked(Awaits::Delivery) && d.core.pending_deliveries() > 0 {
             wake(Awaits::Delivery);
+        }
+        if parked(Awaits::Unreliable) && d.core.has_unreliable() {
+            wake(Awaits::Unreliable);
         }
         if parked(Awaits::Event) && d.core.has_events() {
             wake(Awaits::Event);

@@ -301,3 +301,24 @@ fn a_peer_that_moves_is_followed_only_with_the_cluster_key() {
         }
     }
 }
+
+/// The unreliable class through the public API, over real UDP: a message
+/// sent with `send_unreliable` wakes a `recv_unreliable` blocked for it,
+/// intact, and is counted once on each side.
+#[test]
+fn unreliable_messages_over_udp_wake_a_blocked_receiver() {
+    let a = Endpoint::udp(1, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap();
+    let b = Endpoint::udp(2, "127.0.0.1:0".parse().unwrap(), &[], Options::default()).unwrap();
+    a.add_peer(2, b.local_addr().unwrap()).unwrap();
+    b.add_peer(1, a.local_addr().unwrap()).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| b.recv_unreliable(Some(Duration::from_secs(5))));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(a.send_unreliable(2, b"heartbeat").unwrap());
+        let u = waiting.join().unwrap().expect("woken with the message");
+        assert_eq!((u.from, &u.message[..]), (1, &b"heartbeat"[..]));
+    });
+    assert_eq!(a.stats().unreliable_sent, 1);
+    assert_eq!(b.stats().unreliable_received, 1);
+    assert!(matches!(b.recv_unreliable(Some(Duration::from_millis(20))), Err(Error::TimedOut)));
+}

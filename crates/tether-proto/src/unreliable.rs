@@ -1,0 +1,156 @@
+//! The unreliable class (UNR, Li et al. [CI] section 3: what heartbeats
+//! travel as): a message sent once, whole, in a DATAGRAM frame of the
+//! session's datagrams; never acknowledged, ordered or sent again, and
+//! so never waited for. It is authenticated and its source validated as
+//! every datagram of the session is, and with a cluster key a replayed
+//! datagram is dropped by its packet number; without one the network may
+//! deliver a copy twice, as it may a UDP datagram.
+//!
+//! Both queues are bounded in bytes and in count (`Config::
+//! unreliable_queue_bytes`, `unreliable_queue_messages`): a message past
+//! either is dropped and counted (`unreliable_dropped`), the class's
+//! answer to overload. Messages are copied into buffers of the endpoint's
+//! pool, as reassembled messages are.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::message_pool::MessagePool;
+use crate::{Config, NodeId, Stats};
+
+/// An unreliable message delivered (`Endpoint::recv_unreliable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreliable {
+    /// The sending node.
+    pub from: NodeId,
+    /// The message, whole.
+    pub message: Bytes,
+}
+
+/// A bounded queue of messages: at most `Config::unreliable_queue_bytes`
+/// bytes and `unreliable_queue_messages` messages.
+#[derive(Debug)]
+pub(crate) struct Bounded<T> {
+    items: VecDeque<(T, usize)>,
+    bytes: usize,
+}
+
+impl<T> Default for Bounded<T> {
+    fn default() -> Self {
+        Bounded { items: VecDeque::new(), bytes: 0 }
+    }
+}
+
+impl<T> Bounded<T> {
+    /// Queue `item` of `len` bytes, if the bounds allow.
+    fn push(&mut self, item: T, len: usize, config: &Config) -> bool {
+        if self.items.len() >= config.unreliable_queue_messages
+            || self.bytes + len > config.unreliable_queue_bytes
+        {
+            return false;
+        }
+        self.bytes += len;
+        self.items.push_back((item, len));
+        true
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        let (item, len) = self.items.pop_front()?;
+        self.bytes -= len;
+        Some(item)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// Messages waiting to go to one peer.
+pub(crate) type Outbox = Bounded<Bytes>;
+
+impl Outbox {
+    /// Queue `msg` for the peer; `false` (and counted) if the queue is full.
+    pub fn offer(&mut self, msg: Bytes, config: &Config, stats: &mut Stats) -> bool {
+        let len = msg.len();
+        let queued = self.push(msg, len, config);
+        stats.unreliable_dropped += u64::from(!queued);
+        queued
+    }
+
+    /// The next message's length.
+    pub fn next_len(&self) -> Option<usize> {
+        self.items.front().map(|(_, len)| *len)
+    }
+
+    pub fn take(&mut self) -> Option<Bytes> {
+        self.pop()
+    }
+}
+
+/// Messages received and not yet taken by the application.
+pub(crate) type Inbox = Bounded<Unreliable>;
+
+impl Inbox {
+    /// Copy `payload` from `from` into a pooled buffer and queue it, or drop
+    /// and count it if the queue is full.
+    pub fn deliver(
+        &mut self,
+        from: NodeId,
+        payload: &[u8],
+        pool: &MessagePool,
+        config: &Config,
+        stats: &mut Stats,
+    ) {
+        if self.len() >= config.unreliable_queue_messages
+            || self.bytes + payload.len() > config.unreliable_queue_bytes
+        {
+            stats.unreliable_dropped += 1;
+            return;
+        }
+        let mut buf = pool.take(payload.len());
+        buf.extend_from_slice(payload);
+        let message = pool.seal(buf);
+        let len = message.len();
+        let queued = self.push(Unreliable { from, message }, len, config);
+        debug_assert!(queued, "room was checked");
+        stats.unreliable_received += 1;
+    }
+
+    pub fn take(&mut self) -> Option<Unreliable> {
+        self.pop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_queues_are_bounded_in_bytes_and_in_count() {
+        let config = Config { unreliable_queue_bytes: 10, unreliable_queue_messages: 3, ..Config::default() };
+        let mut stats = Stats::default();
+        let mut out = Outbox::default();
+        assert!(out.offer(Bytes::from_static(b"12345678"), &config, &mut stats));
+        assert!(!out.offer(Bytes::from_static(b"123"), &config, &mut stats), "past the bytes");
+        assert!(out.offer(Bytes::from_static(b"1"), &config, &mut stats));
+        assert!(out.offer(Bytes::from_static(b"1"), &config, &mut stats));
+        assert!(!out.offer(Bytes::new(), &config, &mut stats), "past the count");
+        assert_eq!(stats.unreliable_dropped, 2);
+        assert_eq!(out.next_len(), Some(8));
+        assert_eq!(out.take().as_deref(), Some(&b"12345678"[..]));
+        assert!(out.offer(Bytes::from_static(b"1234567"), &config, &mut stats), "room again");
+
+        let pool = MessagePool::new();
+        let mut inbox = Inbox::default();
+        for _ in 0..4 {
+            inbox.deliver(7, b"abc", &pool, &config, &mut stats);
+        }
+        assert_eq!((stats.unreliable_received, stats.unreliable_dropped), (3, 3));
+        assert_eq!(inbox.take(), Some(Unreliable { from: 7, message: Bytes::from_static(b"abc") }));
+    }
+}
