@@ -12,8 +12,8 @@
 use std::mem::MaybeUninit;
 
 use tether_wire::{
-    overhead, AckRepr, ChecksumKind, DataFrame, DatagramFrame, Frame, Landing, Packet, PacketWriter, SackRange, Unverified,
-    HANDSHAKE_LEN, HEADER_LEN, MAX_DATAGRAM,
+    overhead, AckRepr, ChecksumKind, DataFrame, DatagramFrame, Frame, Landing, Packet, PacketWriter,
+    SackRange, Unverified, HANDSHAKE_LEN, HEADER_LEN, MAX_DATAGRAM,
 };
 
 /// Lands every DATA payload in one buffer, back to back.
