@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use tether::settings::{Layers, Source, Target};
 
 #[derive(Args, Debug, Clone)]
@@ -66,9 +65,7 @@ pub fn run(o: &ConfigOpts, engine_defaults: &BTreeMap<&'static str, String>) -> 
         "tether config: file {}; the program's own settings (builder calls, flags) win over these",
         file.as_deref().unwrap_or("none (no $TETHER_TOML, no ./tether.toml)")
     );
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["key", "value", "source", "variable"].map(Cell::new));
+    let mut t = crate::table::table(&["key", "value", "source", "variable"]);
     for r in &resolved {
         t.add_row([r.key.clone(), r.value.clone(), r.source.to_string(), var(&r.key)]);
     }

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use tether_engine::stat::{self, AppStat, NodeStat};
 use tether_lab::args;
 
@@ -96,18 +95,6 @@ fn read_all(dir: &Path) -> anyhow::Result<Vec<NodeStat>> {
     Ok(nodes)
 }
 
-fn table(header: &[&str]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(header.iter().map(Cell::new));
-    for i in 1..header.len() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    t
-}
-
 fn us(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
 }
@@ -191,7 +178,7 @@ fn application(a: &AppStat) -> String {
         out += "    no peers\n";
         return out;
     }
-    let mut t = table(&[
+    let mut t = crate::table::table(&[
         "peer",
         "session",
         "rtt us",
@@ -235,6 +222,7 @@ fn application(a: &AppStat) -> String {
             t.add_row(row);
         }
     }
+    crate::table::right(&mut t);
     for line in t.to_string().lines() {
         out += &format!("    {line}\n");
     }

@@ -12,14 +12,14 @@ use crate::pingpong::PingpongRun;
 use crate::stream::StreamRun;
 use crate::summary::Summary;
 
-fn table(header: &[&str]) -> Table {
+pub(crate) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header.iter().map(Cell::new));
     t
 }
 
-fn right(t: &mut Table) {
+pub(crate) fn right(t: &mut Table) {
     for i in 1..t.column_count() {
         if let Some(c) = t.column_mut(i) {
             c.set_cell_alignment(CellAlignment::Right);

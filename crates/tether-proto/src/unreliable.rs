@@ -43,11 +43,15 @@ impl<T> Default for Bounded<T> {
 }
 
 impl<T> Bounded<T> {
+    /// Would `len` more bytes stay within the bounds?
+    fn has_room(&self, len: usize, config: &Config) -> bool {
+        self.items.len() < config.unreliable_queue_messages
+            && self.bytes + len <= config.unreliable_queue_bytes
+    }
+
     /// Queue `item` of `len` bytes, if the bounds allow.
     fn push(&mut self, item: T, len: usize, config: &Config) -> bool {
-        if self.items.len() >= config.unreliable_queue_messages
-            || self.bytes + len > config.unreliable_queue_bytes
-        {
+        if !self.has_room(len, config) {
             return false;
         }
         self.bytes += len;
@@ -63,10 +67,6 @@ impl<T> Bounded<T> {
 
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
     }
 }
 
@@ -106,9 +106,9 @@ impl Inbox {
         config: &Config,
         stats: &mut Stats,
     ) {
-        if self.len() >= config.unreliable_queue_messages
-            || self.bytes + payload.len() > config.unreliable_queue_bytes
-        {
+        // Checked before the copy: a message that will not be kept is
+        // not copied.
+        if !self.has_room(payload.len(), config) {
             stats.unreliable_dropped += 1;
             return;
         }
