@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use tether_attach::owner;
+use tether_attach::stat::ENGINE_BOARD;
 use tether_proto::NodeId;
+use tether_shm::BoardWriter;
 
 use crate::application::MAX_CLIENTS;
 
@@ -37,6 +39,14 @@ pub fn sweep(dir: &Path) -> Reclaimed {
     let mut done = Reclaimed::default();
     let mut living: BTreeSet<NodeId> = BTreeSet::new();
     for name in &names {
+        // A board's staging file, left by an engine killed while making
+        // it (its supervisor killed with it).
+        if let Some(pid) = BoardWriter::staging_owner(name, ENGINE_BOARD) {
+            if !owner::alive(pid) {
+                let _ = std::fs::remove_file(dir.join(name));
+            }
+            continue;
+        }
         let Some((node, pid)) = owner::region_owner(name) else { continue };
         if owner::alive(pid) {
             living.insert(node);
@@ -132,6 +142,9 @@ mod tests {
         touch(&pair_file(1, 2, 4)); // an older generation: removed
         touch(&pair_file(1, 3, 6)); // a side gone: removed
         touch("engine.sock.not-a-region"); // not ours to judge: kept
+        let board = |pid: u32| format!("{ENGINE_BOARD}.new-{pid}");
+        touch(&board(dead)); // a killed engine's half-made board: removed
+        touch(&board(me)); // one being made now: kept
         let done = sweep(&dir);
         assert_eq!(done, Reclaimed { regions: 1, pairs: 2 });
         let mut left: Vec<String> =
@@ -142,6 +155,7 @@ mod tests {
             owner::region_name(2, me, 0),
             pair_file(1, 2, 5),
             "engine.sock.not-a-region".to_string(),
+            board(me),
         ];
         want.sort();
         assert_eq!(left, want);

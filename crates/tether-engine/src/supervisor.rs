@@ -96,7 +96,12 @@ pub fn supervise(
             Some((old, since)) => report(&Incident::Replaced { old, new: pid, after: since.elapsed() }),
             None => report(&Incident::Started { pid }),
         }
-        match watch_over(pid, &heartbeat, watch, stop) {
+        let outcome = watch_over(pid, &heartbeat, watch, stop);
+        // Killed while making its board, an engine leaves the board's
+        // staging file; it is gone now, so nobody else will.
+        let board = options.dir.join(tether_attach::stat::ENGINE_BOARD);
+        let _ = std::fs::remove_file(tether_shm::BoardWriter::staging_path(&board, pid));
+        match outcome {
             Outcome::Stopped => break Ok(()),
             Outcome::Died(status) => report(&Incident::Died { pid, status }),
             Outcome::Hung(still) => {

@@ -55,9 +55,7 @@ impl BoardWriter {
         if len > MAX_BOARD {
             return Err(ShmError::TooSmall { needed: len, got: MAX_BOARD });
         }
-        let mut fresh = path.as_os_str().to_owned();
-        fresh.push(format!(".new-{}", std::process::id()));
-        let fresh = PathBuf::from(fresh);
+        let fresh = Self::staging_path(path, std::process::id());
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&fresh)?;
         file.set_len(len as u64)?;
         // SAFETY: the file is shared with readers by design; this writer
@@ -66,6 +64,21 @@ impl BoardWriter {
         let map = unsafe { MmapMut::map_mut(&file)? };
         std::fs::rename(&fresh, path)?;
         Ok(BoardWriter { map, path: path.to_owned() })
+    }
+
+    /// Where process `pid` makes a board for `path` before renaming it
+    /// into place. A writer killed between the two leaves it: whoever
+    /// outlives the writer (its supervisor, the next engine) removes it.
+    pub fn staging_path(path: &Path, pid: u32) -> PathBuf {
+        let mut fresh = path.as_os_str().to_owned();
+        fresh.push(format!(".new-{pid}"));
+        PathBuf::from(fresh)
+    }
+
+    /// The writer's pid if `name` is a staging file of the board named
+    /// `board` (see [`BoardWriter::staging_path`]).
+    pub fn staging_owner(name: &str, board: &str) -> Option<u32> {
+        name.strip_prefix(board)?.strip_prefix(".new-")?.parse().ok()
     }
 
     pub fn capacity(&self) -> usize {
