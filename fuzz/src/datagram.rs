@@ -73,7 +73,7 @@ fn genuine(i: usize) -> Vec<u8> {
 }
 
 /// A genuine header over `body`, with its length and a correct CRC32C.
-fn reframed(template: &[u8], body: &[u8]) -> Vec<u8> {
+pub(crate) fn reframed(template: &[u8], body: &[u8]) -> Vec<u8> {
     let mut d = template[..HEADER_LEN].to_vec();
     d[3] &= !tether_wire::HeaderFlags::AUTHENTICATED;
     d[4] = ChecksumKind::Crc32c as u8;

@@ -20,6 +20,7 @@ pub mod datagram;
 pub mod fault_plan;
 pub mod handshake;
 pub mod hook_request;
+pub mod nacked;
 pub mod packet_parse;
 pub mod records;
 pub mod rpc_envelope;
@@ -49,5 +50,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     hook_request,
     rpc_envelope,
     rpc_log,
-    stat_board
+    stat_board,
+    nacked
 ];

@@ -80,7 +80,7 @@ fn check(data: &[u8]) {
             Frame::Data(d) => writer.push_data(d.seq, d.flags, d.total_len.unwrap_or(0), d.payload),
             Frame::Ack(a) => writer.push_ack(&a.to_repr()),
             Frame::Handshake(h) => writer.push_handshake(h),
-            Frame::Datagram(d) => writer.push_datagram(d.payload),
+            Frame::Datagram(d) => writer.push_datagram(d.port, d.payload),
         }
         .expect("a re-emitted frame fits where the parsed one did");
     }

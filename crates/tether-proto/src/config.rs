@@ -193,8 +193,13 @@ pub struct Config {
     /// either bound a message is dropped and counted (`unreliable_dropped`),
     /// never waited for.
     pub unreliable_queue_bytes: usize,
-    /// ... and as many messages.
+    /// ... and as many messages. The NACK-reliable class's queues (the
+    /// sender's hold, a receiver's reorder buffer, the delivery queue)
+    /// have the same bounds.
     pub unreliable_queue_messages: usize,
+    /// How long a NACK-reliable message is held for its receiver to ask
+    /// for it again (`crate::nacked`); after that, asking finds it lost.
+    pub nacked_hold: Duration,
 }
 
 impl Default for Config {
@@ -232,6 +237,7 @@ impl Default for Config {
             congestion: crate::congestion::CongestionControl::Delay,
             unreliable_queue_bytes: 1 << 20,
             unreliable_queue_messages: 4096,
+            nacked_hold: Duration::from_millis(500),
         }
     }
 }
@@ -296,6 +302,9 @@ impl Config {
         }
         if self.unreliable_queue_messages == 0 || self.unreliable_queue_messages > 1 << 20 {
             return bad("unreliable_queue_messages", "must be between 1 and 2^20");
+        }
+        if self.nacked_hold.is_zero() || self.nacked_hold > Duration::from_secs(3600) {
+            return bad("nacked_hold", "must be between 1 ns and an hour");
         }
         if self.rto_min.is_zero() || self.rto_min > self.rto_max {
             return bad("rto_min", "must be non-zero and at most rto_max");

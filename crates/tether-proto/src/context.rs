@@ -45,4 +45,6 @@ pub(crate) struct Context<'a> {
     pub backlog: u8,
     /// Unreliable messages received, for the application.
     pub unreliable: &'a mut crate::unreliable::Inbox,
+    /// NACK-reliable messages delivered in order, for the application.
+    pub nacked: &'a mut crate::nacked::Inbox,
 }

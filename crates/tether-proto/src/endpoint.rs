@@ -210,6 +210,8 @@ pub struct Endpoint {
     messages: MessagePool,
     /// Unreliable messages received and not yet taken (`recv_unreliable`).
     unreliable: crate::unreliable::Inbox,
+    /// NACK-reliable messages delivered in order and not yet taken.
+    nacked: crate::nacked::Inbox,
     /// Rails whose sockets the driver left unread this turn (`set_backlog`).
     backlog: u8,
     /// Where payloads land while their datagram is verified (`landing`).
@@ -267,6 +269,7 @@ impl Endpoint {
             recv_arena: BytesMut::new(),
             messages: MessagePool::new(),
             unreliable: Default::default(),
+            nacked: Default::default(),
             backlog: 0,
             landing: LandingArea::default(),
             open_buf: Vec::new(),
@@ -428,6 +431,9 @@ impl Endpoint {
             rails: s.rails,
             send: SendSnapshot { log, segments },
             recv: RecvSnapshot { epoch, delivered_upto, partial: None, out_of_order: Vec::new() },
+            // An engine's records do not carry the class yet (it is served
+            // embedded only).
+            nacked: Default::default(),
         }
     }
 
@@ -516,6 +522,7 @@ impl Endpoint {
             greetings,
             backlog,
             unreliable,
+            nacked,
             ..
         } = self;
         let peer = peers.get_mut(&id)?;
@@ -536,6 +543,7 @@ impl Endpoint {
             greetings,
             backlog: *backlog,
             unreliable,
+            nacked,
         };
         let out = f(peer, &mut cx, landing);
         greetings.update(counted, peer.greeting_counted());
@@ -707,7 +715,7 @@ impl Endpoint {
         let Some(p) = peers.get_mut(&peer) else { return Err(SendError::UnknownPeer(peer)) };
         let mut buf = messages.take(msg.len());
         buf.extend_from_slice(msg);
-        let queued = p.unreliable.offer(messages.seal(buf), config, stats);
+        let queued = p.unreliable.offer(tether_wire::PORT_APPLICATION, messages.seal(buf), config, stats);
         if queued {
             ready.list(peer, &mut p.listed);
         }
@@ -740,6 +748,53 @@ impl Endpoint {
     /// Is an unreliable message waiting for the application?
     pub fn has_unreliable(&self) -> bool {
         !self.unreliable.is_empty()
+    }
+
+    /// Send `msg` to `peer` in the NACK-reliable class (`crate::nacked`):
+    /// sent once, held for `Config::nacked_hold` for the peer to ask for
+    /// again, never acknowledged; `Event::Nacked` says what became of it.
+    /// Its number in the class's sequence to `peer`.
+    /// `WouldBlock`: the hold is full (it empties as `nacked_hold` passes).
+    pub fn send_nacked(&mut self, now: Instant, peer: NodeId, msg: &[u8]) -> Result<u64, SendError> {
+        if peer == self.node {
+            return Err(SendError::SelfSend);
+        }
+        let max = self.max_nacked_len();
+        if msg.len() > max {
+            return Err(SendError::MessageTooLarge { len: msg.len(), max });
+        }
+        if !self.peers.contains_key(&peer) {
+            return Err(SendError::UnknownPeer(peer));
+        }
+        self.with_peer(peer, |p, cx, _| {
+            p.want_session(cx, now);
+            p.send_nacked(cx, now, msg)
+        })
+        .flatten()
+        .ok_or(SendError::WouldBlock)
+    }
+
+    /// The number the next NACK-reliable message to `peer` will get
+    /// (`None`: an unknown peer), for a message that names itself.
+    pub fn nacked_next(&self, peer: NodeId) -> Option<u64> {
+        self.peers.get(&peer).map(|p| p.nacked_next())
+    }
+
+    /// The largest NACK-reliable message: an unreliable one less the
+    /// class's header.
+    pub fn max_nacked_len(&self) -> usize {
+        self.max_unreliable_len() - crate::nacked::MSG_HEADER
+    }
+
+    /// The next NACK-reliable message delivered, if any: each sender's in
+    /// order, once each.
+    pub fn recv_nacked(&mut self) -> Option<crate::Nacked> {
+        self.nacked.pop()
+    }
+
+    /// Is a NACK-reliable message waiting for the application?
+    pub fn has_nacked(&self) -> bool {
+        !self.nacked.is_empty()
     }
 
     /// Queue a message behind small ones that wait for company to share a

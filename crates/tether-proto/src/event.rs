@@ -94,6 +94,23 @@ impl FailedMessages {
     }
 }
 
+/// What became of NACK-reliable messages when they left their sender's
+/// hold (`crate::nacked`), or after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum NackedFate {
+    /// The receiver never asked for them: it most likely has them (or it
+    /// missed them and every word of the sender after them).
+    NeverAskedFor,
+    /// The receiver asked, and they were sent again.
+    Repaired,
+    /// The receiver skipped them (they had left the hold when it asked,
+    /// or when it learned of them): it certainly lacks them. May follow
+    /// an earlier `NeverAskedFor` or `Repaired` for the same messages, and
+    /// come more than once (a copy of the receiver's report).
+    Lost,
+}
+
 /// What the core tells the application besides deliveries, from
 /// `poll_event`: failures it must act on and rail changes it may log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +177,18 @@ pub enum Event {
         refused: crate::Refused,
         /// When the core reported them.
         at: Instant,
+    },
+    /// NACK-reliable messages `[first, end)` to `peer` left the hold (or,
+    /// for `Lost`, were skipped by the peer).
+    Nacked {
+        /// The node they were sent to.
+        peer: NodeId,
+        /// The first message's number (`Endpoint::send_nacked`).
+        first: u64,
+        /// One past the last.
+        end: u64,
+        /// What became of them.
+        fate: NackedFate,
     },
     /// The first ACK for data sent over a new rail after the old one
     /// stopped delivering: the failover is complete.

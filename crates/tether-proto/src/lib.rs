@@ -38,6 +38,7 @@ mod handshake;
 mod landing;
 mod loss;
 mod message_pool;
+pub mod nacked;
 mod paths;
 mod peer;
 mod ready;
@@ -59,6 +60,7 @@ pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use congestion::{
     AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,
 };
+pub use nacked::Nacked;
 pub use refused::Refused;
 pub use unreliable::Unreliable;
 
@@ -68,7 +70,7 @@ pub use endpoint::{
     Endpoint, Origin, PathError, PayloadCursor, PeerMoved, SendError, StateFault, Transmit, MAX_MOVES,
     MAX_PEERS,
 };
-pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState};
+pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState, NackedFate};
 pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
 pub use message_pool::MessagePool;
@@ -79,7 +81,7 @@ pub use recv_stream::{
 };
 pub use replay::WINDOW as REPLAY_WINDOW;
 pub use send_stream::{LoggedSegment, SendLog, SendSnapshot, SEGMENT_COST};
-pub use snapshot::{EndpointSnapshot, PeerSnapshot, ResumedStream, StreamMarks, Unsettled};
+pub use snapshot::{EndpointSnapshot, NackedMarks, PeerSnapshot, ResumedStream, StreamMarks, Unsettled};
 pub use stats::Stats;
 pub use tether_wire::{AuthKind, Channel, DataFlags, NodeId};
 pub use time::Instant;

@@ -17,6 +17,8 @@ use tether_wire::{
     HANDSHAKE_LEN,
 };
 
+use crate::nacked::{self, NackedFrame, NackedReceiver, NackedSender};
+use crate::snapshot::NackedMarks;
 use crate::unreliable::Outbox;
 use tracing::{debug, info, trace, warn};
 
@@ -76,8 +78,12 @@ pub(crate) struct Peer {
     pub scheduled: Option<Instant>,
     /// In the queue of handshakes waiting for a place (`greeting`).
     pub greeting: Queued,
-    /// Unreliable messages waiting to go (`crate::unreliable`).
+    /// Datagram payloads waiting to go: unreliable messages and the NACK
+    /// class's frames (`crate::unreliable`).
     pub unreliable: Outbox,
+    /// The NACK-reliable class to and from the peer (`crate::nacked`).
+    nacked_tx: NackedSender,
+    nacked_rx: NackedReceiver,
 }
 
 impl Peer {
@@ -98,6 +104,8 @@ impl Peer {
             scheduled: None,
             greeting: Queued::default(),
             unreliable: Outbox::default(),
+            nacked_tx: NackedSender::default(),
+            nacked_rx: NackedReceiver::default(),
         };
         p.update_timers(config, aggregate);
         p
@@ -115,6 +123,7 @@ impl Peer {
             rails: self.paths.rails(),
             send: self.send.snapshot(),
             recv: self.recv.snapshot(),
+            nacked: NackedMarks { next: self.nacked_tx.next(), expected: self.nacked_rx.expected() },
         }
     }
 
@@ -151,6 +160,8 @@ impl Peer {
             scheduled: None,
             greeting: Queued::default(),
             unreliable: Outbox::default(),
+            nacked_tx: NackedSender::resumed(snapshot.nacked.next),
+            nacked_rx: NackedReceiver::resumed(snapshot.nacked.expected),
         };
         p.update_timers(config, aggregate);
         p
@@ -193,6 +204,7 @@ impl Peer {
             // peer not yet asked is no evidence it is gone.
             self.send.abandon_deadline(config).filter(|_| !self.greeting_waits()),
             self.hs.deadline(),
+            self.nacked_deadline(config).filter(|_| session),
         ]);
         self.next_timeout()
     }
@@ -368,10 +380,15 @@ impl Peer {
                     // Only first in a datagram means anything.
                     cx.stats.protocol_violations += 1;
                 }
-                Frame::Datagram(d) => {
+                Frame::Datagram(d) => match d.port {
                     // Of no stream and no epoch: delivered as it came.
-                    cx.unreliable.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats);
-                }
+                    tether_wire::PORT_APPLICATION => {
+                        cx.unreliable.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats)
+                    }
+                    tether_wire::PORT_NACKED => self.on_nacked(cx, now, d.payload),
+                    // A newer peer's service: not ours to judge.
+                    _ => cx.stats.unreliable_dropped += 1,
+                },
                 Frame::Data(d) => {
                     let landed = landings.next(cx.stats);
                     let admitted = *data_admitted.get_or_insert_with(|| self.recv.admit_epoch(h.epoch));
@@ -719,6 +736,8 @@ impl Peer {
     fn on_restart(&mut self, cx: &mut Context<'_>) {
         let failed = self.send.abandon(self.id, FailReason::PeerRestarted);
         self.recv.reset(None);
+        self.nacked_rx.reset();
+        self.nacked_tx.on_peer_restart();
         cx.stats.messages_failed += failed.len();
         warn!(
             peer = self.id,
@@ -728,6 +747,65 @@ impl Peer {
             "peer restarted: unacknowledged messages to its old life failed"
         );
         cx.events.push_back(Event::PeerRestarted { peer: self.id, failed });
+    }
+
+    /// Send `message` in the NACK-reliable class; its number, or `None` if
+    /// the hold is full.
+    pub fn send_nacked(&mut self, cx: &mut Context<'_>, now: Instant, message: &[u8]) -> Option<u64> {
+        let rto = self.send.rtt.base_rto();
+        let mut around = nacked_around(cx, &mut self.unreliable, rto);
+        self.nacked_tx.send(message, now, &mut around)
+    }
+
+    /// The next NACK-reliable message's number.
+    pub fn nacked_next(&self) -> u64 {
+        self.nacked_tx.next()
+    }
+
+    /// A frame of the NACK-reliable class from the peer.
+    fn on_nacked(&mut self, cx: &mut Context<'_>, now: Instant, payload: &[u8]) {
+        let rto = self.send.rtt.base_rto();
+        let frame = match nacked::parse(payload) {
+            Ok(f) => f,
+            Err(e) => {
+                cx.stats.nacked_dropped += 1;
+                debug!(peer = self.id, error = %e, "dropped: a malformed NACK-class frame");
+                return;
+            }
+        };
+        let mut inward = nacked_inward(cx, &mut self.unreliable, rto);
+        match frame {
+            NackedFrame::Msg { seq, oldest, message } => {
+                self.nacked_rx.on_msg(self.id, seq, oldest, message, now, &mut inward)
+            }
+            NackedFrame::State { next, oldest } => {
+                self.nacked_rx.on_state(self.id, next, oldest, now, &mut inward)
+            }
+            NackedFrame::Nack { ranges } => {
+                let mut around = nacked_around(cx, &mut self.unreliable, rto);
+                self.nacked_tx.on_nack(ranges, now, &mut around);
+            }
+            NackedFrame::Skipped { ranges } => {
+                let mut around = nacked_around(cx, &mut self.unreliable, rto);
+                self.nacked_tx.on_skipped(self.id, ranges, &mut around);
+            }
+        }
+    }
+
+    fn on_nacked_timer(&mut self, cx: &mut Context<'_>, now: Instant) {
+        let rto = self.send.rtt.base_rto();
+        let mut around = nacked_around(cx, &mut self.unreliable, rto);
+        self.nacked_tx.on_timer(self.id, now, &mut around);
+        let mut inward = nacked_inward(cx, &mut self.unreliable, rto);
+        self.nacked_rx.on_timer(self.id, now, &mut inward);
+    }
+
+    /// The earliest deadline of the NACK-reliable class, both ways.
+    fn nacked_deadline(&self, config: &Config) -> Option<Instant> {
+        match (self.nacked_tx.deadline(config), self.nacked_rx.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Run the timers that have expired by `now`.
@@ -742,11 +820,12 @@ impl Peer {
             }
         }
         let expired = |t| self.timers.expired(t, now);
-        let (paths_due, rto_due, reorder_due, abandon_due) = (
+        let (paths_due, rto_due, reorder_due, abandon_due, nacked_due) = (
             expired(Timer::PathSilence) || expired(Timer::Probe),
             expired(Timer::Retransmit),
             expired(Timer::Reorder),
             expired(Timer::Abandon),
+            expired(Timer::Nacked),
         );
         if paths_due {
             self.on_path_timers(cx, now);
@@ -757,6 +836,9 @@ impl Peer {
         if rto_due {
             // A failover just now may have re-armed it: `on_timer` checks again.
             self.send.on_timer(now, cx.config.retransmit, cx.stats);
+        }
+        if nacked_due {
+            self.on_nacked_timer(cx, now);
         }
         if abandon_due && self.send.should_abandon(now, cx.config) {
             let failed = self.send.abandon(self.id, FailReason::PeerUnreachable);
@@ -944,9 +1026,9 @@ impl Peer {
         while let Some(len) = self.unreliable.next_len() {
             let need = DatagramFrame::encoded_len(len);
             if need <= w.remaining() {
-                let msg = self.unreliable.take().expect("a message is queued");
-                w.push_datagram(&msg).expect("it fits");
-                stats.unreliable_sent += 1;
+                let (port, msg) = self.unreliable.take().expect("a message is queued");
+                w.push_datagram(port, &msg).expect("it fits");
+                stats.unreliable_sent += u64::from(port == tether_wire::PORT_APPLICATION);
                 unreliable += 1;
             } else if need + HANDSHAKE_LEN > empty_room {
                 self.unreliable.take();
@@ -1041,4 +1123,22 @@ impl Peer {
         let ack_deadline = self.recv.ack_deadline().filter(|_| self.session());
         assert_eq!(self.timers.get(Timer::DelayedAck), ack_deadline, "stale delayed-ACK timer");
     }
+}
+
+/// The NACK-reliable sender's view of the endpoint and the peer's outbox.
+fn nacked_around<'a>(
+    cx: &'a mut Context<'_>,
+    outbox: &'a mut Outbox,
+    rto: core::time::Duration,
+) -> nacked::Around<'a> {
+    nacked::Around { pool: cx.messages, config: cx.config, stats: cx.stats, events: cx.events, outbox, rto }
+}
+
+/// The NACK-reliable receiver's view.
+fn nacked_inward<'a>(
+    cx: &'a mut Context<'_>,
+    outbox: &'a mut Outbox,
+    rto: core::time::Duration,
+) -> nacked::Inward<'a> {
+    nacked::Inward { pool: cx.messages, config: cx.config, stats: cx.stats, inbox: cx.nacked, outbox, rto }
 }

@@ -44,6 +44,19 @@ pub struct PeerSnapshot {
     pub send: SendSnapshot,
     /// The stream from the peer.
     pub recv: RecvSnapshot,
+    /// The NACK-reliable class both ways: its numbers, so that a restore
+    /// neither reuses one nor delivers one again (what was held is soft:
+    /// asked for after a restore, it is reported lost).
+    pub nacked: NackedMarks,
+}
+
+/// Where the NACK-reliable class stands with one peer (`crate::nacked`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NackedMarks {
+    /// The next message's number to the peer.
+    pub next: u64,
+    /// The next message expected from the peer (`None`: not heard from).
+    pub expected: Option<u64>,
 }
 
 /// An endpoint's hard state: everything [`Endpoint::restore`] needs.

@@ -167,9 +167,29 @@ counters! {
     /// Unreliable messages received and queued for the application.
     unreliable_received,
     /// Unreliable messages dropped here: a queue full (either way), or
-    /// larger than the datagram size agreed with the peer. Never sent
-    /// again: that is their class.
+    /// larger than the datagram size agreed with the peer, or for a port
+    /// this endpoint does not serve. Never sent again: that is their class.
     unreliable_dropped,
+    /// NACK-reliable messages sent (`Endpoint::send_nacked`), first
+    /// sending only.
+    nacked_sent,
+    /// NACK-reliable messages delivered to the application's queue.
+    nacked_received,
+    /// NACK-reliable messages sent again because the receiver asked.
+    nacked_repaired,
+    /// NACKs sent: requests for missing NACK-reliable messages.
+    nacks_sent,
+    /// NACK-reliable messages a receiver skipped: the sender no longer
+    /// held them when it asked (or it learned so before asking).
+    nacked_lost,
+    /// NACK-reliable messages this sender reported lost
+    /// (`NackedFate::Lost`): their receiver skipped them.
+    nacked_lost_sent,
+    /// NACK-reliable messages that arrived again after being delivered.
+    nacked_duplicates,
+    /// NACK-reliable messages dropped on arrival for want of room (asked
+    /// for again later), and frames of the class that did not parse.
+    nacked_dropped,
 }
 
 impl Stats {
@@ -193,6 +213,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 49);
+        assert_eq!(names.len(), 57);
     }
 }

@@ -31,11 +31,14 @@ pub enum Timer {
     Abandon,
     /// Our HELLO is due again: the handshake is not complete.
     Handshake,
+    /// The NACK-reliable class: a STATE or a NACK due, a message leaving
+    /// the hold (`crate::nacked`).
+    Nacked,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 8] = [
+    pub const ALL: [Timer; 9] = [
         Timer::Retransmit,
         Timer::Reorder,
         Timer::DelayedAck,
@@ -44,6 +47,7 @@ impl Timer {
         Timer::Probe,
         Timer::Abandon,
         Timer::Handshake,
+        Timer::Nacked,
     ];
 }
 

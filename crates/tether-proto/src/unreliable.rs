@@ -44,13 +44,13 @@ impl<T> Default for Bounded<T> {
 
 impl<T> Bounded<T> {
     /// Would `len` more bytes stay within the bounds?
-    fn has_room(&self, len: usize, config: &Config) -> bool {
+    pub fn has_room(&self, len: usize, config: &Config) -> bool {
         self.items.len() < config.unreliable_queue_messages
             && self.bytes + len <= config.unreliable_queue_bytes
     }
 
     /// Queue `item` of `len` bytes, if the bounds allow.
-    fn push(&mut self, item: T, len: usize, config: &Config) -> bool {
+    pub fn push(&mut self, item: T, len: usize, config: &Config) -> bool {
         if !self.has_room(len, config) {
             return false;
         }
@@ -59,7 +59,7 @@ impl<T> Bounded<T> {
         true
     }
 
-    fn pop(&mut self) -> Option<T> {
+    pub fn pop(&mut self) -> Option<T> {
         let (item, len) = self.items.pop_front()?;
         self.bytes -= len;
         Some(item)
@@ -70,14 +70,17 @@ impl<T> Bounded<T> {
     }
 }
 
-/// Messages waiting to go to one peer.
-pub(crate) type Outbox = Bounded<Bytes>;
+/// Datagram payloads waiting to go to one peer, each for its port: the
+/// application's unreliable messages, and the frames of the classes built
+/// on them (`crate::nacked`).
+pub(crate) type Outbox = Bounded<(u8, Bytes)>;
 
 impl Outbox {
-    /// Queue `msg` for the peer; `false` (and counted) if the queue is full.
-    pub fn offer(&mut self, msg: Bytes, config: &Config, stats: &mut Stats) -> bool {
+    /// Queue `msg` for `port` of the peer; `false` (and counted) if the
+    /// queue is full.
+    pub fn offer(&mut self, port: u8, msg: Bytes, config: &Config, stats: &mut Stats) -> bool {
         let len = msg.len();
-        let queued = self.push(msg, len, config);
+        let queued = self.push((port, msg), len, config);
         stats.unreliable_dropped += u64::from(!queued);
         queued
     }
@@ -87,7 +90,7 @@ impl Outbox {
         self.items.front().map(|(_, len)| *len)
     }
 
-    pub fn take(&mut self) -> Option<Bytes> {
+    pub fn take(&mut self) -> Option<(u8, Bytes)> {
         self.pop()
     }
 }
@@ -135,15 +138,15 @@ mod tests {
         let config = Config { unreliable_queue_bytes: 10, unreliable_queue_messages: 3, ..Config::default() };
         let mut stats = Stats::default();
         let mut out = Outbox::default();
-        assert!(out.offer(Bytes::from_static(b"12345678"), &config, &mut stats));
-        assert!(!out.offer(Bytes::from_static(b"123"), &config, &mut stats), "past the bytes");
-        assert!(out.offer(Bytes::from_static(b"1"), &config, &mut stats));
-        assert!(out.offer(Bytes::from_static(b"1"), &config, &mut stats));
-        assert!(!out.offer(Bytes::new(), &config, &mut stats), "past the count");
+        assert!(out.offer(0, Bytes::from_static(b"12345678"), &config, &mut stats));
+        assert!(!out.offer(0, Bytes::from_static(b"123"), &config, &mut stats), "past the bytes");
+        assert!(out.offer(1, Bytes::from_static(b"1"), &config, &mut stats));
+        assert!(out.offer(0, Bytes::from_static(b"1"), &config, &mut stats));
+        assert!(!out.offer(0, Bytes::new(), &config, &mut stats), "past the count");
         assert_eq!(stats.unreliable_dropped, 2);
         assert_eq!(out.next_len(), Some(8));
-        assert_eq!(out.take().as_deref(), Some(&b"12345678"[..]));
-        assert!(out.offer(Bytes::from_static(b"1234567"), &config, &mut stats), "room again");
+        assert_eq!(out.take(), Some((0, Bytes::from_static(b"12345678"))));
+        assert!(out.offer(0, Bytes::from_static(b"1234567"), &config, &mut stats), "room again");
 
         let pool = MessagePool::new();
         let mut inbox = Inbox::default();

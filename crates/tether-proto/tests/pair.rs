@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tether_proto::{
     AuthKind, Channel, ClusterKey, Config, Endpoint, Event, FailReason, Instant, MessageId, MessageState,
-    Origin, RetransmitMode, SendError,
+    NackedFate, Origin, RetransmitMode, SendError,
 };
 use tether_sim::net::{self, Fate, Sent, VirtualNet};
 use tether_wire::{
@@ -1819,6 +1819,109 @@ fn unreliable_queues_are_bounded_and_bad_sends_refused() {
     assert_eq!(kept, [0, 1, 2, 3], "the first four, as they came");
 }
 
+/// The fates `A` reported for its NACK-reliable messages to `B`, by
+/// message: every `Event::Nacked` taken from its queue.
+fn nacked_fates(p: &mut Pair) -> std::collections::BTreeMap<u64, Vec<NackedFate>> {
+    let mut fates = std::collections::BTreeMap::<u64, Vec<NackedFate>>::new();
+    while let Some(e) = p.a().poll_event() {
+        if let Event::Nacked { peer, first, end, fate } = e {
+            assert_eq!(peer, B);
+            for seq in first..end {
+                fates.entry(seq).or_default().push(fate);
+            }
+        }
+    }
+    fates
+}
+
+/// The NACK-reliable class under loss both ways: the receiver asks for
+/// what it lacks, and every message arrives intact, once, in order; the
+/// sender holds each for `nacked_hold`, then says whether it was asked
+/// for. Nothing is acknowledged: a clean stretch sends nothing back.
+#[test]
+fn nacked_messages_arrive_in_order_once_under_loss() {
+    let mut p = Pair::connected(Config::default());
+    p.keep(|n, _| n % 4 != 1);
+    let max = p.a().max_nacked_len();
+    for i in 0..300u32 {
+        let len = 4 + (i as usize * 37) % (max - 4);
+        let now = p.now();
+        assert_eq!(p.a().send_nacked(now, B, &unreliable_msg(i, len)), Ok(i as u64));
+        p.run(Duration::from_micros(200));
+    }
+    p.run(Duration::from_secs(2));
+    let got: Vec<_> = std::iter::from_fn(|| p.b().recv_nacked()).collect();
+    let seqs: Vec<u64> = got.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "every message, in order, once");
+    for m in &got {
+        assert_eq!(m.from, A);
+        assert_eq!(m.message, unreliable_msg(m.seq as u32, m.message.len()), "message {} changed", m.seq);
+    }
+    let fates = nacked_fates(&mut p);
+    assert_eq!(fates.len(), 300, "a fate for every message");
+    let repaired = fates.values().filter(|f| **f == [NackedFate::Repaired]).count();
+    let never = fates.values().filter(|f| **f == [NackedFate::NeverAskedFor]).count();
+    assert_eq!(repaired + never, 300, "one fate each, none lost: {fates:?}");
+    let (a, b) = (p.a().stats().clone(), p.b().stats().clone());
+    assert!(repaired > 0 && a.nacked_repaired >= repaired as u64, "losses were repaired: {repaired}");
+    assert!(b.nacks_sent > 0 && b.nacked_lost == 0, "{b:?}");
+    assert_eq!((a.nacked_sent, b.nacked_received), (300, 300));
+}
+
+/// A receiver that learns a message left the sender's hold before it
+/// arrived skips it, and asks all the same: the sender reports it lost,
+/// so "never asked for" is left to messages nobody missed (and to a tail
+/// lost with every word after it).
+#[test]
+fn a_nacked_message_gone_before_it_was_asked_for_is_reported_lost() {
+    let config = Config { nacked_hold: Duration::from_millis(5), ..Config::default() };
+    let mut p = Pair::connected(config);
+    let now = p.now();
+    assert_eq!(p.a().send_nacked(now, B, b"first"), Ok(0));
+    p.run(Duration::from_millis(1));
+    // Ten messages into a dead link, held past their time.
+    let dead = std::rc::Rc::new(std::cell::Cell::new(true));
+    let d = dead.clone();
+    p.keep(move |_, _| !d.get());
+    for i in 1..=10u32 {
+        let now = p.now();
+        p.a().send_nacked(now, B, &unreliable_msg(i, 20)).unwrap();
+    }
+    p.run(Duration::from_millis(20));
+    dead.set(false);
+    let now = p.now();
+    assert_eq!(p.a().send_nacked(now, B, b"after"), Ok(11));
+    p.run(Duration::from_millis(20));
+    let got: Vec<u64> = std::iter::from_fn(|| p.b().recv_nacked()).map(|m| m.seq).collect();
+    assert_eq!(got, [0, 11], "the ten never came; the rest did, in order");
+    assert_eq!(p.b().stats().nacked_lost, 10);
+    let fates = nacked_fates(&mut p);
+    for seq in 1..=10 {
+        assert_eq!(fates[&seq], [NackedFate::NeverAskedFor, NackedFate::Lost], "message {seq}");
+    }
+    assert_eq!(fates[&0], [NackedFate::NeverAskedFor]);
+    assert_eq!(fates[&11], [NackedFate::NeverAskedFor]);
+}
+
+/// The hold is bounded (a full one refuses the send until messages leave
+/// it) and bad sends are refused.
+#[test]
+fn the_nacked_hold_is_bounded_and_bad_sends_refused() {
+    let config = Config { unreliable_queue_messages: 4, ..Config::default() };
+    let mut p = Pair::connected(config);
+    let now = p.now();
+    let max = p.a().max_nacked_len();
+    let too_large = vec![0u8; max + 1];
+    assert_eq!(p.a().send_nacked(now, B, &too_large), Err(SendError::MessageTooLarge { len: max + 1, max }));
+    assert_eq!(p.a().send_nacked(now, A, b"me"), Err(SendError::SelfSend));
+    assert_eq!(p.a().send_nacked(now, 9, b"who"), Err(SendError::UnknownPeer(9)));
+    let sent: Vec<_> = (0..5u32).map(|i| p.a().send_nacked(now, B, &unreliable_msg(i, 8))).collect();
+    assert_eq!(sent, [Ok(0), Ok(1), Ok(2), Ok(3), Err(SendError::WouldBlock)]);
+    p.run(Duration::from_secs(1));
+    let now = p.now();
+    assert_eq!(p.a().send_nacked(now, B, b"again"), Ok(4), "the hold emptied as its time passed");
+}
+
 /// Under a cluster key an unreliable datagram is authenticated like any
 /// other: a copy replayed is dropped by its packet number, and one forged
 /// without the key is refused. Without a key, a copy arrives twice, as a
@@ -1851,7 +1954,7 @@ fn an_unreliable_datagram_replayed_or_forged_is_dropped_under_a_key() {
             // A DATAGRAM frame forged without the key.
             let mut buf = vec![0u8; 200];
             let mut w = PacketWriter::new(&mut buf, &header(A, B, 1, 1)).unwrap();
-            w.push_datagram(b"forged").unwrap();
+            w.push_datagram(0, b"forged").unwrap();
             let n = w.finish();
             p.b().handle_datagram(now, &buf[..n]);
             assert_eq!(p.b().recv_unreliable(), None, "a forged datagram is refused");

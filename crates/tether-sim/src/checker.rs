@@ -100,6 +100,41 @@ pub enum Violation {
         sent: u64,
         accepted: u64,
     },
+    /// A NACK-reliable message arrived changed (`crate::nacked`).
+    NackedCorrupted {
+        to: NodeId,
+    },
+    /// A NACK-reliable message arrived that was never sent, from another
+    /// node than it names, or under another number than it was sent with.
+    NackedInvented {
+        from: NodeId,
+        to: NodeId,
+        seq: u64,
+    },
+    /// A NACK-reliable message delivered twice.
+    NackedTwice {
+        from: NodeId,
+        to: NodeId,
+        seq: u64,
+    },
+    /// A NACK-reliable message delivered after a later one of its sender.
+    NackedOutOfOrder {
+        from: NodeId,
+        to: NodeId,
+        seq: u64,
+        after: u64,
+    },
+    /// A NACK-reliable message its sender reported lost was delivered.
+    NackedLostDelivered {
+        from: NodeId,
+        to: NodeId,
+        seq: u64,
+        incarnation: u64,
+    },
+    /// NACK-reliable messages of a live sender that never got a fate.
+    NackedUnfated {
+        messages: u64,
+    },
 }
 
 #[derive(Debug, Default)]

@@ -86,9 +86,10 @@ pub struct SimConfig {
     /// first `forge_within` of the run's.
     pub forgeries: usize,
     pub forge_within: u64,
-    /// Send unreliable messages beside the streams (`crate::unreliable`).
-    /// On in every mix; off only to replay a world pinned before they
-    /// existed, whose every datagram they would move.
+    /// Send unreliable and NACK-reliable messages beside the streams
+    /// (`crate::unreliable`, `crate::nacked`). On in every mix; off only
+    /// to replay a world pinned before they existed, whose every datagram
+    /// they would move.
     pub unreliable: bool,
     pub mix: &'static str,
 }

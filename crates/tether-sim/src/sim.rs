@@ -23,6 +23,7 @@ use tether_proto::{
 use crate::checker::{message, Checker, Violation};
 use crate::config::SimConfig;
 use crate::forger::Forger;
+use crate::nacked::NackedCheck;
 use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
 use crate::report::{LinkCounters, SimReport};
 use crate::unreliable::UnreliableCheck;
@@ -103,6 +104,8 @@ struct World<'a> {
     soft_losses: u64,
     /// The unreliable messages beside the streams (`crate::unreliable`).
     unreliable: UnreliableCheck,
+    /// The NACK-reliable messages beside them (`crate::nacked`).
+    nacked: NackedCheck,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -163,6 +166,7 @@ impl<'a> World<'a> {
             dead_stats: Stats::default(),
             soft_losses: 0,
             unreliable: UnreliableCheck::default(),
+            nacked: NackedCheck::default(),
         }
     }
 
@@ -258,6 +262,15 @@ impl<'a> World<'a> {
                     self.nodes[id as usize].unreliable_to[peer as usize] += 1;
                     self.unreliable.on_send(id, inc, peer, n);
                 }
+                // And a NACK-reliable one (a request awaiting its answer).
+                let ep = self.net.ep_mut(id);
+                let seq = ep.nacked_next(peer).unwrap_or_default();
+                let len = self.net.link.rng.gen_range(24..=400);
+                let msg = crate::nacked::message(id, peer, inc, seq, len);
+                if let Ok(got) = self.net.ep_mut(id).send_nacked(now, peer, &msg) {
+                    debug_assert_eq!(got, seq);
+                    self.nacked.on_send(id, inc, peer, seq);
+                }
             }
         }
         if more {
@@ -322,6 +335,7 @@ impl<'a> World<'a> {
             Endpoint::restore(self.cfg.proto.clone(), snapshot, now).expect("simulation config is valid");
         self.net.replace(ep);
         self.soft_losses += 1;
+        self.nacked.on_soft_loss(id, self.nodes[id as usize].incarnation);
     }
 
     /// After a node did anything: the network sends what it has; then
@@ -331,12 +345,16 @@ impl<'a> World<'a> {
         let now = self.net.now();
         let (cfg, checker, node) = (self.cfg, &mut self.checker, &mut self.nodes[id as usize]);
         let unreliable = &mut self.unreliable;
+        let nacked = &mut self.nacked;
         // Under a cluster key a copy never arrives twice; without one the
         // network may duplicate a datagram, as it may UDP's.
         let once = cfg.proto.key.is_some();
         self.net.settle(id, |timeline, ep| {
             while let Some(u) = ep.recv_unreliable() {
                 unreliable.on_receive(u.from, id, &u.message, once, &mut checker.violations);
+            }
+            while let Some(m) = ep.recv_nacked() {
+                nacked.on_receive(id, &m, &mut checker.violations);
             }
             match cfg.reader_batch {
                 None => read(checker, id, ep, usize::MAX, &mut node.reassembly),
@@ -352,6 +370,9 @@ impl<'a> World<'a> {
                     Event::PeerUnreachable { failed }
                     | Event::PeerRestarted { failed, .. }
                     | Event::StreamReset { failed } => checker.on_failed(id, node.incarnation, failed),
+                    Event::Nacked { peer, first, end, fate } => {
+                        nacked.on_fate(id, node.incarnation, peer, first, end, fate)
+                    }
                     // Reachability, paths and failovers change no guarantee.
                     _ => {}
                 }
@@ -371,6 +392,7 @@ impl<'a> World<'a> {
         }
         let expected = self.cfg.messages_per_stream * self.cfg.nodes as u64 * (self.cfg.nodes as u64 - 1);
         self.unreliable.finish(stats.unreliable_sent, &mut self.checker.violations);
+        self.nacked.finish(|src, inc| nodes[src as usize].incarnation == inc, &mut self.checker.violations);
         let unsent = expected - self.checker.sent();
         if unsent > 0 {
             self.checker.violations.push(Violation::NotConverged { pending: unsent });

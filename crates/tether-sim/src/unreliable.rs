@@ -31,6 +31,15 @@ pub fn message(src: NodeId, dst: NodeId, incarnation: u64, n: u64, len: usize) -
     m
 }
 
+/// The (sender, receiver, incarnation, number) a message names, if it is
+/// long enough to name them.
+pub fn header(bytes: &[u8]) -> Option<(NodeId, NodeId, u64, u64)> {
+    let field = |at: usize, n: usize| {
+        bytes.get(at..at + n).map(|b| b.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64))
+    };
+    Some((field(0, 4)? as NodeId, field(4, 4)? as NodeId, field(8, 8)?, field(16, 8)?))
+}
+
 /// What the unreliable class did in one run.
 #[derive(Debug, Default)]
 pub struct UnreliableCheck {
@@ -60,16 +69,10 @@ impl UnreliableCheck {
         violations: &mut Vec<Violation>,
     ) {
         self.received += 1;
-        let field = |at: usize, n: usize| {
-            bytes.get(at..at + n).map(|b| b.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64))
-        };
-        let (Some(src), Some(dst), Some(inc), Some(n)) =
-            (field(0, 4), field(4, 4), field(8, 8), field(16, 8))
-        else {
+        let Some((src, dst, inc, n)) = header(bytes) else {
             violations.push(Violation::UnreliableCorrupted { to });
             return;
         };
-        let (src, dst) = (src as NodeId, dst as NodeId);
         if message(src, dst, inc, n, bytes.len()) != bytes {
             violations.push(Violation::UnreliableCorrupted { to });
             return;

@@ -87,6 +87,16 @@ fn check_mix(mix: FaultMix) -> Vec<SimReport> {
         sum(|r| r.links.faults.dropped),
         sum(|r| r.links.cut),
     );
+    eprintln!(
+        "{:>14}  NACK class: sent {} delivered {} repaired {} NACKs {} skipped {} reported lost {}",
+        "",
+        sum(|r| r.stats.nacked_sent),
+        sum(|r| r.stats.nacked_received),
+        sum(|r| r.stats.nacked_repaired),
+        sum(|r| r.stats.nacks_sent),
+        sum(|r| r.stats.nacked_lost),
+        sum(|r| r.stats.nacked_lost_sent),
+    );
     assert!(
         failures.is_empty(),
         "{} of {} runs failed:\n{}",
@@ -103,8 +113,18 @@ fn check_mix(mix: FaultMix) -> Vec<SimReport> {
 fn expect(mix: FaultMix, r: &[SimReport]) {
     let sum = |f: &dyn Fn(&SimReport) -> u64| r.iter().map(f).sum::<u64>();
     match mix {
-        FaultMix::Clean => assert!(r.iter().all(|r| r.retransmits == 0), "no faults, no retransmission"),
-        FaultMix::Loss20 => assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.retransmits > 0)),
+        FaultMix::Clean => {
+            assert!(r.iter().all(|r| r.retransmits == 0), "no faults, no retransmission");
+            // The NACK-reliable class sends nothing back when nothing is lost.
+            assert_eq!(sum(&|r| r.stats.nacks_sent), 0);
+            assert_eq!(sum(&|r| r.stats.nacked_received), sum(&|r| r.stats.nacked_sent));
+        }
+        FaultMix::Loss20 => {
+            assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.retransmits > 0));
+            // The NACK-reliable class asked for what it missed and got it.
+            assert!(sum(&|r| r.stats.nacks_sent) > 0 && sum(&|r| r.stats.nacked_repaired) > 0);
+            assert_eq!(sum(&|r| r.stats.nacked_received), sum(&|r| r.stats.nacked_sent));
+        }
         FaultMix::HeavyReorder => {
             // Every datagram delayed 0-400 us on a 20 us link, nothing
             // lost: at most 1% of data frames go again (the bar; a
@@ -174,6 +194,9 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             // once, in order (check_mix demands it), and the losses struck.
             assert!(r.iter().all(|r| r.soft_losses >= 4), "every run loses soft state at least 4 times");
             assert!(sum(&|r| r.retransmits) > 0);
+            // The NACK-reliable hold is soft: receivers skipped what went
+            // with it, and their senders reported it lost.
+            assert!(sum(&|r| r.stats.nacked_lost) > 0 && sum(&|r| r.stats.nacked_lost_sent) > 0);
         }
         FaultMix::RailFaults => {
             assert!(r.iter().all(|r| r.links.faults.dropped > 0 && r.links.faults.modified > 0));

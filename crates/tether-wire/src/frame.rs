@@ -14,7 +14,11 @@
 //! * `DATAGRAM` carries one unreliable message whole (the UNR class of Li
 //!   et al. [CI] section 3: heartbeats): no sequence number, never
 //!   acknowledged or sent again, but in the session's datagrams, so it is
-//!   authenticated and its source validated like the rest.
+//!   authenticated and its source validated like the rest. Its port says
+//!   which class or service it is for (Li et al.'s (node, port) layer):
+//!   the application's unreliable messages, the NACK-reliable class. One
+//!   the receiver does not serve is dropped and counted, not refused, so a
+//!   newer peer's port costs nothing.
 //! * `PADDING` fills a datagram to a size: a HELLO and its WELCOME are
 //!   padded to the datagram size they propose, so their arrival proves the
 //!   path carries it (RFC 8899's probe packets, in the handshake). It is
@@ -30,7 +34,11 @@ pub(crate) const FRAME_WELCOME: u8 = 0x04;
 pub(crate) const FRAME_CONFIRM: u8 = 0x05;
 pub(crate) const FRAME_PADDING: u8 = 0x06;
 pub(crate) const FRAME_DATAGRAM: u8 = 0x07;
-/// Fixed part of a DATAGRAM frame: type, flags (none yet), len.
+/// The DATAGRAM port of the application's unreliable messages.
+pub const PORT_APPLICATION: u8 = 0;
+/// The DATAGRAM port of the NACK-reliable class's frames.
+pub const PORT_NACKED: u8 = 1;
+/// Fixed part of a DATAGRAM frame: type, port, len.
 pub const DATAGRAM_FIXED_LEN: usize = 4;
 /// A handshake frame: type, flags, reserved, max_datagram, nonce, cookie.
 pub const HANDSHAKE_LEN: usize = 24;
@@ -255,9 +263,10 @@ pub struct HandshakeFrame {
     pub cookie: u64,
 }
 
-/// An unreliable message, whole in one frame.
+/// An unreliable message, whole in one frame, for a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramFrame<'a> {
+    pub port: u8,
     pub payload: &'a [u8],
 }
 
@@ -368,15 +377,13 @@ fn parse_meaningful(b: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
             if b.len() < DATAGRAM_FIXED_LEN {
                 return Err(WireError::FrameTruncated);
             }
-            if b[1] != 0 {
-                return Err(WireError::MalformedFrame("unknown datagram flags"));
-            }
+            let port = b[1];
             let len = u16_at(b, 2) as usize;
             if b.len() < DATAGRAM_FIXED_LEN + len {
                 return Err(WireError::FrameTruncated);
             }
             let payload = &b[DATAGRAM_FIXED_LEN..DATAGRAM_FIXED_LEN + len];
-            Ok((Frame::Datagram(DatagramFrame { payload }), DATAGRAM_FIXED_LEN + len))
+            Ok((Frame::Datagram(DatagramFrame { port, payload }), DATAGRAM_FIXED_LEN + len))
         }
         Some(t @ (FRAME_HELLO | FRAME_WELCOME | FRAME_CONFIRM)) => {
             if b.len() < HANDSHAKE_LEN {
@@ -428,13 +435,13 @@ pub(crate) fn emit_handshake(out: &mut [u8], h: &HandshakeFrame) -> Result<usize
     Ok(HANDSHAKE_LEN)
 }
 
-pub(crate) fn emit_datagram(out: &mut [u8], payload: &[u8]) -> Result<usize, WireError> {
+pub(crate) fn emit_datagram(out: &mut [u8], port: u8, payload: &[u8]) -> Result<usize, WireError> {
     let need = DatagramFrame::encoded_len(payload.len());
     if out.len() < need || payload.len() > u16::MAX as usize {
         return Err(WireError::BufferTooSmall);
     }
     out[0] = FRAME_DATAGRAM;
-    out[1] = 0;
+    out[1] = port;
     out[2..4].copy_from_slice(&(payload.len() as u16).to_le_bytes());
     out[DATAGRAM_FIXED_LEN..need].copy_from_slice(payload);
     Ok(need)

@@ -627,10 +627,10 @@ impl<'a> PacketWriter<'a> {
         self.summed = self.len;
     }
 
-    /// Append a DATAGRAM frame (an unreliable message, whole); checksummed
-    /// later with the run it belongs to.
-    pub fn push_datagram(&mut self, payload: &[u8]) -> Result<(), WireError> {
-        self.push_frame(|out| frame::emit_datagram(out, payload))
+    /// Append a DATAGRAM frame (an unreliable message, whole, for `port`);
+    /// checksummed later with the run it belongs to.
+    pub fn push_datagram(&mut self, port: u8, payload: &[u8]) -> Result<(), WireError> {
+        self.push_frame(|out| frame::emit_datagram(out, port, payload))
     }
 
     pub fn push_handshake(&mut self, h: &HandshakeFrame) -> Result<(), WireError> {

@@ -20,7 +20,7 @@ enum FrameModel {
     Data { seq: u64, flags: DataFlags, total_len: Option<u32>, payload: Vec<u8> },
     Ack { epoch: u32, cumulative: u64, full: bool, answer: Option<u8>, ranges: Vec<SackRange> },
     Handshake(HandshakeFrame),
-    Datagram(Vec<u8>),
+    Datagram(u8, Vec<u8>),
 }
 
 impl FrameModel {
@@ -40,7 +40,7 @@ impl FrameModel {
                 ranges: a.ranges().collect(),
             },
             Frame::Handshake(h) => FrameModel::Handshake(*h),
-            Frame::Datagram(d) => FrameModel::Datagram(d.payload.to_vec()),
+            Frame::Datagram(d) => FrameModel::Datagram(d.port, d.payload.to_vec()),
         }
     }
 
@@ -52,7 +52,7 @@ impl FrameModel {
             }
             FrameModel::Ack { ranges, .. } => 16 + 8 * ranges.len(),
             FrameModel::Handshake(_) => HANDSHAKE_LEN,
-            FrameModel::Datagram(payload) => 4 + payload.len(),
+            FrameModel::Datagram(_, payload) => 4 + payload.len(),
         }
     }
 
@@ -62,7 +62,7 @@ impl FrameModel {
                 w.push_data(*seq, *flags, total_len.unwrap_or(0), payload)
             }
             FrameModel::Handshake(h) => w.push_handshake(h),
-            FrameModel::Datagram(payload) => w.push_datagram(payload),
+            FrameModel::Datagram(port, payload) => w.push_datagram(*port, payload),
             FrameModel::Ack { epoch, cumulative, full, answer, ranges } => {
                 let mut ack = AckRepr::new(*epoch, *cumulative);
                 ack.full = *full;
@@ -168,7 +168,7 @@ fn frames_strategy(max_frames: usize, max_payload: usize) -> impl Strategy<Value
             3 => data_strategy(max_payload),
             1 => ack_strategy(),
             1 => handshake_strategy(),
-            1 => vec(any::<u8>(), 0..=max_payload).prop_map(FrameModel::Datagram),
+            1 => (any::<u8>(), vec(any::<u8>(), 0..=max_payload)).prop_map(|(port, p)| FrameModel::Datagram(port, p)),
         ],
         0..=max_frames,
     )

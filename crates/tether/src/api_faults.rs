@@ -22,8 +22,8 @@ use bytes::Bytes;
 use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{error_of, FaultHandle};
 use tether_proto::{
-    CongestionInfo, Delivery, Event, FailReason, Instant, MessageId, MessageState, NodeId, PathInfo, Stats,
-    Unreliable,
+    CongestionInfo, Delivery, Event, FailReason, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo,
+    Stats, Unreliable,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -207,6 +207,14 @@ impl<B: Backend> Backend for ApiFaults<B> {
 
     fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error> {
         self.inner.recv_unreliable(timeout)
+    }
+
+    fn send_nacked(&self, peer: NodeId, msg: &[u8]) -> Result<u64, Error> {
+        self.inner.send_nacked(peer, msg)
+    }
+
+    fn recv_nacked(&self, timeout: Option<Duration>) -> Result<Nacked, Error> {
+        self.inner.recv_nacked(timeout)
     }
 
     fn stats_source(&self) -> crate::publish::Source {

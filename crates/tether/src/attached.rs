@@ -26,8 +26,8 @@ use bytes::Bytes;
 use tether_attach::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
 use tether_proto::{
-    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, SendError, Stats,
-    Unreliable,
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo, SendError,
+    Stats, Unreliable,
 };
 
 use crate::attached_calls::AttachedCalls;
@@ -262,6 +262,18 @@ impl Backend for Attached {
     fn recv_unreliable(&self, _timeout: Option<Duration>) -> Result<Unreliable, Error> {
         Err(Error::Unsupported {
             what: "unreliable messages through an engine (not yet: embedded endpoints only)",
+        })
+    }
+
+    fn send_nacked(&self, _peer: NodeId, _msg: &[u8]) -> Result<u64, Error> {
+        Err(Error::Unsupported {
+            what: "NACK-reliable messages through an engine (not yet: embedded endpoints only)",
+        })
+    }
+
+    fn recv_nacked(&self, _timeout: Option<Duration>) -> Result<Nacked, Error> {
+        Err(Error::Unsupported {
+            what: "NACK-reliable messages through an engine (not yet: embedded endpoints only)",
         })
     }
 

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use tether_fault::FaultCounters;
 use tether_io::FaultHandle;
 use tether_proto::{
-    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, PathInfo,
-    SendError, Stats, Unreliable,
+    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Nacked, NodeId,
+    PathInfo, SendError, Stats, Unreliable,
 };
 
 use crate::call_site::Site;
@@ -69,6 +69,10 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn send_unreliable(&self, peer: NodeId, msg: &[u8]) -> Result<bool, Error>;
     /// `Endpoint::recv_unreliable`.
     fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error>;
+    /// `Endpoint::send_nacked`.
+    fn send_nacked(&self, peer: NodeId, msg: &[u8]) -> Result<u64, Error>;
+    /// `Endpoint::recv_nacked`.
+    fn recv_nacked(&self, timeout: Option<Duration>) -> Result<Nacked, Error>;
 }
 
 /// A message as the application hands it to `send`: borrowed, and copied

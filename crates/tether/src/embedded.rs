@@ -17,8 +17,8 @@ use bytes::Bytes;
 use tether_fault::{FaultCounters, Side};
 use tether_io::{FaultHandle, FaultyTransport, Transport};
 use tether_proto::{
-    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, NodeId, PathInfo,
-    RailId, SendError, Stats, Unreliable, MAX_RAILS,
+    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Nacked, NodeId,
+    PathInfo, RailId, SendError, Stats, Unreliable, MAX_RAILS,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -377,6 +377,22 @@ impl Backend for Embedded {
             return Ok(u);
         }
         block_on(&self.shared, timeout, Awaits::Unreliable, |d| d.core.recv_unreliable())
+    }
+
+    fn send_nacked(&self, peer: NodeId, msg: &[u8]) -> Result<u64, Error> {
+        let mut d = self.shared.lock();
+        d.learn_peer(peer);
+        let now = self.shared.clock.now();
+        let seq = d.core.send_nacked(now, peer, msg)?;
+        d.transmit(now);
+        Ok(seq)
+    }
+
+    fn recv_nacked(&self, timeout: Option<Duration>) -> Result<Nacked, Error> {
+        if let Some(m) = self.shared.lock().core.recv_nacked() {
+            return Ok(m);
+        }
+        block_on(&self.shared, timeout, Awaits::Nacked, |d| d.core.recv_nacked())
     }
 
     fn stats_source(&self) -> crate::publish::Source {

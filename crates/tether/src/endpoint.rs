@@ -10,7 +10,8 @@ use bytes::Bytes;
 use tether_fault::{FaultCounters, Injector, Side};
 use tether_io::{AddressBook, FaultHandle, Transport, UdpTransport};
 use tether_proto::{
-    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, NodeId, PathInfo, Stats, Unreliable,
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo, Stats,
+    Unreliable,
 };
 
 use crate::api_faults::ApiFaults;
@@ -185,6 +186,26 @@ impl Endpoint {
     /// (`None`: for ever; `Err(Error::TimedOut)` past it, as `recv`).
     pub fn recv_unreliable(&self, timeout: Option<Duration>) -> Result<Unreliable, Error> {
         self.backend.recv_unreliable(timeout)
+    }
+
+    /// Send `msg` to `peer` in the NACK-reliable class (Li et al. [CI]:
+    /// the request-confirm traffic whose answer is its acknowledgement):
+    /// sent once and never acknowledged; the peer asks for what it misses,
+    /// and this endpoint holds each message for `Config::nacked_hold` to
+    /// answer. The peer gets each sender's messages in order, once each,
+    /// skipping only those asked for too late. The message's number; what
+    /// became of it comes as `Event::Nacked` (never asked for, repaired,
+    /// or lost). `Error::Send(SendError::WouldBlock)`: the hold is full
+    /// (it empties as `nacked_hold` passes). At most `max_unreliable_len`
+    /// less 17 bytes. Embedded endpoints only, for now.
+    pub fn send_nacked(&self, peer: NodeId, msg: &[u8]) -> Result<u64, Error> {
+        self.backend.send_nacked(peer, msg)
+    }
+
+    /// The next NACK-reliable message from any peer, waiting up to
+    /// `timeout` (`None`: for ever; `Err(Error::TimedOut)` past it).
+    pub fn recv_nacked(&self, timeout: Option<Duration>) -> Result<Nacked, Error> {
+        self.backend.recv_nacked(timeout)
     }
 
     /// Where this endpoint serves its metrics (`Builder::metrics`), if it

@@ -394,6 +394,11 @@ pub fn all() -> &'static [Setting] {
             int("config.unreliable_queue_messages", "unreliable messages queued each way", |t| {
                 &mut t.options.config.unreliable_queue_messages
             }),
+            time(
+                "config.nacked_hold",
+                "how long a NACK-reliable message is held for its receiver to ask again",
+                |t| &mut t.options.config.nacked_hold,
+            ),
             typed(
                 "config.auth",
                 "the authentication algorithm a cluster key is used with",

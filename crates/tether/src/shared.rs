@@ -172,10 +172,12 @@ pub(crate) enum Awaits {
     Calls,
     /// An unreliable message for the application.
     Unreliable,
+    /// A NACK-reliable message for the application.
+    Nacked,
 }
 
 impl Awaits {
-    const COUNT: usize = 7;
+    const COUNT: usize = 8;
 }
 
 impl Shared {
@@ -329,6 +331,9 @@ impl Shared {
         }
         if parked(Awaits::Unreliable) && d.core.has_unreliable() {
             wake(Awaits::Unreliable);
+        }
+        if parked(Awaits::Nacked) && d.core.has_nacked() {
+            wake(Awaits::Nacked);
         }
         if parked(Awaits::Event) && d.core.has_events() {
             wake(Awaits::Event);

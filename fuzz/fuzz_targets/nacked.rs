@@ -1,0 +1,6 @@
+//! The `nacked` fuzz target: its body is `tether_fuzz::nacked::run`
+//! (src/nacked.rs), which tests/corpus.rs also replays on stable.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tether_fuzz::nacked::run(data));
