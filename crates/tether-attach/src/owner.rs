@@ -9,7 +9,32 @@
 //! sees the application's connection close (docs/ENGINE.md, "Nothing left
 //! behind").
 
+use std::path::Path;
+use std::sync::{RwLock, RwLockWriteGuard};
+
 use tether_proto::NodeId;
+
+/// Held for writing by a run that is closing (`close_run`); every
+/// directory made through [`make_dir`] takes it for reading first.
+static CLOSING: RwLock<()> = RwLock::new(());
+
+/// Make `dir` and its parents (0700), unless this process's run is
+/// closing: then wait, for ever, since the process is about to exit. An
+/// interrupted command removes its run directory while its other threads
+/// still run; one that made a directory after the removal left the run
+/// directory behind (`tether sim --mix engine_kill` under SIGTERM did).
+pub fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let _open = CLOSING.read().unwrap_or_else(|p| p.into_inner());
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Close this process's run: no directory is made through [`make_dir`]
+/// while the guard is held. For a process about to remove what it made
+/// and exit.
+pub fn close_run() -> RwLockWriteGuard<'static, ()> {
+    CLOSING.write().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The name of the `n`-th region that process `pid` made for `node`.
 pub fn region_name(node: NodeId, pid: u32, n: u64) -> String {

@@ -204,10 +204,7 @@ fn main() {
             eprintln!("tether: cannot watch for interruptions: {e}");
             std::process::exit(1);
         }
-        scratch::watch_owner(|| {
-            scratch::clean_up();
-            std::process::exit(128 + libc::SIGTERM);
-        });
+        scratch::watch_owner(|| scratch::clean_up_and_exit(128 + libc::SIGTERM));
     }
     let result = match cli.command {
         Command::Demo(o) => run_demo(&o),

@@ -23,7 +23,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -879,7 +879,7 @@ fn serving(clients: &[Application]) -> impl Iterator<Item = &Application> + '_ {
 /// else's to write.
 fn prepare_dir(dir: &Path) -> Result<(), EngineError> {
     if !dir.exists() {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        tether_attach::owner::make_dir(dir)?;
     }
     let meta = std::fs::metadata(dir)?;
     if meta.uid() != attach::my_uid() || meta.permissions().mode() & 0o022 != 0 {

@@ -82,13 +82,12 @@ impl Scratch {
     /// Make `name` (fresh: anything there is removed first) in this run's
     /// directory in `base`.
     pub fn new(base: Base, name: &str) -> std::io::Result<Scratch> {
-        use std::os::unix::fs::DirBuilderExt;
         // Under the lock, so no other scratch's drop removes the run's
         // directory between its making and this one's.
         let _m = made();
         let path = run_root(base).join(name);
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&path)?;
+        owner::make_dir(&path)?;
         Ok(Scratch { path })
     }
 
@@ -170,6 +169,14 @@ pub fn clean_up() {
     }
 }
 
+/// [`clean_up`] and exit with `code`, no directory of this run made
+/// meanwhile by the threads still running (`owner::make_dir` waits).
+pub fn clean_up_and_exit(code: i32) -> ! {
+    let _closed = owner::close_run();
+    clean_up();
+    std::process::exit(code)
+}
+
 /// The names of the signals [`handle_interrupts`] takes.
 fn signal_name(signal: i32) -> &'static str {
     match signal {
@@ -193,8 +200,7 @@ pub fn handle_interrupts() -> std::io::Result<()> {
             if std::env::var_os(OWNER_VAR).is_none() {
                 eprintln!("tether: interrupted ({}): removing what this run made", signal_name(signal));
             }
-            clean_up();
-            std::process::exit(128 + signal);
+            clean_up_and_exit(128 + signal);
         }
     })?;
     Ok(())

@@ -420,7 +420,7 @@ impl Scratch {
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
         let run = tether_engine::owner::run_dir_name(std::process::id());
         let dir = base.join(run).join(format!("sim-{seed}-{n}"));
-        std::fs::create_dir_all(&dir)?;
+        tether_engine::owner::make_dir(&dir)?;
         Ok(Scratch(dir))
     }
 }
