@@ -20,6 +20,7 @@ pub mod datagram;
 pub mod fault_plan;
 pub mod handshake;
 pub mod hook_request;
+pub mod members;
 pub mod nacked;
 pub mod packet_parse;
 pub mod records;
@@ -51,5 +52,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     rpc_envelope,
     rpc_log,
     stat_board,
-    nacked
+    nacked,
+    members
 ];

@@ -12,8 +12,8 @@ mod table;
 
 use tether_lab::{
     args, auth_bench, bandwidth, bench, calls_bench, campaign, congestion_bench, contention_bench, demo,
-    demo_engine, demo_rpc, detection, engine_bench, engine_campaign, flows, limit, logp_bench, loss_bench,
-    model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
+    demo_engine, demo_rpc, detect_bench, detection, engine_bench, engine_campaign, flows, limit, logp_bench,
+    loss_bench, model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -129,6 +129,11 @@ enum BenchWhat {
     /// The small-message round trip with a busy thread on every core,
     /// tether against the limit under the same load, alternating.
     Contention(contention_bench::ContentionOpts),
+    /// Failure detectors over real heartbeats (unreliable messages on
+    /// loopback), idle and beside a busy thread per core: false alarms and
+    /// detection times of Li et al.'s [CI] two-miss rule and phi accrual,
+    /// with and without the observer's own lateness forgiven.
+    Detect(detect_bench::DetectOpts),
     /// What a call costs (active messages): the round trip of a
     /// call to an empty handler against the limit's and a message's, the
     /// server's log in memory, in a file, synced per record; calls a
@@ -283,6 +288,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
                     | BenchWhat::Congestion(_)
                     | BenchWhat::Loss(_)
                     | BenchWhat::Contention(_)
+                    | BenchWhat::Detect(_)
                     | BenchWhat::Calls(_)
                     | BenchWhat::Logp(_),
                 ),
@@ -591,6 +597,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Congestion(c)) => return congestion_bench::run(c),
         Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
         Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
+        Some(BenchWhat::Detect(d)) => return detect_bench::run(d),
         Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
         Some(BenchWhat::Logp(l)) => return logp_bench::run(l, default_net()?),
         None => {}

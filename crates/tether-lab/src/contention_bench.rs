@@ -53,22 +53,34 @@ pub struct ContentionBench {
 }
 
 /// Busy threads that spin until dropped.
-struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Load {
-    fn start(n: usize) -> Self {
+    /// `n` threads spinning.
+    pub(crate) fn start(n: usize) -> Self {
+        Load::with(n, |_| {
+            |stop: &AtomicBool| {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    }
+
+    /// `n` threads, thread `i` running `body(i)` until told to stop (it
+    /// must look at the flag now and then).
+    pub(crate) fn with<F>(n: usize, body: impl Fn(usize) -> F) -> Self
+    where
+        F: FnOnce(&AtomicBool) + Send + 'static,
+    {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..n)
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
+            .map(|i| {
+                let (stop, run) = (stop.clone(), body(i));
+                std::thread::spawn(move || run(&stop))
             })
             .collect();
         Load { stop, threads }

@@ -21,6 +21,7 @@ pub mod contention_bench;
 pub mod demo;
 pub mod demo_engine;
 pub mod demo_rpc;
+pub mod detect_bench;
 pub mod detection;
 pub mod engine_bench;
 pub mod engine_campaign;

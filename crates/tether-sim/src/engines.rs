@@ -566,6 +566,8 @@ pub(crate) fn run(cfg: &SimConfig) -> SimReport {
         links: w.counters,
         stats,
         virtual_ms,
+        // No NACK-reliable messages in this mix: the run ends with its streams.
+        streams_ms: virtual_ms,
         events,
         calls: None,
     };

@@ -45,7 +45,12 @@ pub struct SimReport {
     pub links: LinkCounters,
     /// Every core counter, summed over all endpoints (crashed ones included).
     pub stats: Stats,
+    /// Virtual time until the run went quiet (the NACK-reliable class's
+    /// hold included).
     pub virtual_ms: f64,
+    /// Virtual time until the streams' last message was delivered or
+    /// failed.
+    pub streams_ms: f64,
     pub events: u64,
     /// Calls mixes (`Workload::Calls`): what the calls came to.
     pub calls: Option<crate::calls::CallsReport>,
@@ -79,6 +84,7 @@ impl SimReport {
             links: LinkCounters::default(),
             stats: Stats::default(),
             virtual_ms: 0.0,
+            streams_ms: 0.0,
             events: 0,
             calls: None,
         }

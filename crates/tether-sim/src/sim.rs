@@ -106,6 +106,8 @@ struct World<'a> {
     unreliable: UnreliableCheck,
     /// The NACK-reliable messages beside them (`crate::nacked`).
     nacked: NackedCheck,
+    /// Stream messages delivered or failed, and when the last one was.
+    settled: (u64, Duration),
 }
 
 fn ns(d: Duration) -> u64 {
@@ -167,6 +169,7 @@ impl<'a> World<'a> {
             soft_losses: 0,
             unreliable: UnreliableCheck::default(),
             nacked: NackedCheck::default(),
+            settled: (0, Duration::ZERO),
         }
     }
 
@@ -216,6 +219,11 @@ impl<'a> World<'a> {
                 }
             };
             self.after(node);
+            // The streams' last word: a message delivered or failed.
+            let settled = self.checker.delivered + self.checker.failed;
+            if settled != self.settled.0 {
+                self.settled = (settled, self.net.timeline().elapsed());
+            }
         }
         events
     }
@@ -422,6 +430,7 @@ impl<'a> World<'a> {
             links: links.counters,
             stats,
             virtual_ms: ns(self.net.timeline().elapsed()) as f64 / 1e6,
+            streams_ms: ns(self.settled.1) as f64 / 1e6,
             events,
             calls: None,
         }

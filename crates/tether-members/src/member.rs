@@ -1,0 +1,436 @@
+//! One member of the cluster (docs/CLUSTER.md, "Roles" and "Failure
+//! detection"): it sends a heartbeat to its observers every period,
+//! watches its subjects with a detector each, probes a subject it
+//! suspects, and raises an alert with the managers about one that does
+//! not answer. A suspect refutes the suspicion itself, by a heartbeat or
+//! by answering the probe. Li et al. [CI] section 6: heartbeats as
+//! unreliable messages, a node suspected only after two consecutive
+//! heartbeats are missing or late, then probed.
+//!
+//! Sans-IO: the driver hands in time and messages, and takes out what to
+//! send ([`Member::poll_send`]) and what happened ([`Member::poll_event`]).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use core::time::Duration;
+
+use tether_proto::{Instant, NodeId};
+
+use crate::detector::{Detector, DetectorKind, Lateness};
+use crate::rings::Rings;
+use crate::wire::Msg;
+
+/// How a member watches and is watched.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberConfig {
+    /// Time between two heartbeats to each observer.
+    pub period: Duration,
+    /// The rule that decides suspicion.
+    pub detector: DetectorKind,
+    /// How long a suspect has to answer its probe before the alert.
+    pub probe_timeout: Duration,
+    /// Observers per member (the rings laid over the view).
+    pub observers: u32,
+}
+
+impl MemberConfig {
+    /// Heartbeats every `period`, the seed's two-miss rule, a probe
+    /// answered within two periods, three observers.
+    pub fn new(period: Duration) -> Self {
+        MemberConfig {
+            period,
+            detector: DetectorKind::two_miss(period),
+            probe_timeout: period * 2,
+            observers: 3,
+        }
+    }
+}
+
+/// A view of the cluster: its epoch and its members with their
+/// incarnations, as the managers decided it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// Grows by one with each change.
+    pub epoch: u64,
+    /// (node, incarnation), sorted by node.
+    pub members: Vec<(NodeId, u64)>,
+}
+
+impl View {
+    /// The incarnation `node` is a member in, if it is one.
+    pub fn incarnation_of(&self, node: NodeId) -> Option<u64> {
+        self.members.binary_search_by_key(&node, |m| m.0).ok().map(|i| self.members[i].1)
+    }
+}
+
+/// What a member noticed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// `subject` went quiet past the detector's patience: probed.
+    Suspected { subject: NodeId, at: Instant },
+    /// `subject` showed it is alive while suspected.
+    Refuted { subject: NodeId, at: Instant },
+    /// `subject` did not answer its probe: the managers are told.
+    Alerted { subject: NodeId, at: Instant },
+    /// `from` holds a newer view than this member's.
+    NewerView { from: NodeId, epoch: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Trusted,
+    Probing {
+        nonce: u64,
+        since: Instant,
+    },
+    /// Alerted; the alert goes again every period until a manager
+    /// acknowledges it.
+    Alerted {
+        since: Instant,
+        acknowledged: bool,
+        sent: Instant,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Watch {
+    incarnation: u64,
+    detector: Detector,
+    state: State,
+}
+
+/// One member's side of the membership protocol.
+#[derive(Debug)]
+pub struct Member {
+    me: NodeId,
+    incarnation: u64,
+    config: MemberConfig,
+    view: View,
+    observers: Vec<NodeId>,
+    subjects: BTreeMap<NodeId, Watch>,
+    managers: Vec<NodeId>,
+    next_turn: Instant,
+    lateness: Lateness,
+    seq: u64,
+    nonces: u64,
+    out: VecDeque<(NodeId, Msg)>,
+    events: VecDeque<MemberEvent>,
+}
+
+impl Member {
+    /// Member `me` in its `incarnation`, starting at `now` with no view.
+    pub fn new(me: NodeId, incarnation: u64, config: MemberConfig, now: Instant) -> Self {
+        Member {
+            me,
+            incarnation,
+            config,
+            view: View::default(),
+            observers: Vec::new(),
+            subjects: BTreeMap::new(),
+            managers: Vec::new(),
+            next_turn: now,
+            lateness: Lateness::default(),
+            seq: 0,
+            // Nonces start from the incarnation: a probe answer from
+            // another life of this member never matches.
+            nonces: incarnation << 32,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Those this member sends heartbeats to.
+    pub fn observers(&self) -> &[NodeId] {
+        &self.observers
+    }
+
+    /// Those this member watches.
+    pub fn subjects(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.subjects.keys().copied()
+    }
+
+    /// Where alerts go.
+    pub fn set_managers(&mut self, managers: &[NodeId]) {
+        self.managers = managers.to_vec();
+    }
+
+    /// Take `view` (if newer than the one held) at `now`: the rings are
+    /// laid again; a subject kept keeps its detector's history, a new one
+    /// starts trusted as of now.
+    pub fn set_view(&mut self, view: View, now: Instant) {
+        if view.epoch <= self.view.epoch && !self.view.members.is_empty() {
+            return;
+        }
+        let nodes: Vec<NodeId> = view.members.iter().map(|m| m.0).collect();
+        let rings = Rings::new(&nodes, self.config.observers);
+        self.observers = rings.observers(self.me);
+        let mut subjects = BTreeMap::new();
+        for s in rings.subjects(self.me) {
+            let incarnation = view.incarnation_of(s).unwrap_or_default();
+            let kept = self.subjects.remove(&s).filter(|w| w.incarnation == incarnation);
+            let watch = kept.unwrap_or_else(|| Watch {
+                incarnation,
+                detector: Detector::new(self.config.detector, self.config.period, now),
+                state: State::Trusted,
+            });
+            subjects.insert(s, watch);
+        }
+        self.subjects = subjects;
+        self.view = view;
+    }
+
+    /// When the member next needs a turn, whatever arrives.
+    pub fn next_deadline(&self) -> Instant {
+        let mut next = self.next_turn;
+        for w in self.subjects.values() {
+            let due = match w.state {
+                State::Trusted => w.detector.deadline() + self.lateness.get(),
+                State::Probing { since, .. } => since + self.config.probe_timeout + self.lateness.get(),
+                State::Alerted { acknowledged: false, sent, .. } => sent + self.config.period,
+                State::Alerted { .. } => continue,
+            };
+            next = next.min(due);
+        }
+        next
+    }
+
+    /// Run what is due at `now`: the heartbeats, and every subject's
+    /// detector, probe and alert.
+    pub fn turn(&mut self, now: Instant) {
+        if now >= self.next_turn {
+            // How late this turn is, is how slow this member is.
+            self.lateness.turn(self.next_turn, now);
+            self.seq += 1;
+            let hb = Msg::Heartbeat { incarnation: self.incarnation, epoch: self.view.epoch, seq: self.seq };
+            for &o in &self.observers {
+                self.out.push_back((o, hb));
+            }
+            // The next turn a period after this one was due, skipping
+            // those missed: heartbeats keep their pace, not their count.
+            let period = self.config.period.max(Duration::from_nanos(1));
+            while self.next_turn <= now {
+                self.next_turn = self.next_turn + period;
+            }
+        }
+        let lateness = self.lateness.get();
+        for (&s, w) in &mut self.subjects {
+            match w.state {
+                State::Trusted if w.detector.suspects(now, lateness) => {
+                    self.nonces += 1;
+                    w.state = State::Probing { nonce: self.nonces, since: now };
+                    self.out.push_back((s, Msg::Probe { nonce: self.nonces }));
+                    self.events.push_back(MemberEvent::Suspected { subject: s, at: now });
+                }
+                State::Probing { since, .. } if now >= since + self.config.probe_timeout + lateness => {
+                    w.state = State::Alerted { since: now, acknowledged: false, sent: now };
+                    let alert = Msg::Alert { subject: s, incarnation: w.incarnation, epoch: self.view.epoch };
+                    for &m in &self.managers {
+                        self.out.push_back((m, alert));
+                    }
+                    self.events.push_back(MemberEvent::Alerted { subject: s, at: now });
+                }
+                State::Alerted { since, acknowledged: false, sent } if now >= sent + self.config.period => {
+                    w.state = State::Alerted { since, acknowledged: false, sent: now };
+                    let alert = Msg::Alert { subject: s, incarnation: w.incarnation, epoch: self.view.epoch };
+                    for &m in &self.managers {
+                        self.out.push_back((m, alert));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Take in `msg` from `from` (the session's proven sender). A message
+    /// for the managers (an alert) is handed back, not handled.
+    pub fn handle(&mut self, from: NodeId, msg: Msg, now: Instant) -> Option<Msg> {
+        match msg {
+            Msg::Heartbeat { incarnation, epoch, .. } => {
+                if epoch > self.view.epoch {
+                    self.events.push_back(MemberEvent::NewerView { from, epoch });
+                }
+                if let Some(w) = self.subjects.get_mut(&from).filter(|w| incarnation >= w.incarnation) {
+                    w.detector.heartbeat(now);
+                    Self::trust(w, from, now, &mut self.events);
+                }
+            }
+            Msg::Probe { nonce } => {
+                self.out.push_back((from, Msg::ProbeAck { nonce, incarnation: self.incarnation }));
+            }
+            Msg::ProbeAck { nonce, incarnation } => {
+                if let Some(w) = self.subjects.get_mut(&from) {
+                    let asked = matches!(w.state, State::Probing { nonce: n, .. } if n == nonce);
+                    if asked && incarnation >= w.incarnation {
+                        w.detector.heartbeat(now);
+                        Self::trust(w, from, now, &mut self.events);
+                    }
+                }
+            }
+            Msg::AlertAck { subject, epoch } => {
+                if let Some(w) = self.subjects.get_mut(&subject) {
+                    if let State::Alerted { since, sent, .. } = w.state {
+                        if epoch == self.view.epoch {
+                            w.state = State::Alerted { since, acknowledged: true, sent };
+                        }
+                    }
+                }
+            }
+            Msg::Alert { .. } => return Some(msg),
+        }
+        None
+    }
+
+    /// A sign of life from a watched subject: whatever it was suspected of
+    /// is refuted.
+    fn trust(w: &mut Watch, subject: NodeId, now: Instant, events: &mut VecDeque<MemberEvent>) {
+        if w.state != State::Trusted {
+            w.state = State::Trusted;
+            events.push_back(MemberEvent::Refuted { subject, at: now });
+        }
+    }
+
+    /// The next message to send, and to whom.
+    pub fn poll_send(&mut self) -> Option<(NodeId, Msg)> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<MemberEvent> {
+        self.events.pop_front()
+    }
+
+    /// The silence this member forgives its subjects for its own slowness.
+    pub fn lateness(&self) -> Duration {
+        self.lateness.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_millis(10);
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    fn view(epoch: u64, nodes: &[NodeId]) -> View {
+        View { epoch, members: nodes.iter().map(|&n| (n, 1)).collect() }
+    }
+
+    /// Three members heartbeating each other on a perfect network for a
+    /// second: nobody is suspected. Then one goes silent: its observers
+    /// suspect it within two periods and a grace, probe it, and alert the
+    /// managers once the probe times out.
+    #[test]
+    fn silence_is_suspected_probed_then_alerted() {
+        let nodes = [1, 2, 3];
+        let mut m: Vec<Member> =
+            nodes.iter().map(|&n| Member::new(n, 1, MemberConfig::new(T), at(0))).collect();
+        for x in &mut m {
+            x.set_view(view(1, &nodes), at(0));
+            x.set_managers(&[100]);
+        }
+        let mut to_managers = Vec::new();
+        let mut events = Vec::new();
+        let mut dead: Option<NodeId> = None;
+        for ms in 0..400u64 {
+            if ms == 200 {
+                dead = Some(3);
+            }
+            for i in 0..m.len() {
+                if Some(m[i].node()) == dead {
+                    continue;
+                }
+                m[i].turn(at(ms));
+                while let Some((to, msg)) = m[i].poll_send() {
+                    let from = m[i].node();
+                    if to == 100 {
+                        to_managers.push((from, msg));
+                    } else if Some(to) != dead {
+                        let j = nodes.iter().position(|&n| n == to).unwrap();
+                        m[j].handle(from, msg, at(ms));
+                    }
+                }
+                while let Some(e) = m[i].poll_event() {
+                    events.push((m[i].node(), e));
+                }
+            }
+        }
+        let suspected: Vec<_> =
+            events.iter().filter(|(_, e)| matches!(e, MemberEvent::Suspected { .. })).collect();
+        assert!(!suspected.is_empty());
+        for (by, e) in &suspected {
+            let MemberEvent::Suspected { subject, at: when } = e else { unreachable!() };
+            assert_eq!(*subject, 3, "only the silent one, by {by}");
+            // Its last heartbeat went at 190 ms (or 200): suspected 25 ms later.
+            assert!(*when >= at(214) && *when <= at(227), "suspected at {when:?}");
+        }
+        let alerts: Vec<_> =
+            to_managers.iter().filter(|(_, m)| matches!(m, Msg::Alert { subject: 3, .. })).collect();
+        assert!(!alerts.is_empty(), "the managers were told");
+        assert!(events.iter().all(|(_, e)| !matches!(e, MemberEvent::Refuted { .. })), "nobody refuted");
+    }
+
+    /// A subject whose heartbeats are lost but who answers its probe stays
+    /// trusted: the suspicion is refuted, no alert goes.
+    #[test]
+    fn a_probe_answered_refutes_the_suspicion() {
+        let mut a = Member::new(1, 1, MemberConfig::new(T), at(0));
+        let mut b = Member::new(2, 1, MemberConfig::new(T), at(0));
+        for x in [&mut a, &mut b] {
+            x.set_view(view(1, &[1, 2]), at(0));
+            x.set_managers(&[100]);
+        }
+        let mut alerts = 0;
+        let mut refuted = 0;
+        for ms in 0..300u64 {
+            a.turn(at(ms));
+            b.turn(at(ms));
+            while let Some((to, msg)) = b.poll_send() {
+                // Every heartbeat from b is lost; its probe answers are not.
+                if to == 1 && !matches!(msg, Msg::Heartbeat { .. }) {
+                    a.handle(2, msg, at(ms));
+                }
+            }
+            while let Some((to, msg)) = a.poll_send() {
+                alerts += usize::from(to == 100);
+                if to == 2 {
+                    b.handle(1, msg, at(ms));
+                }
+            }
+            while let Some(e) = a.poll_event() {
+                refuted += usize::from(matches!(e, MemberEvent::Refuted { subject: 2, .. }));
+            }
+        }
+        assert_eq!(alerts, 0, "a live suspect is never reported");
+        assert!(refuted >= 5, "suspected and refuted again and again: {refuted}");
+    }
+
+    /// An observer whose own turns come late forgives its subjects that
+    /// much silence (local health).
+    #[test]
+    fn a_slow_observer_doubts_its_own_suspicions() {
+        let mut a = Member::new(1, 1, MemberConfig::new(T), at(0));
+        a.set_view(view(1, &[1, 2]), at(0));
+        a.handle(2, Msg::Heartbeat { incarnation: 1, epoch: 1, seq: 1 }, at(0));
+        // a's next turn was due at 10 ms and runs at 60 ms: it was frozen
+        // 50 ms, and so was everything it would have received.
+        a.turn(at(0));
+        a.turn(at(60));
+        assert_eq!(a.lateness(), Duration::from_millis(50));
+        assert!(a.poll_event().is_none(), "30 ms past the deadline, 50 ms late itself: no suspicion");
+    }
+}

@@ -1,0 +1,158 @@
+//! The membership protocol's messages (docs/CLUSTER.md): each one the
+//! payload of an unreliable message on the membership port, so it is
+//! authenticated and its source validated by the session it rides in; a
+//! sender's identity is the session's, never a field here. Integers are
+//! little-endian; the first byte is the kind.
+//!
+//! | kind | message | after the kind |
+//! |---:|---|---|
+//! | 0 | HEARTBEAT | incarnation u64, epoch u64, seq u64 |
+//! | 1 | PROBE | nonce u64 |
+//! | 2 | PROBE_ACK | nonce u64, incarnation u64 |
+//! | 3 | ALERT | subject u32, incarnation u64, epoch u64 |
+//! | 4 | ALERT_ACK | subject u32, epoch u64 |
+
+use tether_proto::NodeId;
+
+const HEARTBEAT: u8 = 0;
+const PROBE: u8 = 1;
+const PROBE_ACK: u8 = 2;
+const ALERT: u8 = 3;
+const ALERT_ACK: u8 = 4;
+
+/// The longest message: a HEARTBEAT.
+pub const MAX_LEN: usize = 25;
+
+/// A membership message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    /// "I am alive": the sender's incarnation, the epoch of the view it
+    /// holds (a receiver behind it learns a newer view exists), and a
+    /// number that grows by one a heartbeat.
+    Heartbeat { incarnation: u64, epoch: u64, seq: u64 },
+    /// "Are you alive?", from an observer that suspects the receiver.
+    Probe { nonce: u64 },
+    /// "I am": the answer to a probe, refuting the suspicion.
+    ProbeAck { nonce: u64, incarnation: u64 },
+    /// To a manager: the sender observes `subject` (in `incarnation`),
+    /// suspected it, probed it, and got no answer, in view `epoch`.
+    Alert { subject: NodeId, incarnation: u64, epoch: u64 },
+    /// From a manager: the alert about `subject` in `epoch` is recorded.
+    AlertAck { subject: NodeId, epoch: u64 },
+}
+
+/// Why a message did not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MsgError {
+    /// No bytes.
+    #[error("empty message")]
+    Empty,
+    /// A kind this version does not know.
+    #[error("unknown kind {0}")]
+    UnknownKind(u8),
+    /// Shorter or longer than its kind.
+    #[error("a kind {kind} message of {len} bytes")]
+    BadLength { kind: u8, len: usize },
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"))
+}
+
+impl Msg {
+    /// Parse one message; its length must be exactly its kind's.
+    pub fn parse(b: &[u8]) -> Result<Msg, MsgError> {
+        let kind = *b.first().ok_or(MsgError::Empty)?;
+        let want = match kind {
+            HEARTBEAT => 25,
+            PROBE => 9,
+            PROBE_ACK => 17,
+            ALERT => 21,
+            ALERT_ACK => 13,
+            k => return Err(MsgError::UnknownKind(k)),
+        };
+        if b.len() != want {
+            return Err(MsgError::BadLength { kind, len: b.len() });
+        }
+        Ok(match kind {
+            HEARTBEAT => {
+                Msg::Heartbeat { incarnation: u64_at(b, 1), epoch: u64_at(b, 9), seq: u64_at(b, 17) }
+            }
+            PROBE => Msg::Probe { nonce: u64_at(b, 1) },
+            PROBE_ACK => Msg::ProbeAck { nonce: u64_at(b, 1), incarnation: u64_at(b, 9) },
+            ALERT => Msg::Alert { subject: u32_at(b, 1), incarnation: u64_at(b, 5), epoch: u64_at(b, 13) },
+            _ => Msg::AlertAck { subject: u32_at(b, 1), epoch: u64_at(b, 5) },
+        })
+    }
+
+    /// Write the message into `out` (cleared first).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match *self {
+            Msg::Heartbeat { incarnation, epoch, seq } => {
+                out.push(HEARTBEAT);
+                out.extend_from_slice(&incarnation.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Msg::Probe { nonce } => {
+                out.push(PROBE);
+                out.extend_from_slice(&nonce.to_le_bytes());
+            }
+            Msg::ProbeAck { nonce, incarnation } => {
+                out.push(PROBE_ACK);
+                out.extend_from_slice(&nonce.to_le_bytes());
+                out.extend_from_slice(&incarnation.to_le_bytes());
+            }
+            Msg::Alert { subject, incarnation, epoch } => {
+                out.push(ALERT);
+                out.extend_from_slice(&subject.to_le_bytes());
+                out.extend_from_slice(&incarnation.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+            }
+            Msg::AlertAck { subject, epoch } => {
+                out.push(ALERT_ACK);
+                out.extend_from_slice(&subject.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+            }
+        }
+    }
+
+    /// The message's bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(MAX_LEN);
+        self.encode(&mut v);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_parses_back_and_bad_ones_are_refused() {
+        let all = [
+            Msg::Heartbeat { incarnation: 3, epoch: 9, seq: u64::MAX },
+            Msg::Probe { nonce: 7 },
+            Msg::ProbeAck { nonce: 7, incarnation: 3 },
+            Msg::Alert { subject: 12, incarnation: 3, epoch: 9 },
+            Msg::AlertAck { subject: 12, epoch: 9 },
+        ];
+        for m in all {
+            let b = m.to_vec();
+            assert!(b.len() <= MAX_LEN);
+            assert_eq!(Msg::parse(&b), Ok(m));
+            assert!(matches!(Msg::parse(&b[..b.len() - 1]), Err(MsgError::BadLength { .. })));
+            let mut long = b.clone();
+            long.push(0);
+            assert!(matches!(Msg::parse(&long), Err(MsgError::BadLength { .. })));
+        }
+        assert_eq!(Msg::parse(&[]), Err(MsgError::Empty));
+        assert_eq!(Msg::parse(&[200, 0]), Err(MsgError::UnknownKind(200)));
+    }
+}

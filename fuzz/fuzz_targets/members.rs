@@ -1,0 +1,6 @@
+//! The `members` fuzz target: its body is `tether_fuzz::members::run`
+//! (src/members.rs), which tests/corpus.rs also replays on stable.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tether_fuzz::members::run(data));
