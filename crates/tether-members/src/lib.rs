@@ -10,17 +10,22 @@
 //! * [`rings`]: who watches whom, so each member's load is O(K) whatever
 //!   the view's size.
 //! * [`member`]: one member's heartbeats, detectors, probes and alerts.
+//! * [`managers`]: the manager group, whose every decision (joins,
+//!   removals on a majority of a member's observers' alerts, hence the
+//!   views) is an entry of a log replicated by raft-rs.
 //! * [`wire`]: the protocol's messages.
 //!
 //! Everything here is sans-IO, like `tether-proto`: the runtime and the
 //! simulator hand in time and messages and take out what to send.
 
 pub mod detector;
+pub mod managers;
 pub mod member;
 pub mod rings;
 pub mod wire;
 
 pub use detector::{Detector, DetectorKind, Lateness};
+pub use managers::{ClusterState, Command, Manager, ManagerConfig, ManagerError};
 pub use member::{Member, MemberConfig, MemberEvent, View};
 pub use rings::Rings;
 pub use wire::{Msg, MsgError};

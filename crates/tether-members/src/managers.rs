@@ -1,0 +1,637 @@
+//! The manager group (docs/CLUSTER.md, "Roles"): 2f + 1 replicas whose
+//! every decision (who joins, who is removed on its observers' alerts,
+//! hence each view) is an entry of a log replicated by Raft, through
+//! raft-rs (the `raft` crate of TiKV; Ongaro and Ousterhout's Raft). No
+//! consensus is written here: this module is the state machine the log
+//! drives and the loop that feeds raft-rs its ticks and messages.
+//!
+//! Li et al. [CI] section 3 keep a triplicated manager group in step by
+//! active replication, watch the replicas with heartbeats, and replace a
+//! faulty one from the state of the other two; section 6.1 found a
+//! heartbeat that reached one replica and not another split their
+//! decisions. Here the replicas never decide alone: a member is removed
+//! only when a committed entry says so, which every replica applies in
+//! the same order, and a replica replaced (`add_replica` after
+//! `remove_replica`) catches up from the leader's log.
+//!
+//! Sans-IO: the driver hands in time and the replicas' messages and takes
+//! out what to send; raft-rs's own randomness (its election timeouts) is
+//! pinned by `ManagerConfig::election_ticks` where a simulator needs one
+//! run per seed.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use core::time::Duration;
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, Snapshot};
+use raft::storage::MemStorage;
+use raft::{RawNode, StateRole};
+use tether_proto::{Instant, NodeId};
+
+use crate::member::View;
+use crate::rings::Rings;
+use crate::wire::Msg;
+
+/// How the replicas run Raft.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManagerConfig {
+    /// One Raft tick.
+    pub tick: Duration,
+    /// A follower that hears no leader for a number of ticks drawn from
+    /// `[min, max)` stands for election (raft-rs draws it; `max = min + 1`
+    /// pins it).
+    pub election_ticks: (usize, usize),
+    /// The leader's heartbeat, in ticks.
+    pub heartbeat_ticks: usize,
+    /// Observers per member: whose alerts count (a majority of them removes
+    /// a member).
+    pub observers: u32,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            tick: Duration::from_millis(10),
+            election_ticks: (10, 20),
+            heartbeat_ticks: 2,
+            observers: 3,
+        }
+    }
+}
+
+/// A decision the group takes, as an entry of its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `node` joins in `incarnation` (a later incarnation replaces an
+    /// earlier one: the node restarted).
+    Join { node: NodeId, incarnation: u64 },
+    /// `node` leaves.
+    Leave { node: NodeId },
+    /// `observer` alerted the managers about `subject` in `incarnation`,
+    /// in view `epoch`.
+    Alert { observer: NodeId, subject: NodeId, incarnation: u64, epoch: u64 },
+}
+
+impl Command {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(25);
+        match *self {
+            Command::Join { node, incarnation } => {
+                v.push(0);
+                v.extend_from_slice(&node.to_le_bytes());
+                v.extend_from_slice(&incarnation.to_le_bytes());
+            }
+            Command::Leave { node } => {
+                v.push(1);
+                v.extend_from_slice(&node.to_le_bytes());
+            }
+            Command::Alert { observer, subject, incarnation, epoch } => {
+                v.push(2);
+                v.extend_from_slice(&observer.to_le_bytes());
+                v.extend_from_slice(&subject.to_le_bytes());
+                v.extend_from_slice(&incarnation.to_le_bytes());
+                v.extend_from_slice(&epoch.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    /// A command from a committed entry; `None` for bytes this version did
+    /// not write (every replica skips them alike).
+    fn decode(b: &[u8]) -> Option<Command> {
+        let u32_at = |at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+        let u64_at = |at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+        match (*b.first()?, b.len()) {
+            (0, 13) => Some(Command::Join { node: u32_at(1)?, incarnation: u64_at(5)? }),
+            (1, 5) => Some(Command::Leave { node: u32_at(1)? }),
+            (2, 25) => Some(Command::Alert {
+                observer: u32_at(1)?,
+                subject: u32_at(5)?,
+                incarnation: u64_at(9)?,
+                epoch: u64_at(17)?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The replicated state: the view and the alerts raised in its epoch.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterState {
+    view: View,
+    /// Subject -> the observers that alerted about it in this epoch.
+    alerts: BTreeMap<NodeId, BTreeSet<NodeId>>,
+    rings: Rings,
+}
+
+impl ClusterState {
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Apply a committed command; the new view if it made one.
+    fn apply(&mut self, cmd: Command, observers: u32) -> Option<View> {
+        let changed = match cmd {
+            Command::Join { node, incarnation } => {
+                let members = &mut self.view.members;
+                match members.binary_search_by_key(&node, |m| m.0) {
+                    Ok(i) if members[i].1 >= incarnation => false,
+                    Ok(i) => {
+                        members[i].1 = incarnation;
+                        true
+                    }
+                    Err(i) => {
+                        members.insert(i, (node, incarnation));
+                        true
+                    }
+                }
+            }
+            Command::Leave { node } => match self.view.members.binary_search_by_key(&node, |m| m.0) {
+                Ok(i) => {
+                    self.view.members.remove(i);
+                    true
+                }
+                Err(_) => false,
+            },
+            Command::Alert { observer, subject, incarnation, epoch } => {
+                // Only an alert of this epoch, about a member in the
+                // incarnation alerted about, by one of its observers.
+                let watched = self.rings.observers(subject);
+                if epoch != self.view.epoch
+                    || self.view.incarnation_of(subject) != Some(incarnation)
+                    || !watched.contains(&observer)
+                {
+                    return None;
+                }
+                let alerted = self.alerts.entry(subject).or_default();
+                alerted.insert(observer);
+                // A majority of its observers: no one observer (one bad
+                // link, one lost heartbeat) removes a member alone.
+                if alerted.len() * 2 <= watched.len() {
+                    return None;
+                }
+                let i = self.view.members.binary_search_by_key(&subject, |m| m.0).expect("a member");
+                self.view.members.remove(i);
+                true
+            }
+        };
+        if !changed {
+            return None;
+        }
+        self.view.epoch += 1;
+        self.alerts.clear();
+        let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
+        self.rings = Rings::new(&nodes, observers);
+        Some(self.view.clone())
+    }
+}
+
+/// Why a manager refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManagerError {
+    /// Only the leader proposes; this is who it is, if known.
+    #[error("not the leader (the leader is {0:?})")]
+    NotLeader(Option<NodeId>),
+    /// A replica's message did not parse.
+    #[error("a malformed replica message: {0}")]
+    Malformed(String),
+    /// raft-rs refused.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// Raft's ids are never 0; tether's node ids may be.
+fn raft_id(node: NodeId) -> u64 {
+    u64::from(node) + 1
+}
+
+fn node_of(id: u64) -> NodeId {
+    (id - 1) as NodeId
+}
+
+/// One manager replica.
+pub struct Manager {
+    me: NodeId,
+    config: ManagerConfig,
+    raft: RawNode<MemStorage>,
+    state: ClusterState,
+    next_tick: Instant,
+    out: VecDeque<(NodeId, Vec<u8>)>,
+    views: VecDeque<View>,
+    /// Answers owed to members whose commands committed (by the leader
+    /// that applied them): (member, the answer).
+    acks: VecDeque<(NodeId, Msg)>,
+}
+
+impl core::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Manager").field("me", &self.me).field("view", &self.state.view).finish()
+    }
+}
+
+impl Manager {
+    fn raft_config(me: NodeId, config: &ManagerConfig) -> raft::Config {
+        let (min, max) = config.election_ticks;
+        raft::Config {
+            id: raft_id(me),
+            election_tick: min,
+            min_election_tick: min,
+            max_election_tick: max.max(min + 1),
+            heartbeat_tick: config.heartbeat_ticks,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        }
+    }
+
+    fn logger() -> slog::Logger {
+        slog::Logger::root(slog::Discard, slog::o!())
+    }
+
+    /// Replica `me` of the group whose configuration is `replicas`, at
+    /// `now`. The founders are all given the same list. A replacement,
+    /// after the leader's `add_replica`, is given the configuration that
+    /// includes it (as etcd starts a new member with the existing
+    /// cluster's list): it starts with an empty log and catches up from
+    /// the leader's, applying every decision the others applied, in the
+    /// same order.
+    pub fn new(
+        me: NodeId,
+        replicas: &[NodeId],
+        config: ManagerConfig,
+        now: Instant,
+    ) -> Result<Self, ManagerError> {
+        let voters: Vec<u64> = replicas.iter().map(|&r| raft_id(r)).collect();
+        let storage = MemStorage::new_with_conf_state((voters, vec![]));
+        Self::with_storage(me, storage, config, now)
+    }
+
+    fn with_storage(
+        me: NodeId,
+        storage: MemStorage,
+        config: ManagerConfig,
+        now: Instant,
+    ) -> Result<Self, ManagerError> {
+        let raft = RawNode::new(&Self::raft_config(me, &config), storage, &Self::logger())
+            .map_err(|e| ManagerError::Raft(e.to_string()))?;
+        Ok(Manager {
+            me,
+            config,
+            raft,
+            state: ClusterState::default(),
+            next_tick: now + config.tick,
+            out: VecDeque::new(),
+            views: VecDeque::new(),
+            acks: VecDeque::new(),
+        })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// The view as this replica has applied it.
+    pub fn view(&self) -> &View {
+        &self.state.view
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.raft.state == StateRole::Leader
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<NodeId> {
+        match self.raft.raft.leader_id {
+            0 => None,
+            id => Some(node_of(id)),
+        }
+    }
+
+    /// The replicas in the group's configuration, as this one knows it.
+    pub fn replicas(&self) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self.raft.raft.prs().conf().voters().ids().iter().map(node_of).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// When this replica next needs a turn.
+    pub fn next_deadline(&self) -> Instant {
+        self.next_tick
+    }
+
+    /// Tick Raft for every tick due by `now`, and handle what that made.
+    pub fn turn(&mut self, now: Instant) {
+        while self.next_tick <= now {
+            self.raft.tick();
+            self.next_tick = self.next_tick + self.config.tick;
+        }
+        self.process();
+    }
+
+    /// A message from replica `from`.
+    pub fn step(&mut self, from: NodeId, bytes: &[u8]) -> Result<(), ManagerError> {
+        let msg = Message::parse_from_bytes(bytes).map_err(|e| ManagerError::Malformed(e.to_string()))?;
+        // The session proved who sent it; the message must say the same.
+        if msg.from != raft_id(from) || msg.to != raft_id(self.me) {
+            return Err(ManagerError::Malformed(format!(
+                "from {} to {} over {from}'s session",
+                msg.from, msg.to
+            )));
+        }
+        self.raft.step(msg).map_err(|e| ManagerError::Raft(e.to_string()))?;
+        self.process();
+        Ok(())
+    }
+
+    /// Propose `cmd` (leader only); `reply`: who to acknowledge once it
+    /// commits, and with what (the leader that applies it answers).
+    pub fn propose(&mut self, cmd: Command, reply: Option<(NodeId, Msg)>) -> Result<(), ManagerError> {
+        if !self.is_leader() {
+            return Err(ManagerError::NotLeader(self.leader()));
+        }
+        let context = match reply {
+            Some((to, msg)) => {
+                let mut c = to.to_le_bytes().to_vec();
+                c.extend_from_slice(&msg.to_vec());
+                c
+            }
+            None => Vec::new(),
+        };
+        self.raft.propose(context, cmd.encode()).map_err(|e| ManagerError::Raft(e.to_string()))?;
+        self.process();
+        Ok(())
+    }
+
+    /// A member's message for the managers: an alert is proposed (by the
+    /// leader; a follower drops it, the member sends it to all of them
+    /// until the leader acknowledges it).
+    pub fn handle_member(&mut self, from: NodeId, msg: Msg) {
+        if let Msg::Alert { subject, incarnation, epoch } = msg {
+            let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
+            let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
+        }
+    }
+
+    /// Add replica `node` to the group (leader only): a replacement.
+    pub fn add_replica(&mut self, node: NodeId) -> Result<(), ManagerError> {
+        self.change(node, ConfChangeType::AddNode)
+    }
+
+    /// Remove replica `node` from the group (leader only).
+    pub fn remove_replica(&mut self, node: NodeId) -> Result<(), ManagerError> {
+        self.change(node, ConfChangeType::RemoveNode)
+    }
+
+    fn change(&mut self, node: NodeId, kind: ConfChangeType) -> Result<(), ManagerError> {
+        if !self.is_leader() {
+            return Err(ManagerError::NotLeader(self.leader()));
+        }
+        let mut cc = ConfChange { node_id: raft_id(node), ..Default::default() };
+        cc.set_change_type(kind);
+        self.raft.propose_conf_change(vec![], cc).map_err(|e| ManagerError::Raft(e.to_string()))?;
+        self.process();
+        Ok(())
+    }
+
+    /// The next message for another replica.
+    pub fn poll_send(&mut self) -> Option<(NodeId, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    /// The next answer owed to a member.
+    pub fn poll_answer(&mut self) -> Option<(NodeId, Msg)> {
+        self.acks.pop_front()
+    }
+
+    /// The next view this replica applied.
+    pub fn poll_view(&mut self) -> Option<View> {
+        self.views.pop_front()
+    }
+
+    /// raft-rs's ready loop (its README's order): send, persist, apply.
+    fn process(&mut self) {
+        while self.raft.has_ready() {
+            let mut ready = self.raft.ready();
+            self.send(ready.take_messages());
+            let store = self.raft.raft.raft_log.store.clone();
+            if *ready.snapshot() != Snapshot::default() {
+                // A replica's whole state is its log (nothing is compacted),
+                // so a snapshot only ever carries the configuration.
+                let _ = store.wl().apply_snapshot(ready.snapshot().clone());
+            }
+            self.apply(ready.take_committed_entries());
+            if !ready.entries().is_empty() {
+                let _ = store.wl().append(ready.entries());
+            }
+            if let Some(hs) = ready.hs() {
+                store.wl().set_hardstate(hs.clone());
+            }
+            self.send(ready.take_persisted_messages());
+            let mut light = self.raft.advance(ready);
+            if let Some(commit) = light.commit_index() {
+                store.wl().mut_hard_state().set_commit(commit);
+            }
+            self.send(light.take_messages());
+            self.apply(light.take_committed_entries());
+            self.raft.advance_apply();
+        }
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            if let Ok(bytes) = m.write_to_bytes() {
+                self.out.push_back((node_of(m.to), bytes));
+            }
+        }
+    }
+
+    /// Apply committed entries to the state machine, and answer the
+    /// members whose commands they were (if this replica leads).
+    fn apply(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            if e.data.is_empty() {
+                continue; // a new leader's empty entry
+            }
+            match e.get_entry_type() {
+                EntryType::EntryConfChange => {
+                    let mut cc = ConfChange::default();
+                    // A replacement replays changes its configuration
+                    // already holds: raft-rs refuses those, harmlessly.
+                    if cc.merge_from_bytes(&e.data).is_ok() {
+                        if let Ok(cs) = self.raft.apply_conf_change(&cc) {
+                            self.raft.raft.raft_log.store.wl().set_conf_state(cs);
+                        }
+                    }
+                }
+                EntryType::EntryNormal => {
+                    if let Some(cmd) = Command::decode(&e.data) {
+                        if let Some(view) = self.state.apply(cmd, self.config.observers) {
+                            self.views.push_back(view);
+                        }
+                    }
+                    if self.is_leader() && e.context.len() > 4 {
+                        let to = u32::from_le_bytes(e.context[..4].try_into().expect("four bytes"));
+                        if let Ok(msg) = Msg::parse(&e.context[4..]) {
+                            self.acks.push_back((to, msg));
+                        }
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replicas on a perfect network, stepped in lockstep.
+    struct Group {
+        managers: Vec<Manager>,
+        down: BTreeSet<NodeId>,
+        now: Instant,
+    }
+
+    impl Group {
+        fn new(ids: &[NodeId]) -> Self {
+            let now = Instant::from_nanos(1_000_000);
+            let managers = ids
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    // Pinned, distinct election timeouts: one run per test.
+                    let config =
+                        ManagerConfig { election_ticks: (10 + 4 * i, 11 + 4 * i), ..Default::default() };
+                    Manager::new(id, ids, config, now).unwrap()
+                })
+                .collect();
+            Group { managers, down: BTreeSet::new(), now }
+        }
+
+        fn index(&self, node: NodeId) -> Option<usize> {
+            self.managers.iter().position(|m| m.node() == node)
+        }
+
+        /// Run for `ms` milliseconds, a turn a millisecond.
+        fn run(&mut self, ms: u64) {
+            for _ in 0..ms {
+                self.now = self.now + Duration::from_millis(1);
+                for i in 0..self.managers.len() {
+                    if self.down.contains(&self.managers[i].node()) {
+                        continue;
+                    }
+                    self.managers[i].turn(self.now);
+                }
+                // Deliver until quiet.
+                loop {
+                    let mut moved = false;
+                    for i in 0..self.managers.len() {
+                        let from = self.managers[i].node();
+                        while let Some((to, bytes)) = self.managers[i].poll_send() {
+                            moved = true;
+                            if self.down.contains(&from) || self.down.contains(&to) {
+                                continue;
+                            }
+                            if let Some(j) = self.index(to) {
+                                self.managers[j].step(from, &bytes).unwrap();
+                            }
+                        }
+                    }
+                    if !moved {
+                        break;
+                    }
+                }
+            }
+        }
+
+        fn leader(&self) -> Option<usize> {
+            self.managers.iter().position(|m| m.is_leader() && !self.down.contains(&m.node()))
+        }
+    }
+
+    #[test]
+    fn three_replicas_elect_a_leader_and_agree_on_every_view() {
+        let mut g = Group::new(&[1, 2, 3]);
+        g.run(300);
+        let l = g.leader().expect("a leader within 300 ms");
+        for n in 10..16 {
+            g.managers[l].propose(Command::Join { node: n, incarnation: 1 }, None).unwrap();
+        }
+        g.run(50);
+        for m in &mut g.managers {
+            assert_eq!(m.view().epoch, 6, "replica {}", m.node());
+            assert_eq!(m.view().members.len(), 6);
+            let views: Vec<u64> = std::iter::from_fn(|| m.poll_view()).map(|v| v.epoch).collect();
+            assert_eq!(views, [1, 2, 3, 4, 5, 6], "each view once, in order");
+        }
+        // One observer's alert does not remove; a majority's does.
+        let view = g.managers[l].view().clone();
+        let nodes: Vec<NodeId> = view.members.iter().map(|m| m.0).collect();
+        let rings = Rings::new(&nodes, 3);
+        let observers = rings.observers(12);
+        let alert = |o| Command::Alert { observer: o, subject: 12, incarnation: 1, epoch: view.epoch };
+        g.managers[l].propose(alert(observers[0]), None).unwrap();
+        g.managers[l].propose(alert(99), None).unwrap(); // not an observer: ignored
+        g.run(20);
+        assert!(g.managers.iter().all(|m| m.view().incarnation_of(12) == Some(1)), "one alert is not enough");
+        g.managers[l].propose(alert(observers[1]), None).unwrap();
+        g.run(20);
+        for m in &g.managers {
+            assert_eq!(m.view().incarnation_of(12), None, "removed by a majority of its observers");
+            assert_eq!(m.view().epoch, 7);
+        }
+    }
+
+    /// The group keeps deciding with one replica dead, and a replacement
+    /// catches up from the others' log.
+    #[test]
+    fn a_dead_replica_is_replaced_and_the_new_one_catches_up() {
+        let mut g = Group::new(&[1, 2, 3]);
+        g.run(300);
+        let l = g.leader().unwrap();
+        g.managers[l].propose(Command::Join { node: 10, incarnation: 1 }, None).unwrap();
+        g.run(20);
+        // Kill a follower; the other two go on deciding.
+        let dead = g.managers.iter().find(|m| !m.is_leader()).unwrap().node();
+        g.down.insert(dead);
+        let l = g.leader().unwrap();
+        g.managers[l].propose(Command::Join { node: 11, incarnation: 1 }, None).unwrap();
+        g.run(20);
+        assert_eq!(g.managers[l].view().epoch, 2, "decided with one replica dead");
+        // Replace it: out with the dead, in with replica 4.
+        g.managers[l].remove_replica(dead).unwrap();
+        g.run(20);
+        let l = g.leader().unwrap();
+        g.managers[l].add_replica(4).unwrap();
+        g.run(20);
+        let config = ManagerConfig { election_ticks: (30, 31), ..Default::default() };
+        let replicas = g.managers[g.leader().unwrap()].replicas();
+        assert_eq!(replicas.len(), 3, "{replicas:?}");
+        g.managers.push(Manager::new(4, &replicas, config, g.now).unwrap());
+        g.run(200);
+        let new = g.index(4).unwrap();
+        assert_eq!(g.managers[new].view(), g.managers[g.leader().unwrap()].view(), "caught up");
+        assert_eq!(g.managers[new].view().epoch, 2);
+        assert_eq!(g.managers[new].replicas().len(), 3);
+        // And it takes part: the next decision reaches it too.
+        let l = g.leader().unwrap();
+        g.managers[l].propose(Command::Join { node: 12, incarnation: 1 }, None).unwrap();
+        g.run(20);
+        assert_eq!(g.managers[new].view().epoch, 3);
+    }
+
+    #[test]
+    fn commands_encode_and_strangers_are_skipped() {
+        for c in [
+            Command::Join { node: 7, incarnation: 9 },
+            Command::Leave { node: 7 },
+            Command::Alert { observer: 1, subject: 2, incarnation: 3, epoch: 4 },
+        ] {
+            assert_eq!(Command::decode(&c.encode()), Some(c));
+        }
+        assert_eq!(Command::decode(&[9, 1, 2]), None);
+        assert_eq!(Command::decode(&[0, 1]), None);
+    }
+}
