@@ -31,7 +31,13 @@ use tether_proto::{Instant, NodeId};
 
 use crate::member::View;
 use crate::rings::Rings;
-use crate::wire::Msg;
+use crate::wire::{Msg, ViewChange};
+
+/// View changes a replica keeps to answer pulls; a member further behind
+/// joins again (it was surely removed meanwhile).
+pub const MAX_CHANGES: usize = 1 << 16;
+/// Changes one pull is answered with at most; the member pulls again.
+pub const PULL_BATCH: u64 = 64;
 
 /// How the replicas run Raft.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,10 +122,12 @@ impl Command {
     }
 }
 
-/// The replicated state: the view and the alerts raised in its epoch.
+/// The replicated state: the view, the changes that made it (the latest
+/// [`MAX_CHANGES`]), and the alerts raised in its epoch.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     view: View,
+    changes: VecDeque<ViewChange>,
     /// Subject -> the observers that alerted about it in this epoch.
     alerts: BTreeMap<NodeId, BTreeSet<NodeId>>,
     rings: Rings,
@@ -130,8 +138,20 @@ impl ClusterState {
         &self.view
     }
 
-    /// Apply a committed command; the new view if it made one.
-    fn apply(&mut self, cmd: Command, observers: u32) -> Option<View> {
+    /// The changes after view `have`, at most `n`.
+    pub fn changes_after(&self, have: u64, n: u64) -> impl Iterator<Item = ViewChange> + '_ {
+        let first = self.changes.front().map_or(0, |c| c.epoch);
+        let skip = (have + 1).saturating_sub(first) as usize;
+        self.changes.iter().skip(skip).take(n as usize).copied()
+    }
+
+    /// Apply a committed command; the change it made to the view, if any.
+    fn apply(&mut self, cmd: Command, observers: u32) -> Option<ViewChange> {
+        let (node, incarnation) = match cmd {
+            Command::Join { node, incarnation } => (node, Some(incarnation)),
+            Command::Leave { node } => (node, None),
+            Command::Alert { subject, .. } => (subject, None),
+        };
         let changed = match cmd {
             Command::Join { node, incarnation } => {
                 let members = &mut self.view.members;
@@ -183,7 +203,12 @@ impl ClusterState {
         self.alerts.clear();
         let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
         self.rings = Rings::new(&nodes, observers);
-        Some(self.view.clone())
+        let change = ViewChange { epoch: self.view.epoch, node, incarnation };
+        if self.changes.len() == MAX_CHANGES {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(change);
+        Some(change)
     }
 }
 
@@ -363,13 +388,28 @@ impl Manager {
         Ok(())
     }
 
-    /// A member's message for the managers: an alert is proposed (by the
-    /// leader; a follower drops it, the member sends it to all of them
-    /// until the leader acknowledges it).
+    /// A member's message for the managers. An alert or a join is
+    /// proposed by the leader (a follower drops it: the member sends it to
+    /// all of them until the leader's answer, an acknowledgement or the
+    /// view that holds it, comes); a pull is answered by any replica from
+    /// the changes it applied.
     pub fn handle_member(&mut self, from: NodeId, msg: Msg) {
-        if let Msg::Alert { subject, incarnation, epoch } = msg {
-            let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
-            let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
+        match msg {
+            Msg::Alert { subject, incarnation, epoch } => {
+                let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
+                let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
+            }
+            // Already in: a copy of a join that committed.
+            Msg::Join { incarnation } if self.state.view.incarnation_of(from) != Some(incarnation) => {
+                let _ = self.propose(Command::Join { node: from, incarnation }, None);
+            }
+            Msg::ViewPull { have } => {
+                let answers: Vec<ViewChange> = self.state.changes_after(have, PULL_BATCH).collect();
+                for c in answers {
+                    self.acks.push_back((from, Msg::ViewChange(c)));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -399,7 +439,7 @@ impl Manager {
         self.out.pop_front()
     }
 
-    /// The next answer owed to a member.
+    /// The next message owed to a member: an answer, or a view change.
     pub fn poll_answer(&mut self) -> Option<(NodeId, Msg)> {
         self.acks.pop_front()
     }
@@ -438,6 +478,18 @@ impl Manager {
         }
     }
 
+    /// Tell every member of the new view, and the node the change was
+    /// about, of `change` (members that miss it pull it).
+    fn announce(&mut self, change: ViewChange) {
+        let msg = Msg::ViewChange(change);
+        for &(m, _) in &self.state.view.members {
+            self.acks.push_back((m, msg));
+        }
+        if change.incarnation.is_none() {
+            self.acks.push_back((change.node, msg));
+        }
+    }
+
     fn send(&mut self, msgs: Vec<Message>) {
         for m in msgs {
             if let Ok(bytes) = m.write_to_bytes() {
@@ -466,8 +518,11 @@ impl Manager {
                 }
                 EntryType::EntryNormal => {
                     if let Some(cmd) = Command::decode(&e.data) {
-                        if let Some(view) = self.state.apply(cmd, self.config.observers) {
-                            self.views.push_back(view);
+                        if let Some(change) = self.state.apply(cmd, self.config.observers) {
+                            self.views.push_back(self.state.view.clone());
+                            if self.is_leader() {
+                                self.announce(change);
+                            }
                         }
                     }
                     if self.is_leader() && e.context.len() > 4 {

@@ -18,7 +18,7 @@ use tether_proto::{Instant, NodeId};
 
 use crate::detector::{Detector, DetectorKind, Lateness};
 use crate::rings::Rings;
-use crate::wire::Msg;
+use crate::wire::{Msg, ViewChange};
 
 /// How a member watches and is watched.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +61,25 @@ impl View {
     pub fn incarnation_of(&self, node: NodeId) -> Option<u64> {
         self.members.binary_search_by_key(&node, |m| m.0).ok().map(|i| self.members[i].1)
     }
+
+    /// Apply `change`, the one after this view's epoch; false (and no
+    /// change) for any other epoch.
+    pub fn apply(&mut self, change: ViewChange) -> bool {
+        if change.epoch != self.epoch + 1 {
+            return false;
+        }
+        let at = self.members.binary_search_by_key(&change.node, |m| m.0);
+        match (at, change.incarnation) {
+            (Ok(i), Some(inc)) => self.members[i].1 = inc,
+            (Err(i), Some(inc)) => self.members.insert(i, (change.node, inc)),
+            (Ok(i), None) => {
+                self.members.remove(i);
+            }
+            (Err(_), None) => {}
+        }
+        self.epoch = change.epoch;
+        true
+    }
 }
 
 /// What a member noticed.
@@ -74,6 +93,11 @@ pub enum MemberEvent {
     Alerted { subject: NodeId, at: Instant },
     /// `from` holds a newer view than this member's.
     NewerView { from: NodeId, epoch: u64 },
+    /// A new view: take it with [`Member::view`].
+    ViewChanged { epoch: u64 },
+    /// A view left this member out while it lives (its observers took it
+    /// for dead): it joins again in a new incarnation.
+    Removed { epoch: u64, rejoins_as: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +139,12 @@ pub struct Member {
     nonces: u64,
     out: VecDeque<(NodeId, Msg)>,
     events: VecDeque<MemberEvent>,
+    /// Asking to join: until a view holds this member's incarnation.
+    joining: bool,
+    /// The last VIEW_PULL sent: at most one a period.
+    pulled: Option<Instant>,
+    /// Pulls from the managers go to each in turn (one may be dead).
+    pulls: usize,
 }
 
 impl Member {
@@ -136,7 +166,21 @@ impl Member {
             nonces: incarnation << 32,
             out: VecDeque::new(),
             events: VecDeque::new(),
+            joining: false,
+            pulled: None,
+            pulls: 0,
         }
+    }
+
+    /// Ask the managers to join, from the next turn on, a period apart,
+    /// until a view holds this member.
+    pub fn join(&mut self) {
+        self.joining = true;
+    }
+
+    /// Is this member in its view, in its incarnation?
+    pub fn is_member(&self) -> bool {
+        self.view.incarnation_of(self.me) == Some(self.incarnation)
     }
 
     pub fn node(&self) -> NodeId {
@@ -173,6 +217,10 @@ impl Member {
         if view.epoch <= self.view.epoch && !self.view.members.is_empty() {
             return;
         }
+        self.take_view(view, now);
+    }
+
+    fn take_view(&mut self, view: View, now: Instant) {
         let nodes: Vec<NodeId> = view.members.iter().map(|m| m.0).collect();
         let rings = Rings::new(&nodes, self.config.observers);
         self.observers = rings.observers(self.me);
@@ -217,6 +265,11 @@ impl Member {
             for &o in &self.observers {
                 self.out.push_back((o, hb));
             }
+            if self.joining {
+                for &m in &self.managers {
+                    self.out.push_back((m, Msg::Join { incarnation: self.incarnation }));
+                }
+            }
             // The next turn a period after this one was due, skipping
             // those missed: heartbeats keep their pace, not their count.
             let period = self.config.period.max(Duration::from_nanos(1));
@@ -260,6 +313,11 @@ impl Member {
             Msg::Heartbeat { incarnation, epoch, .. } => {
                 if epoch > self.view.epoch {
                     self.events.push_back(MemberEvent::NewerView { from, epoch });
+                    // The managers have the changes; a member does not keep
+                    // them. Each in turn: one may be dead.
+                    if let Some(&m) = self.managers.get(self.pulls % self.managers.len().max(1)) {
+                        self.pull(m, now);
+                    }
                 }
                 if let Some(w) = self.subjects.get_mut(&from).filter(|w| incarnation >= w.incarnation) {
                     w.detector.heartbeat(now);
@@ -287,9 +345,49 @@ impl Member {
                     }
                 }
             }
-            Msg::Alert { .. } => return Some(msg),
+            // Only the managers decide views: the session proved who
+            // sent it, and anyone else's word is ignored.
+            Msg::ViewChange(change) if self.managers.contains(&from) => self.on_change(from, change, now),
+            Msg::ViewChange(_) => {}
+            Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. } => return Some(msg),
         }
         None
+    }
+
+    /// A change of the view from a manager: applied if it is the next one;
+    /// one further ahead means changes were missed, asked for again.
+    fn on_change(&mut self, from: NodeId, change: ViewChange, now: Instant) {
+        if change.epoch > self.view.epoch + 1 {
+            self.pull(from, now);
+            return;
+        }
+        let mut view = self.view.clone();
+        if !view.apply(change) {
+            return; // one already applied
+        }
+        let was_member = self.is_member();
+        self.take_view(view, now);
+        self.events.push_back(MemberEvent::ViewChanged { epoch: self.view.epoch });
+        if self.is_member() {
+            self.joining = false;
+        } else if was_member {
+            // Taken for dead while alive: back as a new life.
+            self.incarnation += 1;
+            self.joining = true;
+            self.events
+                .push_back(MemberEvent::Removed { epoch: self.view.epoch, rejoins_as: self.incarnation });
+        }
+    }
+
+    /// Ask `whom` for the changes after this member's view, at most once a
+    /// period.
+    fn pull(&mut self, whom: NodeId, now: Instant) {
+        if self.pulled.is_some_and(|t| now < t + self.config.period) {
+            return;
+        }
+        self.pulled = Some(now);
+        self.pulls += 1;
+        self.out.push_back((whom, Msg::ViewPull { have: self.view.epoch }));
     }
 
     /// A sign of life from a watched subject: whatever it was suspected of

@@ -11,6 +11,9 @@
 //! | 2 | PROBE_ACK | nonce u64, incarnation u64 |
 //! | 3 | ALERT | subject u32, incarnation u64, epoch u64 |
 //! | 4 | ALERT_ACK | subject u32, epoch u64 |
+//! | 5 | JOIN | incarnation u64 |
+//! | 6 | VIEW_CHANGE | epoch u64, node u32, incarnation u64, present u8 |
+//! | 7 | VIEW_PULL | have u64 |
 
 use tether_proto::NodeId;
 
@@ -19,6 +22,9 @@ const PROBE: u8 = 1;
 const PROBE_ACK: u8 = 2;
 const ALERT: u8 = 3;
 const ALERT_ACK: u8 = 4;
+const JOIN: u8 = 5;
+const VIEW_CHANGE: u8 = 6;
+const VIEW_PULL: u8 = 7;
 
 /// The longest message: a HEARTBEAT.
 pub const MAX_LEN: usize = 25;
@@ -39,6 +45,23 @@ pub enum Msg {
     Alert { subject: NodeId, incarnation: u64, epoch: u64 },
     /// From a manager: the alert about `subject` in `epoch` is recorded.
     AlertAck { subject: NodeId, epoch: u64 },
+    /// To the managers: the sender asks to be a member in `incarnation`.
+    Join { incarnation: u64 },
+    /// From a manager: the change that made view `epoch` from the one
+    /// before.
+    ViewChange(ViewChange),
+    /// To a manager: the sender holds view `have`; it asks for the changes
+    /// after it.
+    ViewPull { have: u64 },
+}
+
+/// One change of the view: `node` joined in `incarnation` (or came back
+/// in a later one), or left (`incarnation: None`), making view `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewChange {
+    pub epoch: u64,
+    pub node: NodeId,
+    pub incarnation: Option<u64>,
 }
 
 /// Why a message did not parse.
@@ -53,6 +76,9 @@ pub enum MsgError {
     /// Shorter or longer than its kind.
     #[error("a kind {kind} message of {len} bytes")]
     BadLength { kind: u8, len: usize },
+    /// A field with a value no sender writes.
+    #[error("a bad {0}")]
+    BadField(&'static str),
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -73,6 +99,8 @@ impl Msg {
             PROBE_ACK => 17,
             ALERT => 21,
             ALERT_ACK => 13,
+            JOIN | VIEW_PULL => 9,
+            VIEW_CHANGE => 22,
             k => return Err(MsgError::UnknownKind(k)),
         };
         if b.len() != want {
@@ -85,7 +113,20 @@ impl Msg {
             PROBE => Msg::Probe { nonce: u64_at(b, 1) },
             PROBE_ACK => Msg::ProbeAck { nonce: u64_at(b, 1), incarnation: u64_at(b, 9) },
             ALERT => Msg::Alert { subject: u32_at(b, 1), incarnation: u64_at(b, 5), epoch: u64_at(b, 13) },
-            _ => Msg::AlertAck { subject: u32_at(b, 1), epoch: u64_at(b, 5) },
+            ALERT_ACK => Msg::AlertAck { subject: u32_at(b, 1), epoch: u64_at(b, 5) },
+            JOIN => Msg::Join { incarnation: u64_at(b, 1) },
+            VIEW_PULL => Msg::ViewPull { have: u64_at(b, 1) },
+            _ => {
+                let present = match b[21] {
+                    0 => None,
+                    1 => Some(u64_at(b, 13)),
+                    _ => return Err(MsgError::BadField("present")),
+                };
+                if present.is_none() && u64_at(b, 13) != 0 {
+                    return Err(MsgError::BadField("incarnation of a node that left"));
+                }
+                Msg::ViewChange(ViewChange { epoch: u64_at(b, 1), node: u32_at(b, 9), incarnation: present })
+            }
         })
     }
 
@@ -119,6 +160,21 @@ impl Msg {
                 out.extend_from_slice(&subject.to_le_bytes());
                 out.extend_from_slice(&epoch.to_le_bytes());
             }
+            Msg::Join { incarnation } => {
+                out.push(JOIN);
+                out.extend_from_slice(&incarnation.to_le_bytes());
+            }
+            Msg::ViewPull { have } => {
+                out.push(VIEW_PULL);
+                out.extend_from_slice(&have.to_le_bytes());
+            }
+            Msg::ViewChange(c) => {
+                out.push(VIEW_CHANGE);
+                out.extend_from_slice(&c.epoch.to_le_bytes());
+                out.extend_from_slice(&c.node.to_le_bytes());
+                out.extend_from_slice(&c.incarnation.unwrap_or(0).to_le_bytes());
+                out.push(u8::from(c.incarnation.is_some()));
+            }
         }
     }
 
@@ -142,6 +198,10 @@ mod tests {
             Msg::ProbeAck { nonce: 7, incarnation: 3 },
             Msg::Alert { subject: 12, incarnation: 3, epoch: 9 },
             Msg::AlertAck { subject: 12, epoch: 9 },
+            Msg::Join { incarnation: 4 },
+            Msg::ViewPull { have: 8 },
+            Msg::ViewChange(ViewChange { epoch: 9, node: 12, incarnation: Some(3) }),
+            Msg::ViewChange(ViewChange { epoch: 10, node: 12, incarnation: None }),
         ];
         for m in all {
             let b = m.to_vec();
@@ -154,5 +214,10 @@ mod tests {
         }
         assert_eq!(Msg::parse(&[]), Err(MsgError::Empty));
         assert_eq!(Msg::parse(&[200, 0]), Err(MsgError::UnknownKind(200)));
+        let mut bad = Msg::ViewChange(ViewChange { epoch: 1, node: 2, incarnation: Some(3) }).to_vec();
+        bad[21] = 2;
+        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("present")));
+        bad[21] = 0;
+        assert!(Msg::parse(&bad).is_err(), "a node that left has no incarnation");
     }
 }

@@ -1,14 +1,15 @@
 //! Members and managers together, sans-IO, in lockstep (docs/CLUSTER.md):
-//! nine members heartbeat their observers over a network that loses a
-//! share of everything; three manager replicas decide the views through
-//! raft-rs. A member killed is removed by a majority of its observers'
-//! alerts; nobody alive is removed; every member and replica sees the
-//! same views in the same order.
+//! nine members join through three manager replicas that decide the views
+//! through raft-rs, then heartbeat their observers, over a network that
+//! loses a share of everything. A member killed is removed by a majority
+//! of its observers' alerts; nobody alive is removed; every member and
+//! replica sees the same views in the same order, each once (a member that
+//! missed a change pulls it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use tether_members::{Command, Manager, ManagerConfig, Member, MemberConfig, Msg, View};
+use tether_members::{Manager, ManagerConfig, Member, MemberConfig, MemberEvent, Msg, View};
 use tether_proto::{Instant, NodeId};
 
 const PERIOD: Duration = Duration::from_millis(10);
@@ -48,6 +49,7 @@ impl World {
             .map(|&n| {
                 let mut m = Member::new(n, 1, MemberConfig::new(PERIOD), now);
                 m.set_managers(&MANAGERS);
+                m.join();
                 (n, m)
             })
             .collect();
@@ -67,10 +69,6 @@ impl World {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         self.rng % 100 < self.loss_percent
-    }
-
-    fn leader(&mut self) -> Option<&mut Manager> {
-        self.managers.iter_mut().find(|m| m.is_leader())
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, p: Payload) {
@@ -112,7 +110,11 @@ impl World {
                 while let Some((to, msg)) = m.poll_send() {
                     out.push((n, to, Payload::Member(msg)));
                 }
-                while m.poll_event().is_some() {}
+                while let Some(e) = m.poll_event() {
+                    if let MemberEvent::ViewChanged { epoch } = e {
+                        self.seen.entry(n).or_default().push(epoch);
+                    }
+                }
             }
             for r in &mut self.managers {
                 while let Some((to, bytes)) = r.poll_send() {
@@ -121,19 +123,8 @@ impl World {
                 while let Some((to, msg)) = r.poll_answer() {
                     out.push((r.node(), to, Payload::Member(msg)));
                 }
-                // Every replica records the views it applied; the leader's
-                // reach the members (the dissemination is not this test's).
-                let leads = r.is_leader();
                 while let Some(v) = r.poll_view() {
                     self.seen.entry(r.node()).or_default().push(v.epoch);
-                    if leads {
-                        for (&n, m) in &mut self.members {
-                            if !self.dead.contains(&n) {
-                                m.set_view(v.clone(), now);
-                                self.seen.entry(n).or_default().push(v.epoch);
-                            }
-                        }
-                    }
                 }
             }
             if out.is_empty() {
@@ -160,14 +151,14 @@ impl World {
 fn a_killed_member_is_removed_and_nobody_else_under_loss() {
     let nodes: Vec<NodeId> = (1..=9).collect();
     let mut w = World::new(&nodes, 5);
-    w.run(400);
-    for &n in &nodes {
-        let leader = w.leader().expect("a leader within 400 ms");
-        leader.propose(Command::Join { node: n, incarnation: 1 }, None).unwrap();
-        w.run(5);
-    }
-    w.run(100);
+    // The members ask to join from the start; a leader is elected, and
+    // takes them in.
+    w.run(1000);
     assert_eq!(w.view().members.len(), 9, "all joined: {:?}", w.view());
+    assert!(
+        w.members.values().all(|m| m.is_member() && m.view() == &w.view()),
+        "every member holds the view"
+    );
     // Ten seconds of heartbeats with 5% of everything lost: nobody alive
     // is removed (a suspicion is refuted by the probe's answer, and an
     // alert needs a majority of the observers).
@@ -190,12 +181,15 @@ fn a_killed_member_is_removed_and_nobody_else_under_loss() {
     assert_eq!(w.view().members.len(), 8);
     w.run(200);
     // Every replica applied the same views in the same order; every live
-    // member saw the leader's, each once, in order.
+    // member saw every view after its own joining, each once, in order,
+    // and holds the last.
     let replicas: Vec<&Vec<u64>> = MANAGERS.iter().map(|r| &w.seen[r]).collect();
     assert!(replicas.windows(2).all(|p| p[0] == p[1]), "{replicas:?}");
+    assert_eq!(*replicas[0], (1..=10).collect::<Vec<u64>>(), "nine joins and a removal");
     for n in nodes.iter().filter(|&&n| n != 4) {
         let views = &w.seen[n];
         assert!(views.windows(2).all(|p| p[1] == p[0] + 1), "member {n}: {views:?}");
-        assert_eq!(views.last(), replicas[0].last(), "member {n} holds the last view");
+        assert_eq!(views.last(), Some(&10), "member {n} holds the last view");
+        assert_eq!(w.members[n].view(), &w.view());
     }
 }
