@@ -495,6 +495,42 @@ pub struct SimRow {
     pub datagrams_cut: u64,
     /// A calls mix's calls, summed (crashes, calls, and how they ended).
     pub calls: Option<tether_sim::calls::CallsReport>,
+    /// The membership mix's crashes and removals, over its runs.
+    pub membership: Option<MembershipRow>,
+}
+
+/// What the membership mix's runs came to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MembershipRow {
+    pub crashes: u64,
+    /// Crash to removal, milliseconds: median and max over every crash.
+    pub removal_median_ms: f64,
+    pub removal_max_ms: f64,
+    pub false_removals: u64,
+    /// Members removed while cut off, who joined again.
+    pub cut_removals: u64,
+    /// Messages sent (members' and replicas'), per member and run.
+    pub messages_per_member: f64,
+}
+
+impl MembershipRow {
+    fn of(reports: &[tether_sim::SimReport]) -> Option<MembershipRow> {
+        let m: Vec<_> = reports.iter().filter_map(|r| r.membership.as_ref()).collect();
+        if m.is_empty() {
+            return None;
+        }
+        let mut removals: Vec<f64> = m.iter().flat_map(|r| r.removal_ms.iter().copied()).collect();
+        removals.sort_by(f64::total_cmp);
+        let members: u64 = m.iter().map(|r| r.members).sum();
+        Some(MembershipRow {
+            crashes: m.iter().map(|r| r.crashes).sum(),
+            removal_median_ms: removals.get(removals.len() / 2).copied().unwrap_or(0.0),
+            removal_max_ms: removals.last().copied().unwrap_or(0.0),
+            false_removals: m.iter().map(|r| r.false_removals).sum(),
+            cut_removals: m.iter().map(|r| r.cut_removals).sum(),
+            messages_per_member: m.iter().map(|r| r.messages).sum::<u64>() as f64 / members.max(1) as f64,
+        })
+    }
 }
 
 impl SimRow {
@@ -525,6 +561,7 @@ impl SimRow {
                 not_run: a.not_run + b.not_run,
                 unknown: a.unknown + b.unknown,
             }),
+            membership: MembershipRow::of(reports),
         }
     }
 }
@@ -572,6 +609,12 @@ pub fn sim(rows: &[SimRow]) {
             println!(
                 "{}: a call is the unit (sent: made, delivered: ended); {} server crashes, {} calls: ran {}, did not run {}, unknown {}; none ran twice and every state was true unless violating > 0",
                 r.mix, c.crashes, c.calls, c.ran, c.not_run, c.unknown
+            );
+        }
+        if let Some(m) = &r.membership {
+            println!(
+                "{}: a live member is the unit (sent: live, delivered: in the last view, holding it); {} crashes, removed after {:.1} ms median, {:.1} max; {} false removals; {} removed while cut off, joined again; {:.0} messages per member a run",
+                r.mix, m.crashes, m.removal_median_ms, m.removal_max_ms, m.false_removals, m.cut_removals, m.messages_per_member
             );
         }
     }

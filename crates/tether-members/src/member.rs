@@ -20,6 +20,10 @@ use crate::detector::{Detector, DetectorKind, Lateness};
 use crate::rings::Rings;
 use crate::wire::{Msg, ViewChange};
 
+/// Heartbeat turns between two pulls of the view from a manager, whatever
+/// happened (a replica answers nothing when the member is up to date).
+const PULL_EVERY: u64 = 10;
+
 /// How a member watches and is watched.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemberConfig {
@@ -103,9 +107,11 @@ pub enum MemberEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Trusted,
+    /// Probed since `since`, the last probe sent at `sent`.
     Probing {
         nonce: u64,
         since: Instant,
+        sent: Instant,
     },
     /// Alerted; the alert goes again every period until a manager
     /// acknowledges it.
@@ -245,7 +251,9 @@ impl Member {
         for w in self.subjects.values() {
             let due = match w.state {
                 State::Trusted => w.detector.deadline() + self.lateness.get(),
-                State::Probing { since, .. } => since + self.config.probe_timeout + self.lateness.get(),
+                State::Probing { since, sent, .. } => {
+                    (since + self.config.probe_timeout + self.lateness.get()).min(sent + self.reprobe())
+                }
                 State::Alerted { acknowledged: false, sent, .. } => sent + self.config.period,
                 State::Alerted { .. } => continue,
             };
@@ -269,6 +277,14 @@ impl Member {
                 for &m in &self.managers {
                     self.out.push_back((m, Msg::Join { incarnation: self.incarnation }));
                 }
+            } else if self.seq.is_multiple_of(PULL_EVERY) {
+                // Anti-entropy: a change announced while this member was
+                // cut off, and every heartbeat naming a newer view with it,
+                // may all have been lost; a member removed meanwhile would
+                // never hear of it otherwise.
+                if let Some(&m) = self.managers.get(self.pulls % self.managers.len().max(1)) {
+                    self.pull(m, now);
+                }
             }
             // The next turn a period after this one was due, skipping
             // those missed: heartbeats keep their pace, not their count.
@@ -278,13 +294,24 @@ impl Member {
             }
         }
         let lateness = self.lateness.get();
+        let reprobe = self.reprobe();
         for (&s, w) in &mut self.subjects {
             match w.state {
                 State::Trusted if w.detector.suspects(now, lateness) => {
                     self.nonces += 1;
-                    w.state = State::Probing { nonce: self.nonces, since: now };
+                    w.state = State::Probing { nonce: self.nonces, since: now, sent: now };
                     self.out.push_back((s, Msg::Probe { nonce: self.nonces }));
                     self.events.push_back(MemberEvent::Suspected { subject: s, at: now });
+                }
+                // Probed again every half period until the timeout: one
+                // probe or its answer lost must not make an alert (the
+                // simulator's membership mix removed live members on
+                // exactly that, 11 times in 100 runs with 3% loss).
+                State::Probing { nonce, since, sent }
+                    if now < since + self.config.probe_timeout + lateness && now >= sent + reprobe =>
+                {
+                    w.state = State::Probing { nonce, since, sent: now };
+                    self.out.push_back((s, Msg::Probe { nonce }));
                 }
                 State::Probing { since, .. } if now >= since + self.config.probe_timeout + lateness => {
                     w.state = State::Alerted { since: now, acknowledged: false, sent: now };
@@ -408,6 +435,11 @@ impl Member {
         self.events.pop_front()
     }
 
+    /// Time between two probes of one suspect.
+    fn reprobe(&self) -> Duration {
+        (self.config.period / 2).max(Duration::from_nanos(1))
+    }
+
     /// The silence this member forgives its subjects for its own slowness.
     pub fn lateness(&self) -> Duration {
         self.lateness.get()
@@ -504,7 +536,7 @@ mod tests {
                 }
             }
             while let Some((to, msg)) = a.poll_send() {
-                alerts += usize::from(to == 100);
+                alerts += usize::from(to == 100 && matches!(msg, Msg::Alert { .. }));
                 if to == 2 {
                     b.handle(1, msg, at(ms));
                 }

@@ -135,6 +135,20 @@ pub enum Violation {
     NackedUnfated {
         messages: u64,
     },
+    /// A member neither crashed nor cut off left the view (`crate::membership`).
+    FalseRemoval {
+        node: NodeId,
+        epoch: u64,
+    },
+    /// A crashed member still in the last view.
+    CrashUndetected {
+        node: NodeId,
+    },
+    /// Replicas or members disagree on the views, or a live member ended
+    /// outside the last one.
+    MembershipDiverged {
+        what: String,
+    },
 }
 
 #[derive(Debug, Default)]

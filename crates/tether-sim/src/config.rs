@@ -42,6 +42,10 @@ pub enum Workload {
     /// Applications attached to real engine loops stream to each other
     /// while the engines are killed and started again (`crate::engines`).
     Engines,
+    /// Members and manager replicas of the membership protocol under
+    /// message faults, crashes, a member cut off and a replica replaced
+    /// (`crate::membership`).
+    Membership,
 }
 
 #[derive(Debug, Clone)]
@@ -243,10 +247,17 @@ pub enum FaultMix {
     /// again up to 5 ms later: each application resumes with the new
     /// engine from its own backup. Nothing may be lost or repeated.
     EngineKill,
+    /// The membership protocol (docs/CLUSTER.md): members and three
+    /// manager replicas over links that drop, duplicate and replay, with a
+    /// 20 ms blackout every second; up to two members crash, one may be cut
+    /// off for 50-400 ms, a replica may die and be replaced. Every replica
+    /// applies the same views, every live member ends in the last view,
+    /// every crash is detected, nobody else is removed.
+    Membership,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 26] = [
+    pub const ALL: [FaultMix; 27] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -273,6 +284,7 @@ impl FaultMix {
         FaultMix::ForgedEpochs,
         FaultMix::CallsServerCrash,
         FaultMix::EngineKill,
+        FaultMix::Membership,
     ];
 
     pub fn name(self) -> &'static str {
@@ -303,6 +315,7 @@ impl FaultMix {
             FaultMix::ForgedEpochs => "forged_epochs",
             FaultMix::CallsServerCrash => "calls_server_crash",
             FaultMix::EngineKill => "engine_kill",
+            FaultMix::Membership => "membership",
         }
     }
 
@@ -486,6 +499,20 @@ impl FaultMix {
                 c.safety_phase = Duration::from_millis(40);
                 c.engine_kills = engine_kills(seed, c.safety_phase);
                 c.time_limit = Duration::from_secs(5);
+            }
+            FaultMix::Membership => {
+                c.workload = Workload::Membership;
+                rules(
+                    &mut c,
+                    &[
+                        "drop:p=0.03,side=send",
+                        "duplicate:p=0.02,side=send",
+                        "inject:p=0.002,side=send",
+                        // Everything lost for 20 ms in every second: two
+                        // heartbeats missed by everyone at once.
+                        "drop:p=1,on=20ms,off=980ms,side=send",
+                    ],
+                );
             }
         }
         c

@@ -570,6 +570,7 @@ pub(crate) fn run(cfg: &SimConfig) -> SimReport {
         streams_ms: virtual_ms,
         events,
         calls: None,
+        membership: None,
     };
     for h in &mut w.hosts {
         h.engine = None;

@@ -10,6 +10,7 @@ mod checker;
 mod config;
 pub mod engines;
 mod forger;
+mod membership;
 mod nacked;
 pub mod net;
 mod report;

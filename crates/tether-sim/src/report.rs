@@ -54,6 +54,8 @@ pub struct SimReport {
     pub events: u64,
     /// Calls mixes (`Workload::Calls`): what the calls came to.
     pub calls: Option<crate::calls::CallsReport>,
+    /// The membership mix (`Workload::Membership`): what it came to.
+    pub membership: Option<crate::membership::MembershipReport>,
 }
 
 impl SimReport {
@@ -87,6 +89,7 @@ impl SimReport {
             streams_ms: 0.0,
             events: 0,
             calls: None,
+            membership: None,
         }
     }
 }

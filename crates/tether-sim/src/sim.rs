@@ -433,6 +433,7 @@ impl<'a> World<'a> {
             streams_ms: ns(self.settled.1) as f64 / 1e6,
             events,
             calls: None,
+            membership: None,
         }
     }
 }
@@ -624,6 +625,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         match cfg.workload {
             crate::config::Workload::Calls => return crate::calls::run(cfg),
             crate::config::Workload::Engines => return crate::engines::run(cfg),
+            crate::config::Workload::Membership => return crate::membership::run(cfg),
             crate::config::Workload::Streams => {}
         }
         let mut world = World::new(cfg);

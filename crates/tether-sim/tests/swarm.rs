@@ -256,6 +256,17 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             assert!(sum(|c| c.ran) > sum(|c| c.calls) / 2, "most calls ran");
             assert!(sum(|c| c.not_run) > 0 && sum(|c| c.unknown) > 0, "every kind of end is reached");
         }
+        FaultMix::Membership => {
+            // Crashes struck and were detected within the bound (checked
+            // per run), cut members came back, and every live member ended
+            // in the last view (delivered = sent, checked by check_mix).
+            let crashes: u64 = r.iter().filter_map(|r| r.membership.as_ref()).map(|m| m.crashes).sum();
+            let removed: usize =
+                r.iter().filter_map(|r| r.membership.as_ref()).map(|m| m.removal_ms.len()).sum();
+            assert!(crashes > 20 && removed as u64 == crashes, "{removed} of {crashes} crashes removed");
+            let cut: u64 = r.iter().filter_map(|r| r.membership.as_ref()).map(|m| m.cut_removals).sum();
+            assert!(cut > 0, "a cut member was removed and joined again in some run");
+        }
         FaultMix::EngineKill => {
             // Every run killed an engine and started another, and the
             // applications there resumed with it (a host serves one or two
