@@ -14,6 +14,8 @@
 //!   removals on a majority of a member's observers' alerts, hence the
 //!   views) is an entry of a log replicated by raft-rs.
 //! * [`wire`]: the protocol's messages.
+//! * [`node`]: a node's member and replica over a tether endpoint's
+//!   service ports, pumped by whatever drives the endpoint.
 //!
 //! Everything here is sans-IO, like `tether-proto`: the runtime and the
 //! simulator hand in time and messages and take out what to send.
@@ -21,11 +23,13 @@
 pub mod detector;
 pub mod managers;
 pub mod member;
+pub mod node;
 pub mod rings;
 pub mod wire;
 
 pub use detector::{Detector, DetectorKind, Lateness};
 pub use managers::{ClusterState, Command, Manager, ManagerConfig, ManagerError};
 pub use member::{Member, MemberConfig, MemberEvent, View};
+pub use node::{ClusterConfig, ClusterEvent, ClusterNode, ClusterStats};
 pub use rings::Rings;
 pub use wire::{Msg, MsgError};

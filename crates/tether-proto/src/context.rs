@@ -45,6 +45,8 @@ pub(crate) struct Context<'a> {
     pub backlog: u8,
     /// Unreliable messages received, for the application.
     pub unreliable: &'a mut crate::unreliable::Inbox,
+    /// The cluster services' queues, by `Service::index`.
+    pub services: &'a mut [crate::unreliable::Inbox; 2],
     /// NACK-reliable messages delivered in order, for the application.
     pub nacked: &'a mut crate::nacked::Inbox,
 }

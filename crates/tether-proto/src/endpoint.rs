@@ -210,6 +210,8 @@ pub struct Endpoint {
     messages: MessagePool,
     /// Unreliable messages received and not yet taken (`recv_unreliable`).
     unreliable: crate::unreliable::Inbox,
+    /// Service datagrams received and not yet taken (`recv_service`).
+    services: [crate::unreliable::Inbox; 2],
     /// NACK-reliable messages delivered in order and not yet taken.
     nacked: crate::nacked::Inbox,
     /// Rails whose sockets the driver left unread this turn (`set_backlog`).
@@ -269,6 +271,7 @@ impl Endpoint {
             recv_arena: BytesMut::new(),
             messages: MessagePool::new(),
             unreliable: Default::default(),
+            services: Default::default(),
             nacked: Default::default(),
             backlog: 0,
             landing: LandingArea::default(),
@@ -522,6 +525,7 @@ impl Endpoint {
             greetings,
             backlog,
             unreliable,
+            services,
             nacked,
             ..
         } = self;
@@ -543,6 +547,7 @@ impl Endpoint {
             greetings,
             backlog: *backlog,
             unreliable,
+            services,
             nacked,
         };
         let out = f(peer, &mut cx, landing);
@@ -704,6 +709,12 @@ impl Endpoint {
     /// an error. Refused (`MessageTooLarge`) if it cannot fit a datagram of
     /// this endpoint's size.
     pub fn send_unreliable(&mut self, peer: NodeId, msg: &[u8]) -> Result<bool, SendError> {
+        self.send_datagram(peer, tether_wire::PORT_APPLICATION, msg)
+    }
+
+    /// Queue `msg` for `port` of `peer`'s datagrams (the application's
+    /// unreliable messages, or a service's).
+    fn send_datagram(&mut self, peer: NodeId, port: u8, msg: &[u8]) -> Result<bool, SendError> {
         if peer == self.node {
             return Err(SendError::SelfSend);
         }
@@ -715,7 +726,7 @@ impl Endpoint {
         let Some(p) = peers.get_mut(&peer) else { return Err(SendError::UnknownPeer(peer)) };
         let mut buf = messages.take(msg.len());
         buf.extend_from_slice(msg);
-        let queued = p.unreliable.offer(tether_wire::PORT_APPLICATION, messages.seal(buf), config, stats);
+        let queued = p.unreliable.offer(port, messages.seal(buf), config, stats);
         if queued {
             ready.list(peer, &mut p.listed);
         }
@@ -748,6 +759,29 @@ impl Endpoint {
     /// Is an unreliable message waiting for the application?
     pub fn has_unreliable(&self) -> bool {
         !self.unreliable.is_empty()
+    }
+
+    /// Send `msg` to `peer` for `service` (`Service`: the cluster's own
+    /// protocols), as an unreliable message on the service's port: once,
+    /// whole, never acknowledged; `Ok(false)` when the queue to the peer
+    /// was full (dropped, counted). The service repeats what it must.
+    pub fn send_service(
+        &mut self,
+        peer: NodeId,
+        service: crate::Service,
+        msg: &[u8],
+    ) -> Result<bool, SendError> {
+        self.send_datagram(peer, service.port(), msg)
+    }
+
+    /// Is a datagram waiting for any service?
+    pub fn has_service_datagrams(&self) -> bool {
+        self.services.iter().any(|q| !q.is_empty())
+    }
+
+    /// The next datagram received for `service`, if any.
+    pub fn recv_service(&mut self, service: crate::Service) -> Option<crate::Unreliable> {
+        self.services[service.index()].take()
     }
 
     /// Send `msg` to `peer` in the NACK-reliable class (`crate::nacked`):

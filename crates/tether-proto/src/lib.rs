@@ -62,7 +62,7 @@ pub use congestion::{
 };
 pub use nacked::Nacked;
 pub use refused::Refused;
-pub use unreliable::Unreliable;
+pub use unreliable::{Service, Unreliable};
 
 pub use config::MIN_DATAGRAM;
 pub use delivery::DELIVERY_COST;

@@ -383,11 +383,20 @@ impl Peer {
                 Frame::Datagram(d) => match d.port {
                     // Of no stream and no epoch: delivered as it came.
                     tether_wire::PORT_APPLICATION => {
-                        cx.unreliable.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats)
+                        let queued =
+                            cx.unreliable.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats);
+                        cx.stats.unreliable_received += u64::from(queued);
                     }
                     tether_wire::PORT_NACKED => self.on_nacked(cx, now, d.payload),
-                    // A newer peer's service: not ours to judge.
-                    _ => cx.stats.unreliable_dropped += 1,
+                    port => match crate::unreliable::Service::of_port(port) {
+                        Some(s) => {
+                            let inbox = &mut cx.services[s.index()];
+                            let queued = inbox.deliver(self.id, d.payload, cx.messages, cx.config, cx.stats);
+                            cx.stats.service_received += u64::from(queued);
+                        }
+                        // A newer peer's service: not ours to judge.
+                        None => cx.stats.unreliable_dropped += 1,
+                    },
                 },
                 Frame::Data(d) => {
                     let landed = landings.next(cx.stats);
@@ -1029,6 +1038,7 @@ impl Peer {
                 let (port, msg) = self.unreliable.take().expect("a message is queued");
                 w.push_datagram(port, &msg).expect("it fits");
                 stats.unreliable_sent += u64::from(port == tether_wire::PORT_APPLICATION);
+                stats.service_sent += u64::from(port >= tether_wire::PORT_MEMBERS);
                 unreliable += 1;
             } else if need + HANDSHAKE_LEN > empty_room {
                 self.unreliable.take();

@@ -190,6 +190,13 @@ counters! {
     /// NACK-reliable messages dropped on arrival for want of room (asked
     /// for again later), and frames of the class that did not parse.
     nacked_dropped,
+    /// Datagrams of the cluster's own services (membership, the managers'
+    /// Raft) put in a datagram (`Endpoint::send_service`).
+    service_sent,
+    /// Datagrams of the cluster's services received and queued for them
+    /// (`Endpoint::recv_service`). Their drops count in
+    /// `unreliable_dropped`.
+    service_received,
 }
 
 impl Stats {
@@ -213,6 +220,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 57);
+        assert_eq!(names.len(), 59);
     }
 }

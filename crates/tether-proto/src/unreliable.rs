@@ -95,12 +95,47 @@ impl Outbox {
     }
 }
 
-/// Messages received and not yet taken by the application.
+/// The cluster's own services that ride the session's datagrams beside
+/// the application's, each on a port of its own (docs/CLUSTER.md): their
+/// messages are authenticated and source-validated as every datagram of
+/// the session is, and never reach the application's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// The membership protocol: heartbeats, probes, alerts, joins, views.
+    Members,
+    /// The manager replicas' Raft messages.
+    Managers,
+}
+
+impl Service {
+    /// Every service, in the order of their queues.
+    pub const ALL: [Service; 2] = [Service::Members, Service::Managers];
+
+    /// The DATAGRAM port it rides on.
+    pub fn port(self) -> u8 {
+        match self {
+            Service::Members => tether_wire::PORT_MEMBERS,
+            Service::Managers => tether_wire::PORT_MANAGERS,
+        }
+    }
+
+    /// The service a port serves, if one does.
+    pub(crate) fn of_port(port: u8) -> Option<Service> {
+        Service::ALL.into_iter().find(|s| s.port() == port)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Messages received and not yet taken by the application (or by a
+/// service of the cluster: one queue each).
 pub(crate) type Inbox = Bounded<Unreliable>;
 
 impl Inbox {
-    /// Copy `payload` from `from` into a pooled buffer and queue it, or drop
-    /// and count it if the queue is full.
+    /// Copy `payload` from `from` into a pooled buffer and queue it; `false`
+    /// (dropped and counted) if the queue is full.
     pub fn deliver(
         &mut self,
         from: NodeId,
@@ -108,12 +143,12 @@ impl Inbox {
         pool: &MessagePool,
         config: &Config,
         stats: &mut Stats,
-    ) {
+    ) -> bool {
         // Checked before the copy: a message that will not be kept is
         // not copied.
         if !self.has_room(payload.len(), config) {
             stats.unreliable_dropped += 1;
-            return;
+            return false;
         }
         let mut buf = pool.take(payload.len());
         buf.extend_from_slice(payload);
@@ -121,7 +156,7 @@ impl Inbox {
         let len = message.len();
         let queued = self.push(Unreliable { from, message }, len, config);
         debug_assert!(queued, "room was checked");
-        stats.unreliable_received += 1;
+        true
     }
 
     pub fn take(&mut self) -> Option<Unreliable> {
@@ -150,10 +185,8 @@ mod tests {
 
         let pool = MessagePool::new();
         let mut inbox = Inbox::default();
-        for _ in 0..4 {
-            inbox.deliver(7, b"abc", &pool, &config, &mut stats);
-        }
-        assert_eq!((stats.unreliable_received, stats.unreliable_dropped), (3, 3));
+        let queued = (0..4).filter(|_| inbox.deliver(7, b"abc", &pool, &config, &mut stats)).count();
+        assert_eq!((queued, stats.unreliable_dropped), (3, 3));
         assert_eq!(inbox.take(), Some(Unreliable { from: 7, message: Bytes::from_static(b"abc") }));
     }
 }

@@ -38,6 +38,11 @@ pub(crate) const FRAME_DATAGRAM: u8 = 0x07;
 pub const PORT_APPLICATION: u8 = 0;
 /// The DATAGRAM port of the NACK-reliable class's frames.
 pub const PORT_NACKED: u8 = 1;
+/// The DATAGRAM port of the membership protocol's messages (heartbeats,
+/// probes, alerts, joins, view changes: docs/CLUSTER.md).
+pub const PORT_MEMBERS: u8 = 2;
+/// The DATAGRAM port of the manager replicas' Raft messages.
+pub const PORT_MANAGERS: u8 = 3;
 /// Fixed part of a DATAGRAM frame: type, port, len.
 pub const DATAGRAM_FIXED_LEN: usize = 4;
 /// A handshake frame: type, flags, reserved, max_datagram, nonce, cookie.

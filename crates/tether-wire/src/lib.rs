@@ -22,7 +22,8 @@ mod packet;
 pub use error::WireError;
 pub use frame::{
     AckFrame, AckRepr, Channel, DataFlags, DataFrame, DatagramFrame, Frame, HandshakeFrame, HandshakeKind,
-    SackRange, DATAGRAM_FIXED_LEN, HANDSHAKE_LEN, MAX_SACK_RANGES, PORT_APPLICATION, PORT_NACKED,
+    SackRange, DATAGRAM_FIXED_LEN, HANDSHAKE_LEN, MAX_SACK_RANGES, PORT_APPLICATION, PORT_MANAGERS,
+    PORT_MEMBERS, PORT_NACKED,
 };
 pub use integrity::{AuthKind, ChecksumKind, ChecksumSet, Checksummer, MacKey, TAG_LEN};
 pub use packet::{

@@ -217,6 +217,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.recv_nacked(timeout)
     }
 
+    fn embedded(&self) -> Option<&crate::shared::Shared> {
+        self.inner.embedded()
+    }
+
     fn stats_source(&self) -> crate::publish::Source {
         self.inner.stats_source()
     }

@@ -73,6 +73,11 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn send_nacked(&self, peer: NodeId, msg: &[u8]) -> Result<u64, Error>;
     /// `Endpoint::recv_nacked`.
     fn recv_nacked(&self, timeout: Option<Duration>) -> Result<Nacked, Error>;
+    /// The state of an embedded endpoint (its cluster layer); `None`
+    /// attached to an engine.
+    fn embedded(&self) -> Option<&crate::shared::Shared> {
+        None
+    }
 }
 
 /// A message as the application hands it to `send`: borrowed, and copied

@@ -172,6 +172,18 @@ impl Builder {
         self
     }
 
+    /// Take part in a cluster (docs/CLUSTER.md): join as a member (its
+    /// heartbeats, detector and probes as `config.member` says), and run a
+    /// manager replica if `config.managers` names this node. Every node of
+    /// the cluster must be a peer of this endpoint. Views and suspicions
+    /// come as `Endpoint::next_cluster_event`. Embedded endpoints only,
+    /// for now.
+    pub fn cluster(mut self, config: crate::cluster::ClusterConfig) -> Self {
+        self.options.cluster = Some(config);
+        self.embedded_only.push("cluster membership (`Builder::cluster`)");
+        self
+    }
+
     /// Faults for one rail instead of the endpoint-wide plan there.
     pub fn rail_faults(mut self, rail: RailId, plan: FaultPlan) -> Self {
         self.options.rail_faults.push((rail, plan));

@@ -26,7 +26,7 @@ impl Host {
     /// Look at or change the call layer (nothing is sent).
     pub fn with<R>(&self, f: impl FnOnce(&mut Calls) -> R) -> R {
         match self {
-            Host::Embedded(s) => f(&mut s.lock().layer),
+            Host::Embedded(s) => f(&mut s.lock().layer.calls),
             Host::Attached(a) => a.with(f),
         }
     }
@@ -38,7 +38,7 @@ impl Host {
         mut ready: impl FnMut(&mut Calls) -> Option<R>,
     ) -> Result<R, Error> {
         match self {
-            Host::Embedded(s) => block_on(s, timeout, Awaits::Calls, |d| ready(&mut d.layer)),
+            Host::Embedded(s) => block_on(s, timeout, Awaits::Calls, |d| ready(&mut d.layer.calls)),
             Host::Attached(a) => a.wait(timeout, ready),
         }
     }
@@ -91,7 +91,8 @@ impl Site<'_> {
                     d.learn_peer(peer);
                 }
                 let now = shared.clock.now();
-                let Station { layer: calls, core, .. } = &mut *d;
+                let Station { layer, core, .. } = &mut *d;
+                let calls = &mut layer.calls;
                 let r = f(calls, core, now);
                 calls.flush(now, core);
                 d.transmit(now);

@@ -108,7 +108,14 @@ impl Embedded {
             options.caller_log.as_ref(),
             clock.now(),
         )?;
-        let station = Station::new(core, calls, wrapped);
+        let cluster = match &options.cluster {
+            Some(c) => Some(
+                tether_members::ClusterNode::new(node, incarnation, c, clock.now())
+                    .map_err(|e| Error::Cluster(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let station = Station::new(core, crate::cluster::Above { calls, cluster }, wrapped);
         let served = options.progress == Progress::Thread;
         let shared = Arc::new(Shared::new(station, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {
@@ -401,6 +408,10 @@ impl Backend for Embedded {
 
     fn calls(&self) -> Site<'_> {
         Site::Embedded(&self.shared)
+    }
+
+    fn embedded(&self) -> Option<&Shared> {
+        Some(&self.shared)
     }
 }
 

@@ -208,6 +208,39 @@ impl Endpoint {
         self.backend.recv_nacked(timeout)
     }
 
+    /// The view of the cluster this node holds (`Builder::cluster`): its
+    /// epoch and members; `None` without a cluster (or attached to an
+    /// engine, for now).
+    pub fn view(&self) -> Option<crate::cluster::View> {
+        self.backend.embedded().and_then(crate::cluster::view)
+    }
+
+    /// The next cluster event (a new view, a suspicion, this node removed),
+    /// waiting up to `timeout` (`None`: for ever; `Err(Error::TimedOut)`
+    /// past it). Each view comes once, in epoch order, as long as the
+    /// application takes them (the oldest of more than
+    /// `tether_members::node::MAX_EVENTS` waiting goes, counted).
+    /// `Error::Unsupported` without `Builder::cluster`.
+    pub fn next_cluster_event(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<crate::cluster::ClusterEvent, Error> {
+        let Some(shared) = self.backend.embedded() else {
+            return Err(Error::Unsupported { what: "cluster membership through an engine (not yet)" });
+        };
+        crate::cluster::next_event(shared, timeout)
+    }
+
+    /// The next cluster event, if one waits.
+    pub fn poll_cluster_event(&self) -> Option<crate::cluster::ClusterEvent> {
+        self.backend.embedded().and_then(crate::cluster::poll_event)
+    }
+
+    /// This node's cluster counters (`None` without a cluster).
+    pub fn cluster_stats(&self) -> Option<crate::cluster::ClusterStats> {
+        self.backend.embedded().and_then(crate::cluster::stats)
+    }
+
     /// Where this endpoint serves its metrics (`Builder::metrics`), if it
     /// does.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {

@@ -110,6 +110,10 @@ pub enum Error {
         /// What was asked.
         what: &'static str,
     },
+    /// The node's cluster part could not start (its manager replica's
+    /// Raft configuration was refused).
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// The configuration from `tether.toml` or `TETHER_*` variables was
     /// refused (`tether::settings`).
     #[error("configuration: {0}")]

@@ -40,6 +40,7 @@ mod call_log;
 mod call_site;
 mod calls;
 mod clock;
+pub mod cluster;
 mod embedded;
 mod endpoint;
 mod error;

@@ -61,6 +61,9 @@ pub struct Options {
     /// `Endpoint::metrics_addr`). Needs the `metrics` feature: without it
     /// `build` refuses it. `None`: not served.
     pub metrics: Option<std::net::SocketAddr>,
+    /// This node's part in a cluster (`Builder::cluster`): its member, and
+    /// its manager replica if the configuration names it. `None`: none.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 impl Default for Options {
@@ -78,6 +81,7 @@ impl Default for Options {
             caller_log: None,
             publish_stats: None,
             metrics: None,
+            cluster: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant as StdInstant};
 use tether_io::FaultHandle;
 use tether_proto::Instant;
 
-use crate::call_layer::{Calls, Handlers};
+use crate::call_layer::Handlers;
 use crate::clock::Clock;
 use crate::leave;
 use crate::station::Station;
@@ -27,7 +27,7 @@ use crate::Error;
 
 /// The station an embedded endpoint runs: its core, its rails and the call
 /// layer above them.
-pub(crate) type EmbeddedStation = Station<Calls>;
+pub(crate) type EmbeddedStation = Station<crate::cluster::Above>;
 
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
@@ -100,7 +100,7 @@ pub(crate) struct Locked<'a> {
     /// Condition variables to notify once the lock is let go (bit per
     /// `Awaits`): a call woken under the lock would wake only to wait for
     /// it again, a second thread switch for every wake-up.
-    wakes: u8,
+    wakes: Wakes,
 }
 
 impl Locked<'_> {
@@ -174,11 +174,17 @@ pub(crate) enum Awaits {
     Unreliable,
     /// A NACK-reliable message for the application.
     Nacked,
+    /// A cluster event (a view, a suspicion).
+    Cluster,
 }
 
 impl Awaits {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
 }
+
+/// A bit per `Awaits`.
+type Wakes = u16;
+const _: () = assert!(Awaits::COUNT <= Wakes::BITS as usize, "a bit per Awaits");
 
 impl Shared {
     /// The state of an endpoint that runs `station` over rails waited on with
@@ -258,7 +264,7 @@ impl Shared {
     pub(crate) fn hand_off<'a>(&'a self, d: Locked<'a>) -> Result<(), Locked<'a>> {
         let waiting = (0..Awaits::COUNT)
             .filter(|&k| self.parked[k].load(Ordering::SeqCst) > 0)
-            .fold(0u8, |w, k| w | 1 << k);
+            .fold(0 as Wakes, |w, k| w | 1 << k);
         if waiting == 0 {
             return Err(d);
         }
@@ -321,7 +327,7 @@ impl Shared {
         // with whole messages settled.
         let settled = stats.messages_acked + stats.messages_failed + stats.segments_acked;
         let moved = self.settled_seen.swap(settled, Ordering::SeqCst) != settled;
-        let mut wakes = 0;
+        let mut wakes: Wakes = 0;
         let mut wake = |k: Awaits| wakes |= 1 << k as usize;
         if parked(Awaits::Anything) {
             wake(Awaits::Anything);
@@ -344,9 +350,15 @@ impl Shared {
         if parked(Awaits::AllSettled) && d.core.unsettled() == 0 {
             wake(Awaits::AllSettled);
         }
-        if parked(Awaits::Calls) && d.layer.moved {
-            d.layer.moved = false;
+        if parked(Awaits::Calls) && d.layer.calls.moved {
+            d.layer.calls.moved = false;
             wake(Awaits::Calls);
+        }
+        if let Some(c) = d.layer.cluster.as_mut().filter(|c| c.moved) {
+            if parked(Awaits::Cluster) {
+                c.moved = false;
+                wake(Awaits::Cluster);
+            }
         }
         d.wakes |= wakes;
     }

@@ -1,0 +1,156 @@
+//! Cluster membership over real endpoints (docs/CLUSTER.md): members and
+//! three manager replicas (raft-rs) on UDP over loopback, their messages
+//! on the sessions' service ports, with the fault injector dropping a
+//! share of every node's datagrams. Every node must see the same views,
+//! each once, in epoch order; a member that dies must be removed; nobody
+//! alive may be; and the group must keep deciding with a replica dead.
+
+// Tests read the wall clock to time detection (asserted against a
+// generous bound, printed exactly).
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tether::cluster::{ClusterConfig, ClusterEvent, View};
+use tether::faults::FaultPlan;
+use tether::{Endpoint, NodeId, Options};
+
+const MANAGERS: [NodeId; 3] = [1, 2, 3];
+const PERIOD: Duration = Duration::from_millis(50);
+
+fn any() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn node(id: NodeId, rules: &[&str], seed: u64) -> Endpoint {
+    let options = Options { faults: FaultPlan::parse_rules(seed, rules).unwrap(), ..Options::default() };
+    Endpoint::builder(id)
+        .bind(any())
+        .options(options)
+        .cluster(ClusterConfig::new(&MANAGERS, PERIOD))
+        .build()
+        .unwrap()
+}
+
+/// Let every endpoint know every other's address.
+fn introduce(eps: &[&Endpoint]) {
+    for a in eps {
+        for b in eps {
+            if a.node() != b.node() {
+                let _ = a.add_peer(b.node(), b.local_addr().unwrap());
+            }
+        }
+    }
+}
+
+fn nodes(view: &View) -> Vec<NodeId> {
+    view.members.iter().map(|m| m.0).collect()
+}
+
+/// Wait until every endpoint's view holds exactly `want`.
+fn until_views(eps: &[&Endpoint], want: &[NodeId], within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if eps.iter().all(|e| e.view().is_some_and(|v| nodes(&v) == want)) {
+            return start.elapsed();
+        }
+        let views: Vec<_> = eps.iter().map(|e| (e.node(), e.view().map(|v| (v.epoch, nodes(&v))))).collect();
+        assert!(start.elapsed() < within, "views after {within:?}: {views:?}, wanted {want:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Take every event waiting at each endpoint; views by node.
+fn collect(eps: &[&Endpoint], views: &mut BTreeMap<NodeId, Vec<View>>, removed: &mut Vec<NodeId>) {
+    for e in eps {
+        while let Some(ev) = e.poll_cluster_event() {
+            match ev {
+                ClusterEvent::View(v) => views.entry(e.node()).or_default().push(v),
+                ClusterEvent::Removed { .. } => removed.push(e.node()),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Each node's views are epochs 1, 2, 3, ... in order, and where two nodes
+/// saw the same epoch they saw the same members.
+fn check_agreement(views: &BTreeMap<NodeId, Vec<View>>) {
+    let mut by_epoch: BTreeMap<u64, (NodeId, Vec<NodeId>)> = BTreeMap::new();
+    for (&n, vs) in views {
+        let epochs: Vec<u64> = vs.iter().map(|v| v.epoch).collect();
+        let want: Vec<u64> = (1..=epochs.len() as u64).collect();
+        assert_eq!(epochs, want, "node {n}'s views, by epoch");
+        for v in vs {
+            let (first, members) = by_epoch.entry(v.epoch).or_insert((n, nodes(v)));
+            assert_eq!(*members, nodes(v), "epoch {}: node {first} and node {n} disagree", v.epoch);
+        }
+    }
+}
+
+#[test]
+fn members_agree_and_a_dead_member_is_removed_under_loss() {
+    let rules = ["drop:p=0.05"];
+    let mut eps: Vec<Endpoint> = (1..=6).map(|id| node(id, &rules, 7)).collect();
+    introduce(&eps.iter().collect::<Vec<_>>());
+    let all: Vec<NodeId> = (1..=6).collect();
+    let took = until_views(&eps.iter().collect::<Vec<_>>(), &all, Duration::from_secs(20));
+    println!("six members in every view after {took:?}");
+    let mut views = BTreeMap::new();
+    let mut removed = Vec::new();
+    collect(&eps.iter().collect::<Vec<_>>(), &mut views, &mut removed);
+
+    // Node 6 dies: no goodbye, its socket closed.
+    let dead = eps.pop().unwrap();
+    dead.close(Duration::ZERO).ok();
+    let died = Instant::now();
+    let live: Vec<&Endpoint> = eps.iter().collect();
+    let took = until_views(&live, &all[..5], Duration::from_secs(10));
+    println!("node 6 removed from every view {took:?} after its death (heartbeats every {PERIOD:?})");
+    assert!(died.elapsed() < Duration::from_secs(10));
+
+    // A while longer under loss: nobody alive is removed.
+    std::thread::sleep(PERIOD * 20);
+    collect(&live, &mut views, &mut removed);
+    assert_eq!(removed, Vec::<NodeId>::new(), "live members removed");
+    for e in &live {
+        assert_eq!(nodes(&e.view().unwrap()), all[..5], "node {}'s view", e.node());
+    }
+    check_agreement(&views);
+    let stats: Vec<_> = live.iter().map(|e| e.cluster_stats().unwrap()).collect();
+    assert!(stats.iter().all(|s| s.member_received > 0));
+    assert!(stats[..3].iter().all(|s| s.raft_received > 0), "replicas talk Raft: {stats:?}");
+    println!("node 1's cluster counters: {:?}", stats[0]);
+}
+
+#[test]
+fn the_group_decides_on_with_a_replica_dead() {
+    let mut eps: Vec<Endpoint> = (1..=5).map(|id| node(id, &[], 11)).collect();
+    introduce(&eps.iter().collect::<Vec<_>>());
+    until_views(&eps.iter().collect::<Vec<_>>(), &[1, 2, 3, 4, 5], Duration::from_secs(20));
+
+    // Replica 1 dies; 2 and 3 remove it and take in a newcomer.
+    let dead = eps.remove(0);
+    dead.close(Duration::ZERO).ok();
+    let late = node(6, &[], 11);
+    eps.push(late);
+    introduce(&eps.iter().collect::<Vec<_>>());
+    let live: Vec<&Endpoint> = eps.iter().collect();
+    let took = until_views(&live, &[2, 3, 4, 5, 6], Duration::from_secs(20));
+    println!("replica 1 removed and node 6 joined after {took:?}");
+
+    let mut views = BTreeMap::new();
+    let mut removed = Vec::new();
+    collect(&live, &mut views, &mut removed);
+    assert_eq!(removed, Vec::<NodeId>::new());
+    check_agreement(&views);
+}
+
+#[test]
+fn cluster_events_need_a_cluster() {
+    let e = Endpoint::builder(9).bind(any()).build().unwrap();
+    assert!(e.view().is_none());
+    assert!(matches!(e.next_cluster_event(Some(Duration::ZERO)), Err(tether::Error::Unsupported { .. })));
+}
