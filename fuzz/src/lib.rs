@@ -18,6 +18,7 @@
 
 pub mod datagram;
 pub mod fault_plan;
+pub mod groups;
 pub mod handshake;
 pub mod hook_request;
 pub mod members;
@@ -53,5 +54,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     rpc_log,
     stat_board,
     nacked,
-    members
+    members,
+    groups
 ];

@@ -24,7 +24,7 @@ pub fn run(input: &[u8]) {
     }
     let mut now = Instant::from_nanos(1_000_000);
     let mut m = Member::new(3, 7, config, now);
-    m.set_view(View { epoch: 4, members: (1..=5).map(|n| (n, 7)).collect() }, now);
+    m.set_view(View { epoch: 4, members: (1..=5).map(|n| (n, 7)).collect(), ..View::default() }, now);
     m.set_managers(&[100]);
     let subjects: Vec<u32> = m.subjects().collect();
     m.join();
@@ -40,8 +40,10 @@ pub fn run(input: &[u8]) {
         now = now + Duration::from_micros(u64::from(step) * 200);
         if let Ok(msg) = Msg::parse(bytes) {
             let passed = m.handle(from, msg, now);
-            let for_managers =
-                matches!(passed, Some(Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. }));
+            let for_managers = matches!(
+                passed,
+                Some(Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. } | Msg::Group { .. })
+            );
             assert!(passed.is_none() || for_managers, "only the managers' messages are handed back");
         }
         m.turn(now);

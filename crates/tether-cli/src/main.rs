@@ -12,8 +12,8 @@ mod table;
 
 use tether_lab::{
     args, auth_bench, bandwidth, bench, calls_bench, campaign, congestion_bench, contention_bench, demo,
-    demo_engine, demo_rpc, detect_bench, detection, engine_bench, engine_campaign, flows, limit, logp_bench,
-    loss_bench, model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
+    demo_engine, demo_rpc, detect_bench, detection, engine_bench, engine_campaign, flows, group_bench, limit,
+    logp_bench, loss_bench, model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -134,6 +134,11 @@ enum BenchWhat {
     /// detection times of Li et al.'s [CI] two-miss rule and phi accrual,
     /// with and without the observer's own lateness forgiven.
     Detect(detect_bench::DetectOpts),
+    /// Ordered multicast among three members of a group on loopback
+    /// (virtual synchrony, docs/CLUSTER.md): ordered messages a second and
+    /// the delivery latency, against tether's 8 B round trip in the same
+    /// run.
+    Group(group_bench::GroupOpts),
     /// What a call costs (active messages): the round trip of a
     /// call to an empty handler against the limit's and a message's, the
     /// server's log in memory, in a file, synced per record; calls a
@@ -598,6 +603,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Loss(l)) => return loss_bench::run(l, default_net()?),
         Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
         Some(BenchWhat::Detect(d)) => return detect_bench::run(d),
+        Some(BenchWhat::Group(g)) => return group_bench::run(g),
         Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
         Some(BenchWhat::Logp(l)) => return logp_bench::run(l, default_net()?),
         None => {}

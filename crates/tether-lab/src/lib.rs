@@ -29,6 +29,7 @@ pub mod engine_fault;
 pub mod engine_proc;
 pub mod fault_hook;
 pub mod flows;
+pub mod group_bench;
 pub mod limit;
 pub mod logp_bench;
 pub mod loss_bench;

@@ -14,6 +14,8 @@
 //!   removals on a majority of a member's observers' alerts, hence the
 //!   views) is an entry of a log replicated by raft-rs.
 //! * [`wire`]: the protocol's messages.
+//! * [`groups`]: ordered multicast in a group, with virtual synchrony,
+//!   over the reliable streams; [`group_wire`]: its envelopes.
 //! * [`node`]: a node's member and replica over a tether endpoint's
 //!   service ports, pumped by whatever drives the endpoint.
 //!
@@ -21,6 +23,8 @@
 //! simulator hand in time and messages and take out what to send.
 
 pub mod detector;
+pub mod group_wire;
+pub mod groups;
 pub mod managers;
 pub mod member;
 pub mod node;
@@ -32,4 +36,4 @@ pub use managers::{ClusterState, Command, Manager, ManagerConfig, ManagerError};
 pub use member::{Member, MemberConfig, MemberEvent, View};
 pub use node::{ClusterConfig, ClusterEvent, ClusterNode, ClusterStats};
 pub use rings::Rings;
-pub use wire::{Msg, MsgError};
+pub use wire::{Change, GroupId, Msg, MsgError, ViewChange};

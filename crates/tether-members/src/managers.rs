@@ -31,13 +31,15 @@ use tether_proto::{Instant, NodeId};
 
 use crate::member::View;
 use crate::rings::Rings;
-use crate::wire::{Msg, ViewChange};
+use crate::wire::{Change, GroupId, Msg, ViewChange};
 
 /// View changes a replica keeps to answer pulls; a member further behind
 /// joins again (it was surely removed meanwhile).
 pub const MAX_CHANGES: usize = 1 << 16;
 /// Changes one pull is answered with at most; the member pulls again.
 pub const PULL_BATCH: u64 = 64;
+/// Groups a view holds at most; a join to one more is not proposed.
+pub const MAX_GROUPS: usize = 65_536;
 
 /// How the replicas run Raft.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +79,8 @@ pub enum Command {
     /// `observer` alerted the managers about `subject` in `incarnation`,
     /// in view `epoch`.
     Alert { observer: NodeId, subject: NodeId, incarnation: u64, epoch: u64 },
+    /// `node` joins (or leaves) `group`.
+    Group { node: NodeId, group: GroupId, join: bool },
 }
 
 impl Command {
@@ -99,6 +103,12 @@ impl Command {
                 v.extend_from_slice(&incarnation.to_le_bytes());
                 v.extend_from_slice(&epoch.to_le_bytes());
             }
+            Command::Group { node, group, join } => {
+                v.push(3);
+                v.extend_from_slice(&node.to_le_bytes());
+                v.extend_from_slice(&group.to_le_bytes());
+                v.push(u8::from(join));
+            }
         }
         v
     }
@@ -117,6 +127,9 @@ impl Command {
                 incarnation: u64_at(9)?,
                 epoch: u64_at(17)?,
             }),
+            (3, 10) if b[9] <= 1 => {
+                Some(Command::Group { node: u32_at(1)?, group: u32_at(5)?, join: b[9] == 1 })
+            }
             _ => None,
         }
     }
@@ -162,60 +175,52 @@ impl ClusterState {
     }
 
     /// Apply a committed command; the change it made to the view, if any.
+    /// The change is decided here and made by `View::apply`, the very
+    /// function members apply it with.
     fn apply(&mut self, cmd: Command, observers: u32) -> Option<ViewChange> {
-        let (mut node, incarnation) = match cmd {
-            Command::Join { node, incarnation } => (node, Some(incarnation)),
-            Command::Leave { node } => (node, None),
-            Command::Alert { subject, .. } => (subject, None),
-        };
-        let changed = match cmd {
+        let view = &self.view;
+        let (node, change) = match cmd {
             Command::Join { node, incarnation } => {
-                let members = &mut self.view.members;
-                match members.binary_search_by_key(&node, |m| m.0) {
-                    Ok(i) if members[i].1 >= incarnation => false,
-                    Ok(i) => {
-                        members[i].1 = incarnation;
-                        true
-                    }
-                    Err(i) => {
-                        members.insert(i, (node, incarnation));
-                        true
-                    }
+                if view.incarnation_of(node).is_some_and(|i| i >= incarnation) {
+                    return None;
                 }
+                (node, Change::Joined(incarnation))
             }
-            Command::Leave { node } => match self.view.members.binary_search_by_key(&node, |m| m.0) {
-                Ok(i) => {
-                    self.view.members.remove(i);
-                    true
-                }
-                Err(_) => false,
-            },
+            Command::Leave { node } => {
+                view.incarnation_of(node)?;
+                (node, Change::Left)
+            }
             Command::Alert { observer, subject, incarnation, epoch } => {
                 // Only an alert of this epoch, about a member in the
                 // incarnation alerted about, by one of its observers.
                 let watched = self.rings.observers(subject);
-                if epoch != self.view.epoch
-                    || self.view.incarnation_of(subject) != Some(incarnation)
+                if epoch != view.epoch
+                    || view.incarnation_of(subject) != Some(incarnation)
                     || !watched.contains(&observer)
                 {
                     return None;
                 }
                 self.alerts.entry(subject).or_default().insert(observer);
-                let ripe = self.ripe()?;
-                node = ripe;
-                let i = self.view.members.binary_search_by_key(&ripe, |m| m.0).expect("a member");
-                self.view.members.remove(i);
-                true
+                (self.ripe()?, Change::Left)
+            }
+            Command::Group { node, group, join } => {
+                view.incarnation_of(node)?;
+                if view.group(group).contains(&node) == join
+                    || (join && !view.groups.contains_key(&group) && view.groups.len() >= MAX_GROUPS)
+                {
+                    return None;
+                }
+                (node, if join { Change::JoinedGroup(group) } else { Change::LeftGroup(group) })
             }
         };
-        if !changed {
-            return None;
-        }
-        self.view.epoch += 1;
+        let change = ViewChange { epoch: self.view.epoch + 1, node, change };
+        let applied = self.view.apply(change);
+        debug_assert!(applied, "the next epoch");
         self.alerts.clear();
-        let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
-        self.rings = Rings::new(&nodes, observers);
-        let change = ViewChange { epoch: self.view.epoch, node, incarnation };
+        if matches!(change.change, Change::Joined(_) | Change::Left) {
+            let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
+            self.rings = Rings::new(&nodes, observers);
+        }
         if self.changes.len() == MAX_CHANGES {
             self.changes.pop_front();
         }
@@ -415,6 +420,10 @@ impl Manager {
             Msg::Join { incarnation } if self.state.view.incarnation_of(from) != Some(incarnation) => {
                 let _ = self.propose(Command::Join { node: from, incarnation }, None);
             }
+            // Already so: a copy of a request that committed.
+            Msg::Group { group, join } if self.state.view.group(group).contains(&from) != join => {
+                let _ = self.propose(Command::Group { node: from, group, join }, None);
+            }
             Msg::ViewPull { have } => {
                 let answers: Vec<ViewChange> = self.state.changes_after(have, PULL_BATCH).collect();
                 for c in answers {
@@ -497,7 +506,7 @@ impl Manager {
         for &(m, _) in &self.state.view.members {
             self.acks.push_back((m, msg));
         }
-        if change.incarnation.is_none() {
+        if change.change == Change::Left {
             self.acks.push_back((change.node, msg));
         }
     }

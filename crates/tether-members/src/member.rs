@@ -10,7 +10,7 @@
 //! Sans-IO: the driver hands in time and messages, and takes out what to
 //! send ([`Member::poll_send`]) and what happened ([`Member::poll_event`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use core::time::Duration;
 
@@ -18,7 +18,7 @@ use tether_proto::{Instant, NodeId};
 
 use crate::detector::{Detector, DetectorKind, Lateness};
 use crate::rings::Rings;
-use crate::wire::{Msg, ViewChange};
+use crate::wire::{Change, GroupId, Msg, ViewChange};
 
 /// Heartbeat turns between two pulls of the view from a manager, whatever
 /// happened (a replica answers nothing when the member is up to date).
@@ -50,14 +50,20 @@ impl MemberConfig {
     }
 }
 
-/// A view of the cluster: its epoch and its members with their
-/// incarnations, as the managers decided it.
+/// Groups a member may ask to be in at once.
+pub const MAX_GROUPS: usize = 1_024;
+
+/// A view of the cluster: its epoch, its members with their incarnations,
+/// and its groups, as the managers decided it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
     /// Grows by one with each change.
     pub epoch: u64,
     /// (node, incarnation), sorted by node.
     pub members: Vec<(NodeId, u64)>,
+    /// Each group with a member: the epoch its members last changed (the
+    /// group view's epoch) and its members, sorted.
+    pub groups: BTreeMap<GroupId, (u64, Vec<NodeId>)>,
 }
 
 impl View {
@@ -66,23 +72,63 @@ impl View {
         self.members.binary_search_by_key(&node, |m| m.0).ok().map(|i| self.members[i].1)
     }
 
+    /// The members of `group`, sorted (empty: no such group).
+    pub fn group(&self, group: GroupId) -> &[NodeId] {
+        self.groups.get(&group).map_or(&[], |(_, m)| m.as_slice())
+    }
+
     /// Apply `change`, the one after this view's epoch; false (and no
-    /// change) for any other epoch.
+    /// change) for any other epoch. Replicas and members apply the same
+    /// changes with this one function, so their views cannot differ.
     pub fn apply(&mut self, change: ViewChange) -> bool {
         if change.epoch != self.epoch + 1 {
             return false;
         }
-        let at = self.members.binary_search_by_key(&change.node, |m| m.0);
-        match (at, change.incarnation) {
-            (Ok(i), Some(inc)) => self.members[i].1 = inc,
-            (Err(i), Some(inc)) => self.members.insert(i, (change.node, inc)),
-            (Ok(i), None) => {
-                self.members.remove(i);
+        let (node, epoch) = (change.node, change.epoch);
+        let at = self.members.binary_search_by_key(&node, |m| m.0);
+        match (at, change.change) {
+            (Ok(i), Change::Joined(inc)) => {
+                // A later life: the groups were the earlier one's.
+                if self.members[i].1 != inc {
+                    self.leave_groups(node, epoch);
+                }
+                self.members[i].1 = inc;
             }
-            (Err(_), None) => {}
+            (Err(i), Change::Joined(inc)) => self.members.insert(i, (node, inc)),
+            (Ok(i), Change::Left) => {
+                self.members.remove(i);
+                self.leave_groups(node, epoch);
+            }
+            (Ok(_), Change::JoinedGroup(g)) => {
+                let (since, members) = self.groups.entry(g).or_default();
+                if let Err(j) = members.binary_search(&node) {
+                    members.insert(j, node);
+                    *since = epoch;
+                }
+            }
+            (Ok(_), Change::LeftGroup(g)) => {
+                if let Some((since, members)) = self.groups.get_mut(&g) {
+                    if let Ok(j) = members.binary_search(&node) {
+                        members.remove(j);
+                        *since = epoch;
+                    }
+                }
+                self.groups.retain(|_, (_, m)| !m.is_empty());
+            }
+            (Err(_), _) => {}
         }
-        self.epoch = change.epoch;
+        self.epoch = epoch;
         true
+    }
+
+    fn leave_groups(&mut self, node: NodeId, epoch: u64) {
+        for (since, members) in self.groups.values_mut() {
+            if let Ok(j) = members.binary_search(&node) {
+                members.remove(j);
+                *since = epoch;
+            }
+        }
+        self.groups.retain(|_, (_, m)| !m.is_empty());
     }
 }
 
@@ -151,6 +197,9 @@ pub struct Member {
     pulled: Option<Instant>,
     /// Pulls from the managers go to each in turn (one may be dead).
     pulls: usize,
+    /// The groups this member wants to be in: asked for every period
+    /// until the view agrees.
+    wanted: BTreeSet<GroupId>,
 }
 
 impl Member {
@@ -175,7 +224,24 @@ impl Member {
             joining: false,
             pulled: None,
             pulls: 0,
+            wanted: BTreeSet::new(),
         }
+    }
+
+    /// Ask to be in `group` (from the next turn, a period apart, until a
+    /// view holds this member in it, and again after a rejoin). False past
+    /// [`MAX_GROUPS`].
+    pub fn join_group(&mut self, group: GroupId) -> bool {
+        if self.wanted.len() >= MAX_GROUPS && !self.wanted.contains(&group) {
+            return false;
+        }
+        self.wanted.insert(group);
+        true
+    }
+
+    /// Ask to leave `group`.
+    pub fn leave_group(&mut self, group: GroupId) {
+        self.wanted.remove(&group);
     }
 
     /// Ask the managers to join, from the next turn on, a period apart,
@@ -277,7 +343,10 @@ impl Member {
                 for &m in &self.managers {
                     self.out.push_back((m, Msg::Join { incarnation: self.incarnation }));
                 }
-            } else if self.seq.is_multiple_of(PULL_EVERY) {
+            } else {
+                self.ask_groups();
+            }
+            if !self.joining && self.seq.is_multiple_of(PULL_EVERY) {
                 // Anti-entropy: a change announced while this member was
                 // cut off, and every heartbeat naming a newer view with it,
                 // may all have been lost; a member removed meanwhile would
@@ -376,7 +445,9 @@ impl Member {
             // sent it, and anyone else's word is ignored.
             Msg::ViewChange(change) if self.managers.contains(&from) => self.on_change(from, change, now),
             Msg::ViewChange(_) => {}
-            Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. } => return Some(msg),
+            Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. } | Msg::Group { .. } => {
+                return Some(msg)
+            }
         }
         None
     }
@@ -403,6 +474,25 @@ impl Member {
             self.joining = true;
             self.events
                 .push_back(MemberEvent::Removed { epoch: self.view.epoch, rejoins_as: self.incarnation });
+        }
+    }
+
+    /// Ask the managers for every group this member wants to be in and is
+    /// not, and out of every one it is in and does not want.
+    fn ask_groups(&mut self) {
+        let me = self.me;
+        let joins = self.wanted.iter().filter(|&&g| !self.view.group(g).contains(&me)).map(|&g| (g, true));
+        let leaves = self
+            .view
+            .groups
+            .iter()
+            .filter(|(g, (_, m))| m.contains(&me) && !self.wanted.contains(g))
+            .map(|(&g, _)| (g, false));
+        let asks: Vec<(GroupId, bool)> = joins.chain(leaves).collect();
+        for (group, join) in asks {
+            for &m in &self.managers {
+                self.out.push_back((m, Msg::Group { group, join }));
+            }
         }
     }
 
@@ -457,7 +547,7 @@ mod tests {
     }
 
     fn view(epoch: u64, nodes: &[NodeId]) -> View {
-        View { epoch, members: nodes.iter().map(|&n| (n, 1)).collect() }
+        View { epoch, members: nodes.iter().map(|&n| (n, 1)).collect(), ..View::default() }
     }
 
     /// Three members heartbeating each other on a perfect network for a

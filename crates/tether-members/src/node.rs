@@ -211,6 +211,20 @@ impl ClusterNode {
         self.manager.as_ref()
     }
 
+    /// Ask to be in `group` (a change of the view, decided by the
+    /// managers); false for a node that is not a member, or past
+    /// `member::MAX_GROUPS`.
+    pub fn join_group(&mut self, group: crate::GroupId) -> bool {
+        self.member.as_mut().is_some_and(|m| m.join_group(group))
+    }
+
+    /// Ask to leave `group`.
+    pub fn leave_group(&mut self, group: crate::GroupId) {
+        if let Some(m) = &mut self.member {
+            m.leave_group(group);
+        }
+    }
+
     /// The replica, for the operations only a leader takes (replacing a
     /// replica).
     pub fn manager_mut(&mut self) -> Option<&mut Manager> {

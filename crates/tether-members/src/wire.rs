@@ -12,10 +12,17 @@
 //! | 3 | ALERT | subject u32, incarnation u64, epoch u64 |
 //! | 4 | ALERT_ACK | subject u32, epoch u64 |
 //! | 5 | JOIN | incarnation u64 |
-//! | 6 | VIEW_CHANGE | epoch u64, node u32, incarnation u64, present u8 |
+//! | 6 | VIEW_CHANGE | epoch u64, node u32, value u64, change u8 |
 //! | 7 | VIEW_PULL | have u64 |
+//! | 8 | GROUP | group u32, join u8 |
+//!
+//! A VIEW_CHANGE's `change` says what `node` did and what `value` is: 0
+//! left the cluster (value 0), 1 joined it (value: its incarnation), 2
+//! joined group `value`, 3 left group `value`.
 
 use tether_proto::NodeId;
+
+pub use crate::group_wire::GroupId;
 
 const HEARTBEAT: u8 = 0;
 const PROBE: u8 = 1;
@@ -25,6 +32,7 @@ const ALERT_ACK: u8 = 4;
 const JOIN: u8 = 5;
 const VIEW_CHANGE: u8 = 6;
 const VIEW_PULL: u8 = 7;
+const GROUP: u8 = 8;
 
 /// The longest message: a HEARTBEAT.
 pub const MAX_LEN: usize = 25;
@@ -53,15 +61,30 @@ pub enum Msg {
     /// To a manager: the sender holds view `have`; it asks for the changes
     /// after it.
     ViewPull { have: u64 },
+    /// To the managers: the sender asks to join (or leave) `group`.
+    Group { group: GroupId, join: bool },
 }
 
-/// One change of the view: `node` joined in `incarnation` (or came back
-/// in a later one), or left (`incarnation: None`), making view `epoch`.
+/// One change of the view, making view `epoch`: what `node` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ViewChange {
     pub epoch: u64,
     pub node: NodeId,
-    pub incarnation: Option<u64>,
+    pub change: Change,
+}
+
+/// What a member did to make a view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Joined the cluster in this incarnation (or came back in a later one,
+    /// leaving its groups).
+    Joined(u64),
+    /// Left the cluster (or was removed), and its groups with it.
+    Left,
+    /// Joined a group.
+    JoinedGroup(GroupId),
+    /// Left a group.
+    LeftGroup(GroupId),
 }
 
 /// Why a message did not parse.
@@ -101,6 +124,7 @@ impl Msg {
             ALERT_ACK => 13,
             JOIN | VIEW_PULL => 9,
             VIEW_CHANGE => 22,
+            GROUP => 6,
             k => return Err(MsgError::UnknownKind(k)),
         };
         if b.len() != want {
@@ -116,16 +140,22 @@ impl Msg {
             ALERT_ACK => Msg::AlertAck { subject: u32_at(b, 1), epoch: u64_at(b, 5) },
             JOIN => Msg::Join { incarnation: u64_at(b, 1) },
             VIEW_PULL => Msg::ViewPull { have: u64_at(b, 1) },
+            GROUP => match b[5] {
+                0 | 1 => Msg::Group { group: u32_at(b, 1), join: b[5] == 1 },
+                _ => return Err(MsgError::BadField("join")),
+            },
             _ => {
-                let present = match b[21] {
-                    0 => None,
-                    1 => Some(u64_at(b, 13)),
-                    _ => return Err(MsgError::BadField("present")),
+                let value = u64_at(b, 13);
+                let group = || GroupId::try_from(value).map_err(|_| MsgError::BadField("group"));
+                let change = match b[21] {
+                    0 if value == 0 => Change::Left,
+                    0 => return Err(MsgError::BadField("value of a node that left")),
+                    1 => Change::Joined(value),
+                    2 => Change::JoinedGroup(group()?),
+                    3 => Change::LeftGroup(group()?),
+                    _ => return Err(MsgError::BadField("change")),
                 };
-                if present.is_none() && u64_at(b, 13) != 0 {
-                    return Err(MsgError::BadField("incarnation of a node that left"));
-                }
-                Msg::ViewChange(ViewChange { epoch: u64_at(b, 1), node: u32_at(b, 9), incarnation: present })
+                Msg::ViewChange(ViewChange { epoch: u64_at(b, 1), node: u32_at(b, 9), change })
             }
         })
     }
@@ -169,11 +199,22 @@ impl Msg {
                 out.extend_from_slice(&have.to_le_bytes());
             }
             Msg::ViewChange(c) => {
+                let (value, kind) = match c.change {
+                    Change::Left => (0, 0),
+                    Change::Joined(incarnation) => (incarnation, 1),
+                    Change::JoinedGroup(g) => (u64::from(g), 2),
+                    Change::LeftGroup(g) => (u64::from(g), 3),
+                };
                 out.push(VIEW_CHANGE);
                 out.extend_from_slice(&c.epoch.to_le_bytes());
                 out.extend_from_slice(&c.node.to_le_bytes());
-                out.extend_from_slice(&c.incarnation.unwrap_or(0).to_le_bytes());
-                out.push(u8::from(c.incarnation.is_some()));
+                out.extend_from_slice(&value.to_le_bytes());
+                out.push(kind);
+            }
+            Msg::Group { group, join } => {
+                out.push(GROUP);
+                out.extend_from_slice(&group.to_le_bytes());
+                out.push(u8::from(join));
             }
         }
     }
@@ -200,8 +241,12 @@ mod tests {
             Msg::AlertAck { subject: 12, epoch: 9 },
             Msg::Join { incarnation: 4 },
             Msg::ViewPull { have: 8 },
-            Msg::ViewChange(ViewChange { epoch: 9, node: 12, incarnation: Some(3) }),
-            Msg::ViewChange(ViewChange { epoch: 10, node: 12, incarnation: None }),
+            Msg::ViewChange(ViewChange { epoch: 9, node: 12, change: Change::Joined(3) }),
+            Msg::ViewChange(ViewChange { epoch: 10, node: 12, change: Change::Left }),
+            Msg::ViewChange(ViewChange { epoch: 11, node: 12, change: Change::JoinedGroup(u32::MAX) }),
+            Msg::ViewChange(ViewChange { epoch: 12, node: 12, change: Change::LeftGroup(0) }),
+            Msg::Group { group: 5, join: true },
+            Msg::Group { group: 5, join: false },
         ];
         for m in all {
             let b = m.to_vec();
@@ -214,10 +259,16 @@ mod tests {
         }
         assert_eq!(Msg::parse(&[]), Err(MsgError::Empty));
         assert_eq!(Msg::parse(&[200, 0]), Err(MsgError::UnknownKind(200)));
-        let mut bad = Msg::ViewChange(ViewChange { epoch: 1, node: 2, incarnation: Some(3) }).to_vec();
-        bad[21] = 2;
-        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("present")));
+        let mut bad = Msg::ViewChange(ViewChange { epoch: 1, node: 2, change: Change::Joined(3) }).to_vec();
+        bad[21] = 4;
+        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("change")));
         bad[21] = 0;
         assert!(Msg::parse(&bad).is_err(), "a node that left has no incarnation");
+        bad[13..21].copy_from_slice(&(1u64 << 32).to_le_bytes());
+        bad[21] = 2;
+        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("group")));
+        let mut bad = Msg::Group { group: 1, join: true }.to_vec();
+        bad[5] = 2;
+        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("join")));
     }
 }

@@ -193,3 +193,39 @@ fn a_killed_member_is_removed_and_nobody_else_under_loss() {
         assert_eq!(w.members[n].view(), &w.view());
     }
 }
+
+#[test]
+fn groups_are_joined_and_left_through_the_managers_under_loss() {
+    let nodes: Vec<NodeId> = (1..=6).collect();
+    let mut w = World::new(&nodes, 5);
+    w.run(1000);
+    assert_eq!(w.view().members.len(), 6, "all joined: {:?}", w.view());
+    // Members 1, 3 and 5 ask for group 7, 2 and 3 for group 8.
+    for n in [1, 3, 5] {
+        assert!(w.members.get_mut(&n).unwrap().join_group(7));
+    }
+    for n in [2, 3] {
+        assert!(w.members.get_mut(&n).unwrap().join_group(8));
+    }
+    w.run(1000);
+    let v = w.view();
+    assert_eq!(v.group(7), &[1, 3, 5], "{v:?}");
+    assert_eq!(v.group(8), &[2, 3], "{v:?}");
+    // Member 3 leaves group 8 and dies: group 8 is member 2's alone,
+    // group 7 loses member 3 in the same change as the cluster.
+    w.members.get_mut(&3).unwrap().leave_group(8);
+    w.run(500);
+    assert_eq!(w.view().group(8), &[2]);
+    w.dead.insert(3);
+    w.run(1000);
+    let v = w.view();
+    assert_eq!(v.incarnation_of(3), None);
+    assert_eq!(v.group(7), &[1, 5], "{v:?}");
+    // Every member holds the same view, groups and all; a group's epoch is
+    // the epoch it last changed in.
+    for n in nodes.iter().filter(|&&n| n != 3) {
+        assert_eq!(w.members[n].view(), &v, "member {n}");
+    }
+    let (since, _) = v.groups[&7];
+    assert!(since <= v.epoch && since > 6, "{v:?}");
+}

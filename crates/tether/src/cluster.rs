@@ -5,6 +5,7 @@
 //! (`Above`). The application sees views and suspicions as
 //! [`ClusterEvent`]s (`Endpoint::next_cluster_event`) and the current view
 //! (`Endpoint::view`).
+//! The layers themselves are pumped by `above`.
 //!
 //! Every node of the cluster must be a peer of the endpoint (its address
 //! given by the builder, a hostfile or the launcher): the view decides who
@@ -12,44 +13,18 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use tether_members::groups::Groups;
 use tether_members::ClusterNode;
-use tether_proto::{Endpoint as Core, Instant};
+use tether_proto::NodeId;
 
+pub use tether_members::groups::{GroupError, GroupMessage, GroupOutput, GroupStats, GroupsConfig};
 pub use tether_members::{
-    ClusterConfig, ClusterEvent, ClusterStats, DetectorKind, ManagerConfig, MemberConfig, View,
+    ClusterConfig, ClusterEvent, ClusterStats, DetectorKind, GroupId, ManagerConfig, MemberConfig, View,
 };
 
-use crate::call_layer::Calls;
 use crate::shared::{block_on, Awaits, Shared};
-use crate::station::Layer;
 use crate::Error;
-
-/// What runs above an embedded endpoint's core: its calls, and its part
-/// in a cluster if it has one.
-pub(crate) struct Above {
-    pub calls: Calls,
-    pub cluster: Option<ClusterNode>,
-}
-
-impl Layer for Above {
-    fn pump(&mut self, now: Instant, core: &mut Core) {
-        self.calls.pump(now, core);
-        if let Some(c) = &mut self.cluster {
-            if c.poll_timeout().is_some_and(|t| t <= now) || core.has_service_datagrams() {
-                c.pump(now, core);
-            }
-        }
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        let calls = Layer::poll_timeout(&self.calls);
-        let cluster = self.cluster.as_ref().and_then(ClusterNode::poll_timeout);
-        match (calls, cluster) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
 
 fn not_a_member() -> Error {
     Error::Unsupported { what: "cluster events on an endpoint built without `Builder::cluster`" }
@@ -71,6 +46,97 @@ pub(crate) fn next_event(shared: &Shared, timeout: Option<Duration>) -> Result<C
         return Err(not_a_member());
     }
     block_on(shared, timeout, Awaits::Cluster, |d| d.layer.cluster.as_mut().and_then(ClusterNode::poll_event))
+}
+
+fn no_groups() -> Error {
+    Error::Unsupported { what: "groups on an endpoint built without `Builder::cluster`" }
+}
+
+/// Ask to join (`join`) or leave `group`.
+pub(crate) fn set_group(shared: &Shared, group: GroupId, join: bool) -> Result<(), Error> {
+    let mut d = shared.lock();
+    let c = d.layer.cluster.as_mut().ok_or_else(no_groups)?;
+    if join {
+        if !c.join_group(group) {
+            return Err(Error::Group(GroupError::NotMember(group)));
+        }
+    } else {
+        c.leave_group(group);
+    }
+    Ok(())
+}
+
+/// Multicast `message` to `group`, waiting up to `timeout` for room
+/// (`Some(ZERO)`: not at all).
+pub(crate) fn multicast(
+    shared: &Shared,
+    group: GroupId,
+    message: Bytes,
+    timeout: Option<Duration>,
+) -> Result<u64, Error> {
+    let submit = |d: &mut crate::shared::EmbeddedStation| -> Option<Result<u64, Error>> {
+        let g = match d.layer.groups.as_mut() {
+            Some(g) => g,
+            None => return Some(Err(no_groups())),
+        };
+        match g.submit(group, message.clone()) {
+            Err(GroupError::Full(_)) => None,
+            r => Some(r.map_err(Error::Group)),
+        }
+    };
+    let mut d = shared.lock();
+    let first = submit(&mut d);
+    let n = match first {
+        Some(r) => r?,
+        None if timeout == Some(Duration::ZERO) => return Err(Error::Group(GroupError::Full(group))),
+        None => {
+            drop(d);
+            let n = block_on(shared, timeout, Awaits::Group, submit)??;
+            d = shared.lock();
+            n
+        }
+    };
+    let now = shared.clock.now();
+    if d.unstepped_for(now) >= crate::leave::HANDOVER {
+        // Nobody has stepped the endpoint for a while (a thread that keeps
+        // multicasting holds its lock most of the time, and the worker
+        // serves a locked endpoint last): this thread takes the step, so
+        // the membership's heartbeats and what arrived are not starved. A
+        // sequencer falsely removed under load, its heartbeats a second
+        // late, was how this showed.
+        shared.step(&mut d, now);
+    } else {
+        // Out at once, not at the next step: numbered here if this node
+        // is the sequencer, handed to the stream either way.
+        let crate::station::Station { layer, core, .. } = &mut *d;
+        if let Some(g) = &mut layer.groups {
+            g.pump(now);
+        }
+        layer.flush_groups(now, core);
+        d.transmit(now);
+    }
+    Ok(n)
+}
+
+/// The next delivery or view of the node's groups, waiting up to
+/// `timeout`.
+pub(crate) fn next_group_output(shared: &Shared, timeout: Option<Duration>) -> Result<GroupOutput, Error> {
+    if shared.lock().layer.groups.is_none() {
+        return Err(no_groups());
+    }
+    block_on(shared, timeout, Awaits::Group, |d| d.layer.groups.as_mut().and_then(Groups::poll_output))
+}
+
+/// The view of `group` the node delivers in.
+pub(crate) fn group_view(shared: &Shared, group: GroupId) -> Option<(u64, Vec<NodeId>)> {
+    let d = shared.lock();
+    let (epoch, members) = d.layer.groups.as_ref()?.view(group)?;
+    Some((epoch, members.to_vec()))
+}
+
+/// The node's group counters.
+pub(crate) fn group_stats(shared: &Shared) -> Option<GroupStats> {
+    shared.lock().layer.groups.as_ref().map(Groups::stats)
 }
 
 /// The next cluster event, if one waits.

@@ -115,7 +115,11 @@ impl Embedded {
             ),
             None => None,
         };
-        let station = Station::new(core, crate::cluster::Above { calls, cluster }, wrapped);
+        // A member of a cluster takes part in its groups.
+        let groups = cluster
+            .as_ref()
+            .map(|_| tether_members::groups::Groups::new(node, options.groups, core.message_pool()));
+        let station = Station::new(core, crate::above::Above::new(calls, cluster, groups), wrapped);
         let served = options.progress == Progress::Thread;
         let shared = Arc::new(Shared::new(station, waiter, clock, options.spin, faults, fds, served));
         let progress = match options.progress {

@@ -225,10 +225,64 @@ impl Endpoint {
         &self,
         timeout: Option<Duration>,
     ) -> Result<crate::cluster::ClusterEvent, Error> {
-        let Some(shared) = self.backend.embedded() else {
-            return Err(Error::Unsupported { what: "cluster membership through an engine (not yet)" });
-        };
+        let shared = self.embedded_for("cluster membership through an engine (not yet)")?;
         crate::cluster::next_event(shared, timeout)
+    }
+
+    /// The embedded endpoint's state, for what an engine-attached one
+    /// does not have yet (`what`).
+    fn embedded_for(&self, what: &'static str) -> Result<&crate::shared::Shared, Error> {
+        self.backend.embedded().ok_or(Error::Unsupported { what })
+    }
+
+    /// Ask to join `group` (docs/CLUSTER.md, "Groups"): a change of the
+    /// view the managers decide; the group's view then comes as
+    /// `GroupOutput::View` (`next_group_output`). Kept after this node is
+    /// removed and rejoins.
+    pub fn join_group(&self, group: crate::cluster::GroupId) -> Result<(), Error> {
+        let shared = self.embedded_for("groups through an engine (not yet)")?;
+        crate::cluster::set_group(shared, group, true)
+    }
+
+    /// Ask to leave `group`.
+    pub fn leave_group(&self, group: crate::cluster::GroupId) -> Result<(), Error> {
+        let shared = self.embedded_for("groups through an engine (not yet)")?;
+        crate::cluster::set_group(shared, group, false)
+    }
+
+    /// Multicast `message` to `group`: every member of the group's view it
+    /// is ordered in delivers it, all in one order, and a member that
+    /// survives into the next view delivered it if any survivor did
+    /// (virtual synchrony). Waits up to `timeout` while too many of this
+    /// node's messages to the group are not yet delivered
+    /// (`Some(Duration::ZERO)`: not at all; `Error::Group(GroupError::Full)`
+    /// past it). Its number among this node's messages to the group
+    /// (`GroupMessage::n`).
+    pub fn multicast(
+        &self,
+        group: crate::cluster::GroupId,
+        message: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<u64, Error> {
+        let shared = self.embedded_for("groups through an engine (not yet)")?;
+        crate::cluster::multicast(shared, group, Bytes::copy_from_slice(message), timeout)
+    }
+
+    /// The next delivery or view of this node's groups, in order, waiting
+    /// up to `timeout` (`Err(Error::TimedOut)` past it).
+    pub fn next_group_output(&self, timeout: Option<Duration>) -> Result<crate::cluster::GroupOutput, Error> {
+        let shared = self.embedded_for("groups through an engine (not yet)")?;
+        crate::cluster::next_group_output(shared, timeout)
+    }
+
+    /// The view of `group` this node delivers in: (epoch, members).
+    pub fn group_view(&self, group: crate::cluster::GroupId) -> Option<(u64, Vec<NodeId>)> {
+        self.backend.embedded().and_then(|s| crate::cluster::group_view(s, group))
+    }
+
+    /// This node's group counters.
+    pub fn group_stats(&self) -> Option<crate::cluster::GroupStats> {
+        self.backend.embedded().and_then(crate::cluster::group_stats)
     }
 
     /// The next cluster event, if one waits.

@@ -110,6 +110,10 @@ pub enum Error {
         /// What was asked.
         what: &'static str,
     },
+    /// A group refused: not a member, or too many messages not yet
+    /// delivered (`GroupError::Full`: try again as they are).
+    #[error("group: {0}")]
+    Group(#[from] crate::cluster::GroupError),
     /// The node's cluster part could not start (its manager replica's
     /// Raft configuration was refused).
     #[error("cluster: {0}")]

@@ -30,6 +30,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 #![warn(missing_docs)]
 
+mod above;
 mod api_faults;
 mod attached;
 mod attached_calls;

@@ -64,6 +64,8 @@ pub struct Options {
     /// This node's part in a cluster (`Builder::cluster`): its member, and
     /// its manager replica if the configuration names it. `None`: none.
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// How the node's groups run (with a cluster).
+    pub groups: crate::cluster::GroupsConfig,
 }
 
 impl Default for Options {
@@ -82,6 +84,7 @@ impl Default for Options {
             publish_stats: None,
             metrics: None,
             cluster: None,
+            groups: crate::cluster::GroupsConfig::default(),
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::Error;
 
 /// The station an embedded endpoint runs: its core, its rails and the call
 /// layer above them.
-pub(crate) type EmbeddedStation = Station<crate::cluster::Above>;
+pub(crate) type EmbeddedStation = Station<crate::above::Above>;
 
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
@@ -176,10 +176,12 @@ pub(crate) enum Awaits {
     Nacked,
     /// A cluster event (a view, a suspicion).
     Cluster,
+    /// A group's delivery or view, or room to multicast.
+    Group,
 }
 
 impl Awaits {
-    const COUNT: usize = 9;
+    const COUNT: usize = 10;
 }
 
 /// A bit per `Awaits`.
@@ -353,6 +355,10 @@ impl Shared {
         if parked(Awaits::Calls) && d.layer.calls.moved {
             d.layer.calls.moved = false;
             wake(Awaits::Calls);
+        }
+        if parked(Awaits::Group) && d.layer.groups_moved {
+            d.layer.groups_moved = false;
+            wake(Awaits::Group);
         }
         if let Some(c) = d.layer.cluster.as_mut().filter(|c| c.moved) {
             if parked(Awaits::Cluster) {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tether::cluster::{ClusterConfig, ClusterEvent, View};
+use tether::cluster::{ClusterConfig, ClusterEvent, GroupOutput, View};
 use tether::faults::FaultPlan;
 use tether::{Endpoint, NodeId, Options};
 
@@ -153,4 +153,105 @@ fn cluster_events_need_a_cluster() {
     let e = Endpoint::builder(9).bind(any()).build().unwrap();
     assert!(e.view().is_none());
     assert!(matches!(e.next_cluster_event(Some(Duration::ZERO)), Err(tether::Error::Unsupported { .. })));
+}
+
+/// Every output of `e`'s groups until `until` says stop, or `within`.
+fn outputs_until(
+    e: &Endpoint,
+    within: Duration,
+    mut until: impl FnMut(&[GroupOutput]) -> bool,
+) -> Vec<GroupOutput> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while !until(&got) {
+        assert!(start.elapsed() < within, "node {}: {} outputs after {within:?}", e.node(), got.len());
+        if let Ok(o) = e.next_group_output(Some(Duration::from_millis(50))) {
+            got.push(o);
+        }
+    }
+    got
+}
+
+fn delivered(outputs: &[GroupOutput]) -> Vec<(u64, u64, NodeId, u64)> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            GroupOutput::Delivered(m) => Some((m.epoch, m.seq, m.from, m.n)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_group_delivers_one_order_and_survives_a_death_under_loss() {
+    const G: u32 = 7;
+    const EACH: u64 = 300;
+    let rules = ["drop:p=0.05"];
+    let eps: Vec<Endpoint> = (1..=4).map(|id| node(id, &rules, 3)).collect();
+    introduce(&eps.iter().collect::<Vec<_>>());
+    for e in &eps {
+        e.join_group(G).unwrap();
+    }
+    let start = Instant::now();
+    while !eps.iter().all(|e| e.group_view(G).is_some_and(|(_, m)| m == [1, 2, 3, 4])) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "group views: {:?}",
+            eps.iter().map(|e| e.group_view(G)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Everyone multicasts; node 4 dies halfway through its own.
+    let mut eps = eps;
+    let dead = eps.pop().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for _ in 0..EACH / 2 {
+                let _ = dead.multicast(G, &[4; 64][..], Some(Duration::from_secs(5)));
+            }
+            // Dies while the others multicast on: no goodbye.
+            dead.close(Duration::ZERO).ok();
+        });
+        for e in &eps {
+            s.spawn(move || {
+                for _ in 0..EACH {
+                    e.multicast(G, &[e.node() as u8; 64], Some(Duration::from_secs(20))).unwrap();
+                }
+            });
+        }
+    });
+    // Every survivor delivers all its own and every other survivor's
+    // messages, and the same sequence as the others, views and all.
+    let all: Vec<Vec<GroupOutput>> = eps
+        .iter()
+        .map(|e| {
+            outputs_until(e, Duration::from_secs(30), |got| {
+                let d = delivered(got);
+                (1..=3).all(|n| d.iter().filter(|m| m.2 == n).count() as u64 == EACH)
+                    && got
+                        .iter()
+                        .any(|o| matches!(o, GroupOutput::View { members, .. } if members == &vec![1, 2, 3]))
+            })
+        })
+        .collect();
+    // From the view of all four, which every node installed before the
+    // first multicast, the outputs are the same sequence.
+    let from_four = |o: &[GroupOutput]| -> Vec<GroupOutput> {
+        let at = o.iter().position(|o| matches!(o, GroupOutput::View { members, .. } if members.len() == 4));
+        o[at.expect("the view of four")..].to_vec()
+    };
+    let first = from_four(&all[0]);
+    for (i, o) in all.iter().enumerate().skip(1) {
+        let theirs = from_four(o);
+        let common = first.len().min(theirs.len());
+        let differ = (0..common).find(|&k| first[k] != theirs[k]);
+        assert!(differ.is_none(), "node 1 and node {} disagree at output {differ:?}", i + 1);
+    }
+    for n in 1..=3u32 {
+        let ns: Vec<u64> = delivered(&all[0]).iter().filter(|m| m.2 == n).map(|m| m.3).collect();
+        assert_eq!(ns, (1..=EACH).collect::<Vec<_>>(), "node {n}'s messages, once each, in its order");
+    }
+    let stats = eps[0].group_stats().unwrap();
+    assert_eq!(stats.gaps, 0, "{stats:?}");
+    println!("node 1's group counters: {stats:?}");
 }
