@@ -21,6 +21,7 @@ pub mod fault_plan;
 pub mod groups;
 pub mod handshake;
 pub mod hook_request;
+pub mod launch;
 pub mod members;
 pub mod nacked;
 pub mod packet_parse;
@@ -55,5 +56,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     stat_board,
     nacked,
     members,
-    groups
+    groups,
+    launch
 ];

@@ -46,6 +46,7 @@ mod embedded;
 mod endpoint;
 mod error;
 mod handle;
+pub mod launch;
 mod leave;
 mod options;
 mod progress;
