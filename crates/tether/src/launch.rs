@@ -1,8 +1,9 @@
 //! Start-up on many machines (docs/CLUSTER.md, "Start-up"): where this
 //! process stands in its job - its rank, the job's size and every rank's
 //! address - from whatever launched it: Slurm's environment (`srun`, the
-//! HPC default), or a hostfile (one line per rank, as `mpirun
-//! --hostfile` takes). Rank `r` is tether node `r + 1` (node ids start
+//! HPC default), a hostfile (one line per rank, as `mpirun --hostfile`
+//! takes), or a store of names every rank registers in (etcd through
+//! `tether::names`, with the `names` feature). Rank `r` is tether node `r + 1` (node ids start
 //! at 1 in every example and command). Each task listens at a base port
 //! plus its index among the tasks on its host, so tasks sharing a host
 //! never collide.
@@ -42,6 +43,10 @@ pub enum LaunchError {
         /// What resolving it said.
         error: std::io::Error,
     },
+    /// The store of names refused, or not every rank registered in time.
+    #[cfg(feature = "names")]
+    #[error("names: {0}")]
+    Names(String),
     /// The hostfile could not be read.
     #[error("hostfile {path}: {error}")]
     Hostfile {
@@ -195,6 +200,62 @@ impl Launch {
     /// `from_hostfile` over its text.
     pub fn from_hostfile_text(text: &str, rank: u32, base_port: u16) -> Result<Launch, LaunchError> {
         Layout::from_hostfile_text(text, rank, base_port)?.resolve()
+    }
+
+    /// Through a store of names (etcd on a cluster, `EtcdNames`; a
+    /// directory on one machine, `FileNames`): this rank registers `addr`
+    /// (where it will bind, a concrete address) as `JOB.rank-RANK`, then
+    /// waits up to `within` until all `size` ranks have. For launchers that
+    /// say only the rank and the size.
+    #[cfg(feature = "names")]
+    pub fn from_names(
+        names: &dyn crate::names::Names,
+        job: &str,
+        rank: u32,
+        size: u32,
+        addr: SocketAddr,
+        within: std::time::Duration,
+    ) -> Result<Launch, LaunchError> {
+        use crate::names::Registration;
+        if rank >= size {
+            return Err(bad("rank", &rank.to_string(), format!("of {size}")));
+        }
+        if addr.ip().is_unspecified() || addr.port() == 0 {
+            return Err(bad(
+                "address",
+                &addr.to_string(),
+                "a concrete address and port: the others send to it",
+            ));
+        }
+        let name = |r: u32| format!("{job}.rank-{r}");
+        let err = |e: crate::names::NameError| LaunchError::Names(e.to_string());
+        names.register(&name(rank), &Registration { node: node_of(rank), addrs: vec![addr] }).map_err(err)?;
+        // A wall-clock wait: the other processes register when they start.
+        #[allow(clippy::disallowed_methods)]
+        let start = std::time::Instant::now();
+        let mut addrs: Vec<Option<SocketAddr>> = vec![None; size as usize];
+        loop {
+            for (r, slot) in addrs.iter_mut().enumerate() {
+                if slot.is_none() {
+                    // A registration under another node id is not this job's rank.
+                    *slot = names
+                        .resolve(&name(r as u32))
+                        .map_err(err)?
+                        .filter(|reg| reg.node == node_of(r as u32))
+                        .and_then(|reg| reg.addrs.first().copied());
+                }
+            }
+            if addrs.iter().all(Option::is_some) {
+                return Ok(Launch { rank, addrs: addrs.into_iter().flatten().collect() });
+            }
+            if start.elapsed() >= within {
+                let missing: Vec<usize> = (0..addrs.len()).filter(|&r| addrs[r].is_none()).collect();
+                return Err(LaunchError::Names(format!(
+                    "ranks {missing:?} of {job} did not register within {within:?}"
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// How many ranks.

@@ -82,6 +82,9 @@ struct Worker {
     /// Endpoints it serves (including those in the inbox).
     load: AtomicUsize,
     event: RawFd,
+    /// Its thread ended (a panic outside any endpoint's step): it is
+    /// handed nothing more.
+    dead: AtomicBool,
 }
 
 impl Worker {
@@ -110,6 +113,7 @@ impl Assignment {
 pub(crate) fn serve(shared: Arc<Shared>) -> std::io::Result<Assignment> {
     let pool = pool();
     let mut workers = pool.workers.lock().unwrap_or_else(|e| e.into_inner());
+    workers.retain(|w| !w.dead.load(Ordering::SeqCst));
     let least = workers.iter().min_by_key(|w| w.load.load(Ordering::Relaxed)).cloned();
     let worker = match least {
         Some(w) if w.load.load(Ordering::Relaxed) == 0 || workers.len() >= pool.cores => w,
@@ -140,7 +144,12 @@ fn start_worker(index: usize) -> std::io::Result<Arc<Worker>> {
         unsafe { libc::close(event) };
         return Err(e);
     }
-    let worker = Arc::new(Worker { inbox: Mutex::new(Vec::new()), load: AtomicUsize::new(0), event });
+    let worker = Arc::new(Worker {
+        inbox: Mutex::new(Vec::new()),
+        load: AtomicUsize::new(0),
+        event,
+        dead: AtomicBool::new(false),
+    });
     let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: WAKE_TOKEN };
     // SAFETY: registers our own live eventfd with our own epoll instance.
     if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, event, &mut ev) } < 0 {
@@ -197,6 +206,27 @@ struct Busy;
 
 impl Loop {
     fn run(mut self) {
+        if catch_unwind(AssertUnwindSafe(|| self.serve())).is_err() {
+            // A bug outside any endpoint's step (each step catches its
+            // own): let go of every endpoint, so that their parked calls
+            // drive them themselves instead of waiting for a worker that is
+            // gone. A wake-up mask too narrow for a new kind of wait once
+            // panicked here and left every blocked call of the process
+            // hanging.
+            {
+                // Under the pool's lock, which `serve` hands endpoints out
+                // under: none lands in this inbox after it is emptied.
+                let _pool = pool().workers.lock().unwrap_or_else(|e| e.into_inner());
+                self.worker.dead.store(true, Ordering::SeqCst);
+                self.take_inbox();
+            }
+            for token in 0..self.served.len() {
+                self.release(token);
+            }
+        }
+    }
+
+    fn serve(&mut self) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
         let mut sleep: Option<Duration> = None;
         loop {

@@ -12,6 +12,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tether::launch::Launch;
 use tether::names::{connect, register, EtcdNames, FileNames, NameError, Names, Registration};
 use tether::rpc::Executed;
 use tether::{Endpoint, Options};
@@ -122,4 +123,36 @@ fn a_caller_finds_a_server_by_name_in_etcd() {
     }
     assert_eq!(names.resolve("probe").unwrap(), Some(probe));
     call_by_name(&names);
+    ranks_meet_through(&names);
+}
+
+/// Three ranks that know only their rank, the job's size and where each
+/// will listen meet through the store (`Launch::from_names`), and talk.
+fn ranks_meet_through(names: &(dyn Names + Sync)) {
+    let ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let jobs: Vec<Launch> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let addr: std::net::SocketAddr =
+                    format!("127.0.0.1:{}", ports[rank as usize]).parse().unwrap();
+                s.spawn(move || {
+                    Launch::from_names(names, "job-7", rank, 3, addr, Duration::from_secs(20)).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(jobs.windows(2).all(|w| w[0].addrs == w[1].addrs), "every rank sees the same layout");
+    assert_eq!(jobs[2].node(), 3);
+    let eps: Vec<Endpoint> = jobs.iter().map(|j| j.builder().build().unwrap()).collect();
+    eps[0].send(3, b"from rank 0").unwrap();
+    let d = eps[2].recv(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!((d.from, &d.message[..]), (1, &b"from rank 0"[..]));
+    let late =
+        Launch::from_names(names, "job-8", 0, 2, "127.0.0.1:9".parse().unwrap(), Duration::from_millis(100));
+    assert!(late.unwrap_err().to_string().contains("ranks [1]"), "a rank that never registers is named");
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
