@@ -23,6 +23,7 @@
 //! deliveries and views out.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound::{Excluded, Unbounded};
 
 use bytes::Bytes;
 use core::time::Duration;
@@ -399,10 +400,13 @@ impl Groups {
     /// Run what is due: the sequencers' batches and the members' reports.
     pub fn pump(&mut self, now: Instant) {
         self.run_local();
-        let ids: Vec<GroupId> = self.groups.keys().copied().collect();
-        for id in ids {
+        // Group by group without collecting their ids: this runs at every
+        // step of the endpoint.
+        let mut next = self.groups.keys().next().copied();
+        while let Some(id) = next {
             self.send_batch(id);
             self.report(id, now);
+            next = self.groups.range((Excluded(id), Unbounded)).next().map(|(&k, _)| k);
         }
         self.run_local();
     }
@@ -419,9 +423,19 @@ impl Groups {
     }
 
     fn post(&mut self, to: NodeId, env: &Envelope) {
+        let bytes = self.encode(env);
+        self.post_bytes(to, bytes);
+    }
+
+    fn encode(&self, env: &Envelope) -> Bytes {
         let mut buf = self.pool.take(env.encoded_len());
         env.encode(&mut buf);
-        let bytes = self.pool.seal(buf);
+        self.pool.seal(buf)
+    }
+
+    /// An envelope already encoded: one encoding for every member an
+    /// ORDER goes to, each holding the same bytes.
+    fn post_bytes(&mut self, to: NodeId, bytes: Bytes) {
         if to == self.me {
             self.local.push_back(bytes);
         } else {
@@ -691,7 +705,8 @@ impl Groups {
         let me = self.me;
         let batch_bytes = self.config.batch_bytes;
         let Some(g) = self.groups.get_mut(&id) else { return };
-        let Some((epoch, members)) = g.installed.clone() else { return };
+        let Some((epoch, members)) = &g.installed else { return };
+        let epoch = *epoch;
         let Some(s) = &mut g.sequencer else { return };
         s.delivered.insert(me, g.delivered.max(s.delivered.get(&me).copied().unwrap_or(0)));
         let stable = members.iter().map(|m| s.delivered.get(m).copied().unwrap_or(0)).min().unwrap_or(0);
@@ -726,9 +741,12 @@ impl Groups {
                 break;
             }
         }
+        // The members only now that something goes to them.
+        let members = members.clone();
         for env in envs {
+            let bytes = self.encode(&env);
             for &m in &members {
-                self.post(m, &env);
+                self.post_bytes(m, bytes.clone());
             }
         }
     }

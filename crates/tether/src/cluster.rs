@@ -4,8 +4,8 @@
 //! and pumped at every step of the endpoint's progress beside the calls
 //! (`Above`). The application sees views and suspicions as
 //! [`ClusterEvent`]s (`Endpoint::next_cluster_event`) and the current view
-//! (`Endpoint::view`).
-//! The layers themselves are pumped by `above`.
+//! (`Endpoint::view`). The layers themselves are pumped by `above`; this
+//! module is what the endpoint's cluster and group calls reach them by.
 //!
 //! Every node of the cluster must be a peer of the endpoint (its address
 //! given by the builder, a hostfile or the launcher): the view decides who
