@@ -144,6 +144,9 @@ pub struct ClusterState {
     /// Subject -> the observers that alerted about it in this epoch.
     alerts: BTreeMap<NodeId, BTreeSet<NodeId>>,
     rings: Rings,
+    /// Replicas that have been members: one the view has lost since is
+    /// replaced (one that never joined yet is only slow to start).
+    seen_replicas: BTreeSet<NodeId>,
 }
 
 impl ClusterState {
@@ -213,10 +216,39 @@ impl ClusterState {
                 (node, if join { Change::JoinedGroup(group) } else { Change::LeftGroup(group) })
             }
         };
+        Some(self.record(node, change, observers))
+    }
+
+    /// A committed change of the Raft group's configuration, as a change
+    /// of the view: every replica applies it at the same place in the log,
+    /// and a replacement replaying the log from the founders' view makes
+    /// the same views.
+    fn apply_replica(&mut self, node: NodeId, added: bool, observers: u32) -> Option<ViewChange> {
+        if self.view.replicas.contains(&node) == added {
+            return None;
+        }
+        let change = if added { Change::ReplicaAdded } else { Change::ReplicaRemoved };
+        Some(self.record(node, change, observers))
+    }
+
+    /// Make the next view with `change` by `node`, and keep the change for
+    /// members that pull.
+    fn record(&mut self, node: NodeId, change: Change, observers: u32) -> ViewChange {
         let change = ViewChange { epoch: self.view.epoch + 1, node, change };
         let applied = self.view.apply(change);
         debug_assert!(applied, "the next epoch");
         self.alerts.clear();
+        match change.change {
+            Change::Joined(_) | Change::ReplicaAdded
+                if self.view.replicas.contains(&node) && self.view.incarnation_of(node).is_some() =>
+            {
+                self.seen_replicas.insert(node);
+            }
+            Change::ReplicaRemoved => {
+                self.seen_replicas.remove(&node);
+            }
+            _ => {}
+        }
         if matches!(change.change, Change::Joined(_) | Change::Left) {
             let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
             self.rings = Rings::new(&nodes, observers);
@@ -225,7 +257,7 @@ impl ClusterState {
             self.changes.pop_front();
         }
         self.changes.push_back(change);
-        Some(change)
+        change
     }
 }
 
@@ -255,6 +287,8 @@ fn node_of(id: u64) -> NodeId {
 /// One manager replica.
 pub struct Manager {
     me: NodeId,
+    /// How many replicas the group keeps: as many as founded it.
+    size: usize,
     config: ManagerConfig,
     raft: RawNode<MemStorage>,
     state: ClusterState,
@@ -304,14 +338,33 @@ impl Manager {
         config: ManagerConfig,
         now: Instant,
     ) -> Result<Self, ManagerError> {
+        Self::replacement(me, replicas, replicas, config, now)
+    }
+
+    /// A replacement for a failed replica: `me`, added by the leader to
+    /// the group whose configuration is now `replicas`, in a cluster
+    /// founded by `founders`. Its state starts as the founders' did and
+    /// the log it catches up on makes it what theirs is.
+    pub fn replacement(
+        me: NodeId,
+        founders: &[NodeId],
+        replicas: &[NodeId],
+        config: ManagerConfig,
+        now: Instant,
+    ) -> Result<Self, ManagerError> {
         let voters: Vec<u64> = replicas.iter().map(|&r| raft_id(r)).collect();
         let storage = MemStorage::new_with_conf_state((voters, vec![]));
-        Self::with_storage(me, storage, config, now)
+        let mut state = ClusterState::default();
+        state.view.replicas = founders.to_vec();
+        state.view.replicas.sort_unstable();
+        Self::with_storage(me, founders.len(), storage, state, config, now)
     }
 
     fn with_storage(
         me: NodeId,
+        size: usize,
         storage: MemStorage,
+        state: ClusterState,
         config: ManagerConfig,
         now: Instant,
     ) -> Result<Self, ManagerError> {
@@ -319,9 +372,10 @@ impl Manager {
             .map_err(|e| ManagerError::Raft(e.to_string()))?;
         Ok(Manager {
             me,
+            size,
             config,
             raft,
-            state: ClusterState::default(),
+            state,
             next_tick: now + config.tick,
             out: VecDeque::new(),
             views: VecDeque::new(),
@@ -444,6 +498,38 @@ impl Manager {
         self.change(node, ConfChangeType::RemoveNode)
     }
 
+    /// On the leader, the next step of replacing a replica the view has
+    /// lost (removed by its observers' alerts, like any member): remove it
+    /// from the Raft group, then add the first of `spares` that is a
+    /// member and not a replica, until the group is as large as it was
+    /// founded. One change at a time (raft-rs allows no more); the
+    /// replica it was, if any, is returned. Li et al. [CI] section 3
+    /// replace a faulty replica from the state of the other two; here the
+    /// newcomer catches up from the leader's log.
+    pub fn replace_lost(&mut self, spares: &[NodeId]) -> Result<Option<NodeId>, ManagerError> {
+        if !self.is_leader() || self.raft.raft.has_pending_conf() {
+            return Ok(None);
+        }
+        let replicas = self.replicas();
+        let view = &self.state.view;
+        let lost = replicas.iter().copied().find(|&r| {
+            r != self.me && view.incarnation_of(r).is_none() && self.state.seen_replicas.contains(&r)
+        });
+        if let Some(r) = lost {
+            self.remove_replica(r)?;
+            return Ok(Some(r));
+        }
+        if replicas.len() < self.size {
+            let spare =
+                spares.iter().copied().find(|s| view.incarnation_of(*s).is_some() && !replicas.contains(s));
+            if let Some(s) = spare {
+                self.add_replica(s)?;
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+
     fn change(&mut self, node: NodeId, kind: ConfChangeType) -> Result<(), ManagerError> {
         if !self.is_leader() {
             return Err(ManagerError::NotLeader(self.leader()));
@@ -534,6 +620,21 @@ impl Manager {
                     if cc.merge_from_bytes(&e.data).is_ok() {
                         if let Ok(cs) = self.raft.apply_conf_change(&cc) {
                             self.raft.raft.raft_log.store.wl().set_conf_state(cs);
+                        }
+                        let added = match cc.get_change_type() {
+                            ConfChangeType::AddNode => true,
+                            ConfChangeType::RemoveNode => false,
+                            ConfChangeType::AddLearnerNode => continue,
+                        };
+                        if cc.node_id == 0 {
+                            continue; // no node: not one this group wrote
+                        }
+                        let node = node_of(cc.node_id);
+                        if let Some(change) = self.state.apply_replica(node, added, self.config.observers) {
+                            self.views.push_back(self.state.view.clone());
+                            if self.is_leader() {
+                                self.announce(change);
+                            }
                         }
                     }
                 }
@@ -685,17 +786,21 @@ mod tests {
         let config = ManagerConfig { election_ticks: (30, 31), ..Default::default() };
         let replicas = g.managers[g.leader().unwrap()].replicas();
         assert_eq!(replicas.len(), 3, "{replicas:?}");
-        g.managers.push(Manager::new(4, &replicas, config, g.now).unwrap());
+        g.managers.push(Manager::replacement(4, &[1, 2, 3], &replicas, config, g.now).unwrap());
         g.run(200);
         let new = g.index(4).unwrap();
         assert_eq!(g.managers[new].view(), g.managers[g.leader().unwrap()].view(), "caught up");
-        assert_eq!(g.managers[new].view().epoch, 2);
+        // Two joins, then the replicas' two changes, as views.
+        assert_eq!(g.managers[new].view().epoch, 4);
+        let mut want: Vec<NodeId> = [1, 2, 3, 4].into_iter().filter(|&r| r != dead).collect();
+        want.sort_unstable();
+        assert_eq!(g.managers[new].view().replicas, want);
         assert_eq!(g.managers[new].replicas().len(), 3);
         // And it takes part: the next decision reaches it too.
         let l = g.leader().unwrap();
         g.managers[l].propose(Command::Join { node: 12, incarnation: 1 }, None).unwrap();
         g.run(20);
-        assert_eq!(g.managers[new].view().epoch, 3);
+        assert_eq!(g.managers[new].view().epoch, 5);
     }
 
     #[test]

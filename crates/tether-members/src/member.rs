@@ -64,6 +64,9 @@ pub struct View {
     /// Each group with a member: the epoch its members last changed (the
     /// group view's epoch) and its members, sorted.
     pub groups: BTreeMap<GroupId, (u64, Vec<NodeId>)>,
+    /// The manager replicas, sorted: the founders until a replica is
+    /// replaced. Members take view changes only from these.
+    pub replicas: Vec<NodeId>,
 }
 
 impl View {
@@ -87,6 +90,14 @@ impl View {
         let (node, epoch) = (change.node, change.epoch);
         let at = self.members.binary_search_by_key(&node, |m| m.0);
         match (at, change.change) {
+            // A replica is removed once the view has lost it, and its
+            // replacement is a member: neither asks whether it is in.
+            (_, Change::ReplicaAdded) => {
+                if let Err(j) = self.replicas.binary_search(&node) {
+                    self.replicas.insert(j, node);
+                }
+            }
+            (_, Change::ReplicaRemoved) => self.replicas.retain(|&r| r != node),
             (Ok(i), Change::Joined(inc)) => {
                 // A later life: the groups were the earlier one's.
                 if self.members[i].1 != inc {
@@ -277,9 +288,14 @@ impl Member {
         self.subjects.keys().copied()
     }
 
-    /// Where alerts go.
+    /// Where alerts go: the founding replicas (later ones come with the
+    /// views that add them).
     pub fn set_managers(&mut self, managers: &[NodeId]) {
         self.managers = managers.to_vec();
+        if self.view.epoch == 0 {
+            self.view.replicas = managers.to_vec();
+            self.view.replicas.sort_unstable();
+        }
     }
 
     /// Take `view` (if newer than the one held) at `now`: the rings are
@@ -464,6 +480,10 @@ impl Member {
             return; // one already applied
         }
         let was_member = self.is_member();
+        if view.replicas != self.view.replicas {
+            // A replica replaced: its successor's word counts from now on.
+            self.managers = view.replicas.clone();
+        }
         self.take_view(view, now);
         self.events.push_back(MemberEvent::ViewChanged { epoch: self.view.epoch });
         if self.is_member() {

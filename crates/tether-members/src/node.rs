@@ -42,6 +42,10 @@ pub struct ClusterConfig {
     pub member: Option<MemberConfig>,
     /// How the replicas run Raft.
     pub manager: ManagerConfig,
+    /// Nodes that take a failed replica's place, in this order of
+    /// preference: the leader adds the first that is a member once the
+    /// view has lost a replica (`Manager::replace_lost`).
+    pub spares: Vec<NodeId>,
 }
 
 impl ClusterConfig {
@@ -52,6 +56,7 @@ impl ClusterConfig {
             managers: managers.to_vec(),
             member: Some(MemberConfig::new(period)),
             manager: ManagerConfig::default(),
+            spares: Vec::new(),
         }
     }
 }
@@ -91,12 +96,20 @@ pub struct ClusterStats {
     pub unsent: u64,
     /// Events dropped because the application did not take them.
     pub events_dropped: u64,
+    /// Changes of the replicas this node proposed as their leader: a lost
+    /// replica removed, or a spare added.
+    pub replacements: u64,
 }
 
 /// One node's member and replica over its endpoint.
 pub struct ClusterNode {
     member: Option<Member>,
     manager: Option<Manager>,
+    /// What a spare needs to become a replica, and what a leader needs to
+    /// replace one.
+    founders: Vec<NodeId>,
+    spares: Vec<NodeId>,
+    manager_config: ManagerConfig,
     events: VecDeque<ClusterEvent>,
     out: Out,
     /// Something moved that the application may wait for.
@@ -178,6 +191,9 @@ impl ClusterNode {
         Ok(ClusterNode {
             member,
             manager,
+            founders: config.managers.clone(),
+            spares: config.spares.clone(),
+            manager_config: config.manager,
             events: VecDeque::new(),
             out: Out {
                 me,
@@ -279,9 +295,14 @@ impl ClusterNode {
                 Self::take_events(m, &mut self.events, &mut self.out.stats, &mut self.moved);
             }
         }
+        self.become_replica(now);
         if let Some(r) = &mut self.manager {
             if r.next_deadline() <= now {
                 r.turn(now);
+                // A tick apart: a lost replica is replaced step by step.
+                if let Ok(Some(_)) = r.replace_lost(&self.spares) {
+                    self.out.stats.replacements += 1;
+                }
             }
         }
         for _ in 0..MAX_LOCAL {
@@ -295,6 +316,26 @@ impl ClusterNode {
                 }
                 Local::ToMember(msg) => self.on_member_msg(self.out.me, msg, now),
             }
+        }
+    }
+
+    /// A spare the view names a replica starts its replica, with the
+    /// configuration the view gives, and catches up from the leader.
+    fn become_replica(&mut self, now: Instant) {
+        let me = self.out.me;
+        if self.manager.is_some() || !self.spares.contains(&me) {
+            return;
+        }
+        let Some(view) = self.member.as_ref().map(Member::view) else { return };
+        if !view.replicas.contains(&me) {
+            return;
+        }
+        match Manager::replacement(me, &self.founders, &view.replicas, self.manager_config, now) {
+            Ok(r) => {
+                self.manager = Some(r);
+                self.moved = true;
+            }
+            Err(_) => self.out.stats.refused += 1,
         }
     }
 

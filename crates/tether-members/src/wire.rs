@@ -85,6 +85,12 @@ pub enum Change {
     JoinedGroup(GroupId),
     /// Left a group.
     LeftGroup(GroupId),
+    /// Became a manager replica: the leader added it to the Raft group in
+    /// place of one that failed (docs/CLUSTER.md, "Replacing a replica").
+    ReplicaAdded,
+    /// Stopped being a manager replica: the leader removed it from the
+    /// Raft group.
+    ReplicaRemoved,
 }
 
 /// Why a message did not parse.
@@ -153,6 +159,9 @@ impl Msg {
                     1 => Change::Joined(value),
                     2 => Change::JoinedGroup(group()?),
                     3 => Change::LeftGroup(group()?),
+                    4 if value == 0 => Change::ReplicaAdded,
+                    5 if value == 0 => Change::ReplicaRemoved,
+                    4 | 5 => return Err(MsgError::BadField("value of a replica change")),
                     _ => return Err(MsgError::BadField("change")),
                 };
                 Msg::ViewChange(ViewChange { epoch: u64_at(b, 1), node: u32_at(b, 9), change })
@@ -204,6 +213,8 @@ impl Msg {
                     Change::Joined(incarnation) => (incarnation, 1),
                     Change::JoinedGroup(g) => (u64::from(g), 2),
                     Change::LeftGroup(g) => (u64::from(g), 3),
+                    Change::ReplicaAdded => (0, 4),
+                    Change::ReplicaRemoved => (0, 5),
                 };
                 out.push(VIEW_CHANGE);
                 out.extend_from_slice(&c.epoch.to_le_bytes());
@@ -245,6 +256,8 @@ mod tests {
             Msg::ViewChange(ViewChange { epoch: 10, node: 12, change: Change::Left }),
             Msg::ViewChange(ViewChange { epoch: 11, node: 12, change: Change::JoinedGroup(u32::MAX) }),
             Msg::ViewChange(ViewChange { epoch: 12, node: 12, change: Change::LeftGroup(0) }),
+            Msg::ViewChange(ViewChange { epoch: 13, node: 4, change: Change::ReplicaAdded }),
+            Msg::ViewChange(ViewChange { epoch: 14, node: 1, change: Change::ReplicaRemoved }),
             Msg::Group { group: 5, join: true },
             Msg::Group { group: 5, join: false },
         ];
@@ -260,8 +273,10 @@ mod tests {
         assert_eq!(Msg::parse(&[]), Err(MsgError::Empty));
         assert_eq!(Msg::parse(&[200, 0]), Err(MsgError::UnknownKind(200)));
         let mut bad = Msg::ViewChange(ViewChange { epoch: 1, node: 2, change: Change::Joined(3) }).to_vec();
-        bad[21] = 4;
+        bad[21] = 6;
         assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("change")));
+        bad[21] = 4;
+        assert_eq!(Msg::parse(&bad), Err(MsgError::BadField("value of a replica change")));
         bad[21] = 0;
         assert!(Msg::parse(&bad).is_err(), "a node that left has no incarnation");
         bad[13..21].copy_from_slice(&(1u64 << 32).to_le_bytes());

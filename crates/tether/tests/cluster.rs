@@ -25,13 +25,13 @@ fn any() -> SocketAddr {
 }
 
 fn node(id: NodeId, rules: &[&str], seed: u64) -> Endpoint {
+    node_with_spares(id, rules, seed, &[])
+}
+
+fn node_with_spares(id: NodeId, rules: &[&str], seed: u64, spares: &[NodeId]) -> Endpoint {
     let options = Options { faults: FaultPlan::parse_rules(seed, rules).unwrap(), ..Options::default() };
-    Endpoint::builder(id)
-        .bind(any())
-        .options(options)
-        .cluster(ClusterConfig::new(&MANAGERS, PERIOD))
-        .build()
-        .unwrap()
+    let config = ClusterConfig { spares: spares.to_vec(), ..ClusterConfig::new(&MANAGERS, PERIOD) };
+    Endpoint::builder(id).bind(any()).options(options).cluster(config).build().unwrap()
 }
 
 /// Let every endpoint know every other's address.
@@ -77,15 +77,19 @@ fn collect(eps: &[&Endpoint], views: &mut BTreeMap<NodeId, Vec<View>>, removed: 
 
 /// Each node's views are epochs 1, 2, 3, ... in order, and where two nodes
 /// saw the same epoch they saw the same members.
+/// A view's members and replicas.
+type Agreed = (Vec<NodeId>, Vec<NodeId>);
+
 fn check_agreement(views: &BTreeMap<NodeId, Vec<View>>) {
-    let mut by_epoch: BTreeMap<u64, (NodeId, Vec<NodeId>)> = BTreeMap::new();
+    let mut by_epoch: BTreeMap<u64, (NodeId, Agreed)> = BTreeMap::new();
     for (&n, vs) in views {
         let epochs: Vec<u64> = vs.iter().map(|v| v.epoch).collect();
         let want: Vec<u64> = (1..=epochs.len() as u64).collect();
         assert_eq!(epochs, want, "node {n}'s views, by epoch");
         for v in vs {
-            let (first, members) = by_epoch.entry(v.epoch).or_insert((n, nodes(v)));
-            assert_eq!(*members, nodes(v), "epoch {}: node {first} and node {n} disagree", v.epoch);
+            let seen = (nodes(v), v.replicas.clone());
+            let (first, agreed) = by_epoch.entry(v.epoch).or_insert((n, seen.clone()));
+            assert_eq!(*agreed, seen, "epoch {}: node {first} and node {n} disagree", v.epoch);
         }
     }
 }
@@ -125,27 +129,54 @@ fn members_agree_and_a_dead_member_is_removed_under_loss() {
     println!("node 1's cluster counters: {:?}", stats[0]);
 }
 
+/// Wait until every endpoint's view names exactly `want` as the replicas.
+fn until_replicas(eps: &[&Endpoint], want: &[NodeId], within: Duration) -> Duration {
+    let start = Instant::now();
+    while !eps.iter().all(|e| e.view().is_some_and(|v| v.replicas == want)) {
+        let seen: Vec<_> = eps.iter().map(|e| (e.node(), e.view().map(|v| v.replicas))).collect();
+        assert!(start.elapsed() < within, "replicas after {within:?}: {seen:?}, wanted {want:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    start.elapsed()
+}
+
 #[test]
-fn the_group_decides_on_with_a_replica_dead() {
-    let mut eps: Vec<Endpoint> = (1..=5).map(|id| node(id, &[], 11)).collect();
+fn the_group_decides_on_with_a_replica_dead_and_replaces_it() {
+    const SPARES: [NodeId; 2] = [4, 5];
+    let mut eps: Vec<Endpoint> = (1..=5).map(|id| node_with_spares(id, &[], 11, &SPARES)).collect();
     introduce(&eps.iter().collect::<Vec<_>>());
     until_views(&eps.iter().collect::<Vec<_>>(), &[1, 2, 3, 4, 5], Duration::from_secs(20));
+    assert!(eps.iter().all(|e| e.view().unwrap().replicas == MANAGERS), "the founders");
 
-    // Replica 1 dies; 2 and 3 remove it and take in a newcomer.
+    // Replica 1 dies; 2 and 3 remove it, take in a newcomer, and replace
+    // the replica with the first spare.
     let dead = eps.remove(0);
     dead.close(Duration::ZERO).ok();
-    let late = node(6, &[], 11);
+    let late = node_with_spares(6, &[], 11, &SPARES);
     eps.push(late);
     introduce(&eps.iter().collect::<Vec<_>>());
     let live: Vec<&Endpoint> = eps.iter().collect();
     let took = until_views(&live, &[2, 3, 4, 5, 6], Duration::from_secs(20));
     println!("replica 1 removed and node 6 joined after {took:?}");
+    let took = until_replicas(&live, &[2, 3, 4], Duration::from_secs(20));
+    println!("replica 1 replaced by spare 4 {took:?} later");
+
+    // The newcomer caught up and takes part: with replica 2 dead too,
+    // 3 and 4 are the majority that removes it and adds spare 5.
+    let dead = eps.remove(0);
+    dead.close(Duration::ZERO).ok();
+    let live: Vec<&Endpoint> = eps.iter().collect();
+    until_views(&live, &[3, 4, 5, 6], Duration::from_secs(20));
+    let took = until_replicas(&live, &[3, 4, 5], Duration::from_secs(20));
+    println!("replica 2 removed and replaced by spare 5, {took:?} after its removal");
 
     let mut views = BTreeMap::new();
     let mut removed = Vec::new();
     collect(&live, &mut views, &mut removed);
     assert_eq!(removed, Vec::<NodeId>::new());
     check_agreement(&views);
+    let replacements: u64 = live.iter().map(|e| e.cluster_stats().unwrap().replacements).sum();
+    assert!(replacements >= 2, "the leaders proposed the replacements: {replacements}");
 }
 
 #[test]
