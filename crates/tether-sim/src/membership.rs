@@ -374,7 +374,8 @@ fn replace(w: &mut World, dead: NodeId) -> bool {
     }
     let replicas = w.managers[l].replicas();
     let config = ManagerConfig { election_ticks: (30, 31), ..Default::default() };
-    let r = Manager::new(REPLACEMENT, &replicas, config, w.now).expect("a valid configuration");
+    let r = Manager::replacement(REPLACEMENT, &MANAGERS, &replicas, config, w.now)
+        .expect("a valid configuration");
     w.managers.push(r);
     let managers: Vec<NodeId> = replicas.clone();
     for m in w.members.values_mut() {
