@@ -11,9 +11,10 @@ mod stat_cmd;
 mod table;
 
 use tether_lab::{
-    args, auth_bench, bandwidth, bench, calls_bench, campaign, congestion_bench, contention_bench, demo,
-    demo_engine, demo_rpc, detect_bench, detection, engine_bench, engine_campaign, flows, group_bench, limit,
-    logp_bench, loss_bench, model, net, pingpong, scratch, shm_bench, stream, summary, timeline,
+    args, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign, congestion_bench,
+    contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection, engine_bench,
+    engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net, pingpong, scratch,
+    shm_bench, stream, summary, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -63,6 +64,9 @@ enum Command {
     /// A bank server of `tether demo --rpc` (started by the demo).
     #[command(hide = true)]
     BankServer(demo_rpc::BankServerOpts),
+    /// A node of `tether demo --cluster` (started by the demo).
+    #[command(hide = true)]
+    ClusterMember(demo_cluster::ClusterMemberOpts),
 }
 
 #[derive(clap::Args)]
@@ -231,6 +235,7 @@ fn main() {
         ),
         Command::Metrics(o) => metrics_cmd::run(&o),
         Command::BankServer(o) => demo_rpc::serve(&o),
+        Command::ClusterMember(o) => demo_cluster::serve(&o),
     };
     scratch::clean_up();
     if let Err(e) = result {
@@ -301,7 +306,21 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
             ) => Ok(()),
             _ => check_bench(&o.net, m),
         },
-        Command::Demo(o) => demo::check(o),
+        Command::Demo(o) => {
+            demo::check(o)?;
+            // Each mode's own options, refused without it.
+            let modes: [(&str, bool, &[&str]); 3] = [
+                ("--rpc", o.rpc, &["servers", "accounts", "transfers", "kills"]),
+                ("--cluster", o.cluster, &["members", "period_ms", "rate", "detector"]),
+                ("--engine", o.engine, &["hang_after_us"]),
+            ];
+            for (mode, on, ids) in modes {
+                if let Some(f) = first_given(m, ids).filter(|_| !on) {
+                    anyhow::bail!("{f} is for demo {mode}");
+                }
+            }
+            Ok(())
+        }
         Command::Sim(o) => {
             anyhow::ensure!(
                 o.first_seed.checked_add(o.seeds).is_some(),
@@ -313,6 +332,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
         Command::Stat(_) | Command::Config(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
+        Command::ClusterMember(_) => Ok(()),
         Command::Engine(_) => Ok(()),
     }
 }
@@ -424,6 +444,29 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 fn run_demo(o: &demo::DemoOpts) -> anyhow::Result<()> {
+    if o.cluster {
+        demo::check(o)?;
+        let rules = [&demo::link_rules(o)[..], &o.faults[..]].concat();
+        let run = demo_cluster::ClusterRun {
+            members: o.members,
+            period_ms: o.period_ms,
+            rate: o.rate,
+            detector: o.detector,
+            seed: o.seed,
+            rules,
+        };
+        let report = demo_cluster::run(&run)?;
+        if o.json {
+            print_json(&report)?;
+        } else {
+            demo_cluster::print(&report);
+        }
+        anyhow::ensure!(
+            report.ok,
+            "a failure went undetected, a live node was removed, views or the group's order disagreed, or the replica was not replaced"
+        );
+        return Ok(());
+    }
     if o.rpc {
         demo::check(o)?;
         let plan = demo::plan(o)?;
@@ -643,6 +686,9 @@ fn run_campaign(o: &campaign::CampaignOpts) -> anyhow::Result<()> {
     if o.engine {
         return run_engine_campaign(o);
     }
+    if o.cluster {
+        return run_cluster_campaign(o);
+    }
     let bar = indicatif::ProgressBar::new(campaign::cell_count(o)?);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cells {elapsed_precise} {msg}")
@@ -676,6 +722,37 @@ fn run_campaign(o: &campaign::CampaignOpts) -> anyhow::Result<()> {
         bad.len(),
         cells.len()
     );
+    Ok(())
+}
+
+/// `tether campaign --cluster`: Figure 5's table (and plots with --out).
+fn run_cluster_campaign(o: &campaign::CampaignOpts) -> anyhow::Result<()> {
+    let c = o.cluster_campaign();
+    let count = (c.rates.len() as u64 + 1) * 2 * c.seeds;
+    let bar = (!o.json).then(|| progress_bar(count, "{bar:40} {pos}/{len} cells {elapsed_precise} {msg}"));
+    let cells = cluster_campaign::run(&c, |x| {
+        if let Some(b) = &bar {
+            let at = if x.busy { "busy machine".to_string() } else { format!("rate {}", x.rate) };
+            b.set_message(format!("{} {at} seed {}", x.detector, x.seed));
+            b.inc(1);
+        }
+    })?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let rows = cluster_campaign::rows(&cells);
+    if o.json {
+        print_json(&serde_json::json!({ "cells": cells, "rows": rows }))?;
+    } else {
+        table::cluster_campaign(&rows, &c);
+    }
+    if let Some(dir) = &o.out {
+        for path in cluster_campaign::write_out(dir, &cells)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    let unformed = cells.iter().filter(|x| !x.formed).count();
+    anyhow::ensure!(unformed == 0, "{unformed} of {} cells' clusters never formed", cells.len());
     Ok(())
 }
 

@@ -662,6 +662,45 @@ pub fn campaign(rows: &[crate::campaign::Row]) {
     println!("counts summed over the seeds of a row; time: median (min-max) over seeds, relative to the median fault-free run");
 }
 
+pub fn cluster_campaign(rows: &[crate::cluster_campaign::Row], c: &crate::cluster_campaign::ClusterCampaign) {
+    let mut t = table(&[
+        "detector",
+        "faults",
+        "cells",
+        "seconds",
+        "injected",
+        "R / fault",
+        "D / fault",
+        "A (false alarms)",
+        "S (self-diagnosis)",
+        "suspicions (refuted)",
+    ]);
+    for r in rows {
+        t.add_row(vec![
+            r.detector.to_string(),
+            if r.busy { "busy thread per core".into() } else { format!("{:e} each", r.rate) },
+            format!(
+                "{}{}",
+                r.cells,
+                if r.unformed > 0 { format!(" ({} unformed)", r.unformed) } else { String::new() }
+            ),
+            format!("{:.0}", r.seconds),
+            r.injected.to_string(),
+            format!("{:.3}", r.r),
+            format!("{:.3}", r.d),
+            r.false_alarms.to_string(),
+            r.self_diagnosis.to_string(),
+            format!("{} ({})", r.suspicions, r.refuted),
+        ]);
+    }
+    right(&mut t);
+    println!("{t}");
+    println!(
+        "{} nodes (3 manager replicas), heartbeats every {:?}, nobody dies; faults: drop, duplicate and corrupt, each at the rate, on every datagram received; counts summed over the seeds of a row",
+        c.members, c.period
+    );
+}
+
 pub fn bandwidth(r: &crate::bandwidth::BandwidthReport) {
     println!(
         "tether bench checksum: GB/s, median (min-max) of {} runs; in cache = one {} B block, out of cache = {} MiB walked in {} B blocks; fused CRC32C kernel in use: {}",

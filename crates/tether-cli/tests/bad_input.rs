@@ -192,6 +192,11 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("demo --fault nope".into(), "--fault nope"),
         ("demo --engine --rails 2 --cut-rail-at 100".into(), "not available with --engine"),
         ("demo --engine --fault drop:p=0.1,side=send".into(), "the engines inject faults on receive only"),
+        ("demo --members 6".into(), "--members is for demo --cluster"),
+        ("demo --servers 2".into(), "--servers is for demo --rpc"),
+        ("demo --hang-after-us 900".into(), "--hang-after-us is for demo --engine"),
+        ("demo --cluster --members 4".into(), "must be between 5 and 64"),
+        ("demo --cluster --rpc".into(), "--cluster runs its processes embedded"),
         (
             "engine --unsupervised --dir /dev/shm/tether-bad-input --bind 127.0.0.1:0 --fault drop:p=0.1,side=send"
                 .into(),

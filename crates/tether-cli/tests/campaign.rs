@@ -74,3 +74,47 @@ fn campaign_rejects_what_it_cannot_sweep() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// Figure 5 for the cluster: at 1% of each of drop, duplicate and
+/// corrupt, the reliable layer retransmits and discards duplicates (R and
+/// D per injected fault above 0) while nobody alive is removed (A and S
+/// 0); the busy-machine cells run too; and --out writes the CSV and a
+/// plot per detector.
+#[test]
+fn cluster_campaign_counts_figure_5_per_injected_fault() {
+    let dir = std::env::temp_dir().join(format!("tether-cluster-campaign-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = tether(&[
+        "campaign",
+        "--cluster",
+        "--rates",
+        "0.01",
+        "--seeds",
+        "1",
+        "--cell-secs",
+        "2",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("one JSON document; stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{doc}");
+    let rows = doc["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4, "two detectors at one rate, and the busy machine: {doc}");
+    assert_eq!(doc["cells"].as_array().unwrap().len(), 4);
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        assert_eq!(f("unformed"), 0.0, "{r}");
+        assert_eq!((f("false_alarms"), f("self_diagnosis")), (0.0, 0.0), "nobody died: {r}");
+        if r["busy"] == false {
+            assert!(f("injected") > 100.0 && f("r") > 0.0 && f("d") > 0.0, "{r}");
+        } else {
+            assert_eq!(f("injected"), 0.0, "{r}");
+        }
+    }
+    for f in ["cluster-campaign.csv", "cluster-two-miss.png", "cluster-phi.png"] {
+        assert!(dir.join(f).metadata().is_ok_and(|m| m.len() > 0), "{f} written");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

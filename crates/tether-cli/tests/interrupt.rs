@@ -159,6 +159,7 @@ fn interrupted_commands_leave_nothing() {
     let commands: &[&[&str]] = &[
         &["demo", "--engine"],
         &["demo", "--rpc"],
+        &["demo", "--cluster"],
         &["demo"],
         &["bench", "engine", "--runs", "2"],
         &["bench", "calls", "--runs", "2"],

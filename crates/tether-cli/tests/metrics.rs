@@ -40,8 +40,9 @@ fn encode(q: &str) -> String {
 }
 
 /// The value Prometheus gives for `query` once it is at least `want`
-/// (waiting for scrapes), with the whole answer.
-fn query_until(prometheus: SocketAddr, query: &str, want: f64) -> (f64, String) {
+/// (waiting for scrapes), with the whole answer; past a minute, a panic
+/// with the last answer and `why()` (what the node says of itself).
+fn query_until(prometheus: SocketAddr, query: &str, want: f64, why: &dyn Fn() -> String) -> (f64, String) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::new();
     while Instant::now() < deadline {
@@ -55,7 +56,7 @@ fn query_until(prometheus: SocketAddr, query: &str, want: f64) -> (f64, String) 
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    panic!("Prometheus never gave {query} >= {want}; last answer: {last}");
+    panic!("Prometheus never gave {query} >= {want}; last answer: {last}\n{}", why());
 }
 
 struct Killed(Child);
@@ -86,6 +87,7 @@ fn prometheus_scrapes_an_engine_and_an_endpoint() {
         .args(["engine", "--dir", dir.to_str().unwrap(), "--bind", "127.0.0.1:0"])
         .args(["--metrics", &engine_metrics.to_string()])
         .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(base.join("engine.err")).unwrap())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(engine.stdout.take().unwrap()).lines();
@@ -133,22 +135,34 @@ fn prometheus_scrapes_an_engine_and_an_endpoint() {
             .spawn()
             .unwrap(),
     );
-    let (sent, answer) = query_until(web, "tether_messages_sent_total{job=\"engine\",node=\"1\"}", 500.0);
+    // What the engine logged and what its board says, should a value
+    // never come (a replaced engine, say).
+    let why = || {
+        let log = std::fs::read_to_string(base.join("engine.err")).unwrap_or_default();
+        let stat = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["stat", "--dir", dir.to_str().unwrap(), "--json"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        format!("the engine's log:\n{log}\ntether stat --json:\n{stat}")
+    };
+    let (sent, answer) =
+        query_until(web, "tether_messages_sent_total{job=\"engine\",node=\"1\"}", 500.0, &why);
     println!("{answer}");
     assert_eq!(sent, 500.0, "the engine's application sent 500 messages");
-    let (acked, _) = query_until(web, "tether_messages_acked_total{job=\"engine\",node=\"1\"}", 500.0);
+    let (acked, _) = query_until(web, "tether_messages_acked_total{job=\"engine\",node=\"1\"}", 500.0, &why);
     assert_eq!(acked, 500.0);
     let (delivered, answer) =
-        query_until(web, "tether_messages_delivered_total{job=\"endpoint\",node=\"2\"}", 500.0);
+        query_until(web, "tether_messages_delivered_total{job=\"endpoint\",node=\"2\"}", 500.0, &why);
     println!("{answer}");
     assert_eq!(delivered, 500.0, "the endpoint delivered 500 messages");
     let (up, _) =
-        query_until(web, "tether_path_active{job=\"endpoint\",node=\"2\",peer=\"1\",rail=\"0\"}", 1.0);
+        query_until(web, "tether_path_active{job=\"endpoint\",node=\"2\",peer=\"1\",rail=\"0\"}", 1.0, &why);
     assert_eq!(up, 1.0);
-    let (attached, _) = query_until(web, "tether_engine_attached_total{job=\"engine\"}", 1.0);
+    let (attached, _) = query_until(web, "tether_engine_attached_total{job=\"engine\"}", 1.0, &why);
     assert_eq!(attached, 1.0);
     let (rtt, answer) =
-        query_until(web, "tether_peer_rtt_seconds{job=\"engine\",node=\"1\",peer=\"2\"}", 0.0);
+        query_until(web, "tether_peer_rtt_seconds{job=\"engine\",node=\"1\",peer=\"2\"}", 0.0, &why);
     println!("{answer}");
     assert!(rtt > 0.0 && rtt < 1.0, "a round trip in seconds: {rtt}");
     drop(prometheus);

@@ -139,6 +139,38 @@ pub struct CampaignOpts {
     /// lengths and hook seeds (and of the engines' drops).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = args::seed)]
     pub seed: u64,
+    /// Strike a cluster instead (Li et al. [CI] Figure 5): `--members`
+    /// embedded endpoints, three of them manager replicas, heartbeating
+    /// for `--cell-secs` at each of `--rates` (each of drop, duplicate and
+    /// corrupt at that rate), with the two-miss rule and phi accrual side
+    /// by side, then with a busy thread per core and no link faults;
+    /// retransmissions, duplicates, false alarms and manager
+    /// self-diagnosis per injected fault.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: nodes, the three replicas among them.
+    #[arg(long, default_value_t = 6, allow_negative_numbers = true, value_parser = args::int_in::<u32>(4, 64, "", ""))]
+    pub members: u32,
+    /// With --cluster: seconds each cell's heartbeats run once the cluster formed.
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = args::int_in::<u64>(1, 3600, "s", ""))]
+    pub cell_secs: u64,
+    /// With --cluster: the heartbeat period, in milliseconds.
+    #[arg(long, default_value_t = 50, allow_negative_numbers = true, value_parser = args::int_in::<u64>(5, 1000, "ms", ""))]
+    pub period_ms: u64,
+}
+
+impl CampaignOpts {
+    /// What `--cluster` runs.
+    pub fn cluster_campaign(&self) -> crate::cluster_campaign::ClusterCampaign {
+        crate::cluster_campaign::ClusterCampaign {
+            members: self.members,
+            period: Duration::from_millis(self.period_ms),
+            cell: Duration::from_secs(self.cell_secs),
+            rates: self.rates.clone(),
+            seeds: self.seeds,
+            first_seed: self.first_seed,
+        }
+    }
 }
 
 /// Options of the message-fault sweep, and of the engine campaign.
@@ -146,6 +178,9 @@ const SWEEP_ONLY: [&str; 9] =
     ["workloads", "kinds", "rates", "seeds", "first_seed", "messages", "rounds", "compute", "delay"];
 const ENGINE_ONLY: [&str; 8] =
     ["classes", "strikes", "rails", "pace_us", "hang_after_us", "window_ms", "drop", "seed"];
+/// Options of the cluster campaign, and those of the sweep it shares.
+const CLUSTER_ONLY: [&str; 3] = ["members", "cell_secs", "period_ms"];
+const CLUSTER_SHARES: [&str; 3] = ["rates", "seeds", "first_seed"];
 
 /// Messages a cell may track (a flag each, per direction): 10 million.
 const MAX_MESSAGES: u64 = 10_000_000;
@@ -162,6 +197,26 @@ pub fn check(o: &CampaignOpts, given: impl Fn(&str) -> bool) -> anyhow::Result<(
         }
         Ok(())
     };
+    if o.cluster {
+        anyhow::ensure!(!o.engine, "--cluster and --engine are two campaigns: one at a time");
+        let foreign = SWEEP_ONLY.iter().chain(&ENGINE_ONLY).filter(|f| !CLUSTER_SHARES.contains(f));
+        if let Some(f) = foreign.into_iter().find(|f| given(f)) {
+            anyhow::bail!(
+                "{} is not for the cluster campaign (it takes --rates, --seeds, --first-seed)",
+                flag(f)
+            );
+        }
+        anyhow::ensure!(
+            o.first_seed.checked_add(o.seeds).is_some(),
+            "--first-seed {} plus --seeds {} passes the last seed, 2^64-1",
+            o.first_seed,
+            o.seeds
+        );
+        return make_out();
+    }
+    if let Some(f) = CLUSTER_ONLY.iter().find(|f| given(f)) {
+        anyhow::bail!("{} is for the cluster campaign: add --cluster or leave it out", flag(f));
+    }
     if o.engine {
         if let Some(f) = SWEEP_ONLY.iter().find(|f| given(f)) {
             anyhow::bail!(
@@ -656,6 +711,13 @@ mod tests {
         assert!(err.contains("--strikes is for the engine campaign"), "{err}");
         let err = checked(&["--seed", "5"]).unwrap_err().to_string();
         assert!(err.contains("add --engine"), "{err}");
+        assert!(checked(&["--cluster", "--rates", "0.1", "--seeds", "2", "--members", "8"]).is_ok());
+        let err = checked(&["--members", "8"]).unwrap_err().to_string();
+        assert!(err.contains("--members is for the cluster campaign"), "{err}");
+        let err = checked(&["--cluster", "--kinds", "drop"]).unwrap_err().to_string();
+        assert!(err.contains("--kinds is not for the cluster campaign"), "{err}");
+        let err = checked(&["--cluster", "--engine"]).unwrap_err().to_string();
+        assert!(err.contains("one at a time"), "{err}");
     }
 
     #[test]

@@ -101,6 +101,30 @@ pub struct DemoOpts {
     /// With --rpc: server kills at least.
     #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = args::int_in::<u32>(0, 100_000, "", ""))]
     pub kills: u32,
+    /// The cluster instead: three manager replicas and `--members` more
+    /// nodes, each a process, in one group that every one multicasts to
+    /// through the demo's faulty links, while one member is killed
+    /// (SIGKILL), one frozen (SIGSTOP), one cut off for a while and one
+    /// replica killed and replaced by a spare; then every failure must
+    /// have been detected, nobody else removed, every node's views one
+    /// sequence, and the group's deliveries one order, each in its view.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: member processes besides the three replicas (5 to 64).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = args::int_in::<u32>(5, 64, "", ""))]
+    pub members: u32,
+    /// With --cluster: the heartbeat period, in milliseconds.
+    #[arg(long, default_value_t = 50, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(5, 1_000, "ms", ""))]
+    pub period_ms: u64,
+    /// With --cluster: multicasts each node sends to the group a second.
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true,
+          value_parser = args::int_in::<u32>(1, 100_000, "", ""))]
+    pub rate: u32,
+    /// With --cluster: the suspicion rule, phi accrual (`phi`) or the
+    /// seed's two-miss rule (`fixed`).
+    #[arg(long, value_enum, default_value = "phi")]
+    pub detector: crate::demo_cluster::Detector,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -132,6 +156,10 @@ pub fn check(o: &DemoOpts) -> anyhow::Result<()> {
     anyhow::ensure!(
         !o.rpc || (!o.engine && o.rails == 1 && o.cut_rail_at.is_none()),
         "--rpc runs the bank over one rail, embedded: not with --engine, --rails or --cut-rail-at"
+    );
+    anyhow::ensure!(
+        !o.cluster || (!o.rpc && !o.engine && o.rails == 1 && o.cut_rail_at.is_none()),
+        "--cluster runs its processes embedded over one rail: not with --rpc, --engine, --rails or --cut-rail-at"
     );
     anyhow::ensure!(o.cut_rail_at.is_none() || o.rails >= 2, "--cut-rail-at needs --rails 2 or more");
     anyhow::ensure!(
@@ -256,7 +284,7 @@ fn dead_rail_plan(base: &FaultPlan, at: Duration) -> anyhow::Result<FaultPlan> {
 
 /// The demo's receive-side faults in the compact form (what `--loss` and
 /// the rest say).
-fn link_rules(o: &DemoOpts) -> [String; 5] {
+pub fn link_rules(o: &DemoOpts) -> [String; 5] {
     [
         format!("drop:p={}", o.loss),
         format!("duplicate:p={}", o.duplicate),

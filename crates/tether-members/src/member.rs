@@ -39,7 +39,10 @@ pub struct MemberConfig {
 
 impl MemberConfig {
     /// Heartbeats every `period`, the seed's two-miss rule, a probe
-    /// answered within two periods, three observers.
+    /// answered within two periods, three observers. The probe's time
+    /// must outlast an outage of two periods that struck everyone at once
+    /// (the simulator's membership mix): at one and a half periods it
+    /// removed live members in 93 runs of 1,000, at two in none.
     pub fn new(period: Duration) -> Self {
         MemberConfig {
             period,
