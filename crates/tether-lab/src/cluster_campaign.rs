@@ -130,24 +130,25 @@ pub fn cell(
     seed: u64,
 ) -> anyhow::Result<ClusterCell> {
     let all: Vec<NodeId> = (1..=c.members).collect();
+    // Every node's port picked first, so each is built knowing every
+    // other: none sends to a node that does not yet know it.
+    let addrs = all
+        .iter()
+        .map(|_| Ok(std::net::UdpSocket::bind(loopback())?.local_addr()?))
+        .collect::<anyhow::Result<Vec<std::net::SocketAddr>>>()?;
     let mut eps = Vec::new();
-    for &id in &all {
+    for (i, &id) in all.iter().enumerate() {
         let faults = FaultPlan::parse_rules(seed ^ (u64::from(id) << 32), &rules(rate))?;
         let mut cluster = ClusterConfig::new(&REPLICAS, c.period);
         if let Some(m) = &mut cluster.member {
             m.detector = rule.kind(c.period);
         }
         let options = Options { faults, ..Options::default() };
-        eps.push(Endpoint::builder(id).bind(loopback()).options(options).cluster(cluster).build()?);
-    }
-    for a in &eps {
-        for b in &eps {
-            if a.node() != b.node() {
-                let addr =
-                    b.local_addr().ok_or_else(|| anyhow::anyhow!("node {} has no address", b.node()))?;
-                a.add_peer(b.node(), addr)?;
-            }
+        let mut b = Endpoint::builder(id).bind(addrs[i]).options(options).cluster(cluster);
+        for (j, &peer) in all.iter().enumerate().filter(|&(j, _)| j != i) {
+            b = b.peer(peer, addrs[j]);
         }
+        eps.push(b.build()?);
     }
     let mut out = ClusterCell {
         detector: rule.name(),
