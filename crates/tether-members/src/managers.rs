@@ -38,6 +38,9 @@ use crate::wire::{Change, GroupId, Msg, ViewChange};
 pub const MAX_CHANGES: usize = 1 << 16;
 /// Changes one pull is answered with at most; the member pulls again.
 pub const PULL_BATCH: u64 = 64;
+/// Members the leader tells of each change itself (besides the node it is
+/// about); the others have it from their neighbours.
+pub const ANNOUNCE_FANOUT: usize = 8;
 /// Groups a view holds at most; a join to one more is not proposed.
 pub const MAX_GROUPS: usize = 65_536;
 
@@ -170,6 +173,14 @@ impl ClusterState {
         })
     }
 
+    /// Whether an alert counts: one of this epoch, about a member in the
+    /// incarnation alerted about, by one of its observers.
+    fn counts(&self, observer: NodeId, subject: NodeId, incarnation: u64, epoch: u64) -> bool {
+        epoch == self.view.epoch
+            && self.view.incarnation_of(subject) == Some(incarnation)
+            && self.rings.observers(subject).contains(&observer)
+    }
+
     /// The changes after view `have`, at most `n`.
     pub fn changes_after(&self, have: u64, n: u64) -> impl Iterator<Item = ViewChange> + '_ {
         let first = self.changes.front().map_or(0, |c| c.epoch);
@@ -194,13 +205,7 @@ impl ClusterState {
                 (node, Change::Left)
             }
             Command::Alert { observer, subject, incarnation, epoch } => {
-                // Only an alert of this epoch, about a member in the
-                // incarnation alerted about, by one of its observers.
-                let watched = self.rings.observers(subject);
-                if epoch != view.epoch
-                    || view.incarnation_of(subject) != Some(incarnation)
-                    || !watched.contains(&observer)
-                {
+                if !self.counts(observer, subject, incarnation, epoch) {
                     return None;
                 }
                 self.alerts.entry(subject).or_default().insert(observer);
@@ -466,6 +471,10 @@ impl Manager {
     /// the changes it applied.
     pub fn handle_member(&mut self, from: NodeId, msg: Msg) {
         match msg {
+            // An alert from an earlier view cannot count: its observer is
+            // behind, and is sent what it missed instead (it alerts again
+            // from the view it catches up to). Any replica answers.
+            Msg::Alert { epoch, .. } if epoch < self.state.view.epoch => self.answer_pull(from, epoch),
             Msg::Alert { subject, incarnation, epoch } => {
                 let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
                 let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
@@ -478,13 +487,16 @@ impl Manager {
             Msg::Group { group, join } if self.state.view.group(group).contains(&from) != join => {
                 let _ = self.propose(Command::Group { node: from, group, join }, None);
             }
-            Msg::ViewPull { have } => {
-                let answers: Vec<ViewChange> = self.state.changes_after(have, PULL_BATCH).collect();
-                for c in answers {
-                    self.acks.push_back((from, Msg::ViewChange(c)));
-                }
-            }
+            Msg::ViewPull { have } => self.answer_pull(from, have),
             _ => {}
+        }
+    }
+
+    /// Send `to` the changes after view `have` (a batch; it pulls again).
+    fn answer_pull(&mut self, to: NodeId, have: u64) {
+        let answers: Vec<ViewChange> = self.state.changes_after(have, PULL_BATCH).collect();
+        for c in answers {
+            self.acks.push_back((to, Msg::ViewChange(c)));
         }
     }
 
@@ -585,16 +597,27 @@ impl Manager {
         }
     }
 
-    /// Tell every member of the new view, and the node the change was
-    /// about, of `change` (members that miss it pull it).
+    /// Tell the node the change was about, and [`ANNOUNCE_FANOUT`]
+    /// members of the new view spread over it, of `change`: the rest learn
+    /// it from their neighbours, whose heartbeats name the newer epoch
+    /// (members pass changes on; docs/CLUSTER.md, "Views"). So a change
+    /// costs the leader a bounded number of messages however large the
+    /// cluster.
     fn announce(&mut self, change: ViewChange) {
         let msg = Msg::ViewChange(change);
-        for &(m, _) in &self.state.view.members {
-            self.acks.push_back((m, msg));
+        let members = &self.state.view.members;
+        let n = members.len();
+        let fanout = n.min(ANNOUNCE_FANOUT);
+        // Spread evenly, and shifted with each epoch: no member is always
+        // the first to know.
+        let shift = change.epoch as usize;
+        for i in 0..fanout {
+            let (m, _) = members[(shift + i * n / fanout) % n];
+            if m != change.node {
+                self.acks.push_back((m, msg));
+            }
         }
-        if change.change == Change::Left {
-            self.acks.push_back((change.node, msg));
-        }
+        self.acks.push_back((change.node, msg));
     }
 
     fn send(&mut self, msgs: Vec<Message>) {
@@ -639,7 +662,17 @@ impl Manager {
                     }
                 }
                 EntryType::EntryNormal => {
-                    if let Some(cmd) = Command::decode(&e.data) {
+                    let cmd = Command::decode(&e.data);
+                    // An alert that did not count (an observer behind the
+                    // view, say) is not acknowledged: its observer sends
+                    // it again from the view it catches up to.
+                    let acknowledged = match cmd {
+                        Some(Command::Alert { observer, subject, incarnation, epoch }) => {
+                            self.state.counts(observer, subject, incarnation, epoch)
+                        }
+                        _ => true,
+                    };
+                    if let Some(cmd) = cmd {
                         if let Some(change) = self.state.apply(cmd, self.config.observers) {
                             self.views.push_back(self.state.view.clone());
                             if self.is_leader() {
@@ -647,7 +680,7 @@ impl Manager {
                             }
                         }
                     }
-                    if self.is_leader() && e.context.len() > 4 {
+                    if acknowledged && self.is_leader() && e.context.len() > 4 {
                         let to = u32::from_le_bytes(e.context[..4].try_into().expect("four bytes"));
                         if let Ok(msg) = Msg::parse(&e.context[4..]) {
                             self.acks.push_back((to, msg));

@@ -20,9 +20,20 @@ use crate::detector::{Detector, DetectorKind, Lateness};
 use crate::rings::Rings;
 use crate::wire::{Change, GroupId, Msg, ViewChange};
 
-/// Heartbeat turns between two pulls of the view from a manager, whatever
-/// happened (a replica answers nothing when the member is up to date).
+/// Heartbeat turns between two pulls of the view from a neighbour (and,
+/// one in `MANAGER_PULL_EVERY` of those, from a manager), whatever
+/// happened: nobody answers a member that is up to date.
 const PULL_EVERY: u64 = 10;
+const MANAGER_PULL_EVERY: usize = 10;
+/// View changes a member keeps to answer its neighbours' pulls (docs/
+/// CLUSTER.md, "Views": changes spread member to member, epidemically,
+/// so no node's load grows with the cluster). A neighbour further behind
+/// asks a manager.
+pub const KEEP_CHANGES: usize = 1 << 14;
+/// Changes one pull is answered with at most; the member pulls again.
+const PULL_BATCH: usize = 64;
+/// How far past its view a member keeps changes that came early.
+const AHEAD: usize = 4 * PULL_BATCH;
 
 /// How a member watches and is watched.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -214,6 +225,12 @@ pub struct Member {
     /// The groups this member wants to be in: asked for every period
     /// until the view agrees.
     wanted: BTreeSet<GroupId>,
+    /// The latest changes this member applied, in epoch order, for its
+    /// neighbours' pulls.
+    kept: VecDeque<ViewChange>,
+    /// Changes that came before the ones they follow, by epoch (at most
+    /// [`AHEAD`] past the view).
+    ahead: BTreeMap<u64, ViewChange>,
 }
 
 impl Member {
@@ -239,6 +256,8 @@ impl Member {
             pulled: None,
             pulls: 0,
             wanted: BTreeSet::new(),
+            kept: VecDeque::new(),
+            ahead: BTreeMap::new(),
         }
     }
 
@@ -277,6 +296,13 @@ impl Member {
         self.incarnation
     }
 
+    /// The change that made view `epoch`, if this member applied it and
+    /// still keeps it.
+    pub fn change_of(&self, epoch: u64) -> Option<ViewChange> {
+        let first = self.kept.front()?.epoch;
+        self.kept.get(epoch.checked_sub(first)? as usize).copied()
+    }
+
     pub fn view(&self) -> &View {
         &self.view
     }
@@ -308,6 +334,9 @@ impl Member {
         if view.epoch <= self.view.epoch && !self.view.members.is_empty() {
             return;
         }
+        // Not made by changes this member applied: none to pass on.
+        self.kept.clear();
+        self.ahead.clear();
         self.take_view(view, now);
     }
 
@@ -319,11 +348,22 @@ impl Member {
         for s in rings.subjects(self.me) {
             let incarnation = view.incarnation_of(s).unwrap_or_default();
             let kept = self.subjects.remove(&s).filter(|w| w.incarnation == incarnation);
-            let watch = kept.unwrap_or_else(|| Watch {
+            let mut watch = kept.unwrap_or_else(|| Watch {
                 incarnation,
                 detector: Detector::new(self.config.detector, self.config.period, now),
                 state: State::Trusted,
             });
+            // The managers count alerts per view: one raised in an
+            // earlier view is raised again in this one, at once.
+            if let State::Alerted { since, .. } = watch.state {
+                if view.epoch != self.view.epoch {
+                    watch.state = State::Alerted { since, acknowledged: false, sent: now };
+                    let alert = Msg::Alert { subject: s, incarnation, epoch: view.epoch };
+                    for &m in &self.managers {
+                        self.out.push_back((m, alert));
+                    }
+                }
+            }
             subjects.insert(s, watch);
         }
         self.subjects = subjects;
@@ -370,7 +410,20 @@ impl Member {
                 // cut off, and every heartbeat naming a newer view with it,
                 // may all have been lost; a member removed meanwhile would
                 // never hear of it otherwise.
-                if let Some(&m) = self.managers.get(self.pulls % self.managers.len().max(1)) {
+                // From a neighbour mostly (its load does not grow with
+                // the cluster), now and then from a manager (a whole
+                // neighbourhood may be behind).
+                let round = (self.seq / PULL_EVERY) as usize;
+                // Not a neighbour taken for dead: it would not answer.
+                let trusted =
+                    self.subjects.iter().filter(|(_, w)| w.state == State::Trusted).map(|(&s, _)| s);
+                let neighbours: Vec<NodeId> = self.observers.iter().copied().chain(trusted).collect();
+                let whom = if round.is_multiple_of(MANAGER_PULL_EVERY) || neighbours.is_empty() {
+                    self.managers.get(self.pulls % self.managers.len().max(1)).copied()
+                } else {
+                    neighbours.get(round % neighbours.len()).copied()
+                };
+                if let Some(m) = whom {
                     self.pull(m, now);
                 }
             }
@@ -428,9 +481,16 @@ impl Member {
             Msg::Heartbeat { incarnation, epoch, .. } => {
                 if epoch > self.view.epoch {
                     self.events.push_back(MemberEvent::NewerView { from, epoch });
-                    // The managers have the changes; a member does not keep
-                    // them. Each in turn: one may be dead.
-                    if let Some(&m) = self.managers.get(self.pulls % self.managers.len().max(1)) {
+                    // The neighbour that holds it keeps the changes: the
+                    // view spreads member to member, as an epidemic. One
+                    // this member's view does not hold yet would not be
+                    // believed: a manager, then, each in turn.
+                    let whom = if self.view.incarnation_of(from).is_some() {
+                        Some(from)
+                    } else {
+                        self.managers.get(self.pulls % self.managers.len().max(1)).copied()
+                    };
+                    if let Some(m) = whom {
                         self.pull(m, now);
                     }
                 }
@@ -460,10 +520,25 @@ impl Member {
                     }
                 }
             }
-            // Only the managers decide views: the session proved who
-            // sent it, and anyone else's word is ignored.
-            Msg::ViewChange(change) if self.managers.contains(&from) => self.on_change(from, change, now),
+            // Only the managers decide views, and a member passes on only
+            // what it applied: a change counts from a manager or from a
+            // member of this member's view (the session proved who sent
+            // it), and from nobody else.
+            Msg::ViewChange(change)
+                if self.managers.contains(&from) || self.view.incarnation_of(from).is_some() =>
+            {
+                self.on_change(from, change, now)
+            }
             Msg::ViewChange(_) => {}
+            // A neighbour behind: answered from the changes kept, if they
+            // reach back far enough; otherwise a replica's business.
+            Msg::ViewPull { have } if self.can_answer(have) => {
+                let first = self.kept.front().map_or(0, |c| c.epoch);
+                let skip = (have + 1 - first) as usize;
+                for &c in self.kept.iter().skip(skip).take(PULL_BATCH) {
+                    self.out.push_back((from, Msg::ViewChange(c)));
+                }
+            }
             Msg::Alert { .. } | Msg::Join { .. } | Msg::ViewPull { .. } | Msg::Group { .. } => {
                 return Some(msg)
             }
@@ -471,17 +546,41 @@ impl Member {
         None
     }
 
+    /// Whether the changes kept run from just after `have` to this
+    /// member's view.
+    fn can_answer(&self, have: u64) -> bool {
+        have < self.view.epoch && self.kept.front().is_some_and(|c| c.epoch <= have + 1)
+    }
+
     /// A change of the view from a manager: applied if it is the next one;
     /// one further ahead means changes were missed, asked for again.
     fn on_change(&mut self, from: NodeId, change: ViewChange, now: Instant) {
         if change.epoch > self.view.epoch + 1 {
+            // Ahead: kept for when the gap fills (a pull's answer comes
+            // in any order), and what is missing asked for.
+            if change.epoch <= self.view.epoch + AHEAD as u64 {
+                self.ahead.insert(change.epoch, change);
+            }
             self.pull(from, now);
             return;
         }
+        self.apply_change(change, now);
+        while let Some(next) = self.ahead.remove(&(self.view.epoch + 1)) {
+            self.apply_change(next, now);
+        }
+        self.ahead.retain(|&e, _| e > self.view.epoch);
+    }
+
+    /// Apply `change` if it is the next one.
+    fn apply_change(&mut self, change: ViewChange, now: Instant) {
         let mut view = self.view.clone();
         if !view.apply(change) {
             return; // one already applied
         }
+        if self.kept.len() == KEEP_CHANGES {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(change);
         let was_member = self.is_member();
         if view.replicas != self.view.replicas {
             // A replica replaced: its successor's word counts from now on.

@@ -104,6 +104,8 @@ pub struct ClusterStats {
 /// One node's member and replica over its endpoint.
 pub struct ClusterNode {
     member: Option<Member>,
+    /// The last view handed to the application.
+    emitted: View,
     manager: Option<Manager>,
     /// What a spare needs to become a replica, and what a leader needs to
     /// replace one.
@@ -189,6 +191,7 @@ impl ClusterNode {
             m
         });
         Ok(ClusterNode {
+            emitted: member.as_ref().map(|m| m.view().clone()).unwrap_or_default(),
             member,
             manager,
             founders: config.managers.clone(),
@@ -292,7 +295,13 @@ impl ClusterNode {
         if let Some(m) = &mut self.member {
             if m.next_deadline() <= now {
                 m.turn(now);
-                Self::take_events(m, &mut self.events, &mut self.out.stats, &mut self.moved);
+                Self::take_events(
+                    m,
+                    &mut self.emitted,
+                    &mut self.events,
+                    &mut self.out.stats,
+                    &mut self.moved,
+                );
             }
         }
         self.become_replica(now);
@@ -346,7 +355,13 @@ impl ClusterNode {
             Some(m) => {
                 let up = m.handle(from, msg, now);
                 // Now, while the member's view is the one the event is of.
-                Self::take_events(m, &mut self.events, &mut self.out.stats, &mut self.moved);
+                Self::take_events(
+                    m,
+                    &mut self.emitted,
+                    &mut self.events,
+                    &mut self.out.stats,
+                    &mut self.moved,
+                );
                 up
             }
             None => Some(msg),
@@ -384,13 +399,31 @@ impl ClusterNode {
     /// What the member noticed, as the application's events.
     fn take_events(
         m: &mut Member,
+        emitted: &mut View,
         events: &mut VecDeque<ClusterEvent>,
         stats: &mut ClusterStats,
         moved: &mut bool,
     ) {
         while let Some(e) = m.poll_event() {
             let event = match e {
-                MemberEvent::ViewChanged { .. } => ClusterEvent::View(m.view().clone()),
+                MemberEvent::ViewChanged { epoch } => {
+                    // Each view once, in epoch order, though the member
+                    // may have applied several at once (changes that came
+                    // early): rebuilt from the changes it applied.
+                    while emitted.epoch < epoch {
+                        let before = emitted.epoch;
+                        match m.change_of(before + 1) {
+                            Some(c) if emitted.apply(c) => {}
+                            _ => *emitted = m.view().clone(),
+                        }
+                        if emitted.epoch <= before {
+                            break;
+                        }
+                        Self::push_event(events, stats, ClusterEvent::View(emitted.clone()));
+                        *moved = true;
+                    }
+                    continue;
+                }
                 MemberEvent::Suspected { subject, at } => ClusterEvent::Suspected { subject, at },
                 MemberEvent::Refuted { subject, at } => ClusterEvent::Refuted { subject, at },
                 MemberEvent::Alerted { subject, at } => ClusterEvent::Alerted { subject, at },
