@@ -629,14 +629,7 @@ pub fn rows(cells: &[CellRecord]) -> Vec<Row> {
 /// Write `campaign.csv` (a record per cell) and `campaign-<workload>.png`
 /// (median relative time against fault rate, a line per kind) into `dir`.
 pub fn write_out(dir: &Path, o: &CampaignOpts, cells: &[CellRecord]) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let csv_path = dir.join("campaign.csv");
-    let mut w = csv::Writer::from_path(&csv_path)?;
-    for c in cells {
-        w.serialize(c)?;
-    }
-    w.flush()?;
-    let mut written = vec![csv_path];
+    let mut written = vec![plot::write_csv(dir, "campaign.csv", cells)?];
     let rows = rows(cells);
     for &workload in &o.workloads {
         let series: Vec<Series> = kinds(o)?

@@ -75,7 +75,7 @@ impl Rule {
 }
 
 /// One cell: a detector, a fault rate (or the busy machine), a seed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ClusterCell {
     pub detector: &'static str,
     /// Probability of each of drop, duplicate and corrupt per datagram
@@ -97,17 +97,6 @@ pub struct ClusterCell {
     pub self_diagnosis: u64,
     pub suspicions: u64,
     pub refuted: u64,
-}
-
-impl ClusterCell {
-    /// `n` per injected fault (0 with nothing injected).
-    pub fn per_fault(&self, n: u64) -> f64 {
-        if self.injected == 0 {
-            0.0
-        } else {
-            n as f64 / self.injected as f64
-        }
-    }
 }
 
 fn rules(rate: f64) -> Vec<String> {
@@ -150,21 +139,7 @@ pub fn cell(
         }
         eps.push(b.build()?);
     }
-    let mut out = ClusterCell {
-        detector: rule.name(),
-        rate,
-        busy,
-        seed,
-        formed: false,
-        seconds: 0.0,
-        injected: 0,
-        retransmissions: 0,
-        duplicates: 0,
-        false_alarms: 0,
-        self_diagnosis: 0,
-        suspicions: 0,
-        refuted: 0,
-    };
+    let mut out = ClusterCell { detector: rule.name(), rate, busy, seed, ..ClusterCell::default() };
     let start = Instant::now();
     while start.elapsed() < FORM_WITHIN {
         if eps.iter().all(|e| e.view().is_some_and(|v| members(&v) == all)) {
@@ -274,7 +249,7 @@ pub fn run(c: &ClusterCampaign, mut progress: impl FnMut(&ClusterCell)) -> anyho
 }
 
 /// A row of Figure 5: one detector at one rate, summed over its seeds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Row {
     pub detector: &'static str,
     pub rate: f64,
@@ -303,23 +278,7 @@ pub fn rows(cells: &[ClusterCell]) -> Vec<Row> {
         {
             Some(i) => i,
             None => {
-                rows.push(Row {
-                    detector: c.detector,
-                    rate: c.rate,
-                    busy: c.busy,
-                    cells: 0,
-                    unformed: 0,
-                    seconds: 0.0,
-                    injected: 0,
-                    r: 0.0,
-                    d: 0.0,
-                    a: 0.0,
-                    s: 0.0,
-                    false_alarms: 0,
-                    self_diagnosis: 0,
-                    suspicions: 0,
-                    refuted: 0,
-                });
+                rows.push(Row { detector: c.detector, rate: c.rate, busy: c.busy, ..Row::default() });
                 rows.len() - 1
             }
         };
@@ -350,14 +309,7 @@ pub fn rows(cells: &[ClusterCell]) -> Vec<Row> {
 /// `cluster-<detector>.png`: R, D, A and S per injected fault against
 /// the fault rate, Figure 5's axes.
 pub fn write_out(dir: &Path, cells: &[ClusterCell]) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let csv_path = dir.join("cluster-campaign.csv");
-    let mut w = csv::Writer::from_path(&csv_path)?;
-    for c in cells {
-        w.serialize(c)?;
-    }
-    w.flush()?;
-    let mut written = vec![csv_path];
+    let mut written = vec![plot::write_csv(dir, "cluster-campaign.csv", cells)?];
     let rows = rows(cells);
     for rule in Rule::ALL {
         let of = |f: fn(&Row) -> f64| -> Vec<(f64, f64)> {
@@ -392,17 +344,13 @@ mod tests {
         ClusterCell {
             detector,
             rate,
-            busy: false,
             seed: 1,
             formed: true,
             seconds: 1.0,
             injected,
             retransmissions: retx,
-            duplicates: 0,
             false_alarms: alarms,
-            self_diagnosis: 0,
-            suspicions: 0,
-            refuted: 0,
+            ..ClusterCell::default()
         }
     }
 

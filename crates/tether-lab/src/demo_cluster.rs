@@ -239,6 +239,12 @@ pub struct Strike {
     pub detected_periods: Option<f64>,
 }
 
+impl Strike {
+    fn new(node: NodeId, what: &'static str, at_ns: u64, until_ns: Option<u64>) -> Self {
+        Strike { node, what, at_ns, until_ns, detected_ms: None, detected_periods: None }
+    }
+}
+
 /// What the demo did and found.
 #[derive(Debug, Serialize)]
 pub struct ClusterReport {
@@ -282,17 +288,14 @@ pub struct ClusterReport {
     pub ok: bool,
 }
 
-struct Node {
-    child: Option<Child>,
-}
-
+/// The demo's processes: node n's is `children[n - 1]`, until reaped.
 struct Farm {
-    nodes: Vec<Node>,
+    children: Vec<Option<Child>>,
 }
 
 impl Farm {
     fn signal(&mut self, node: NodeId, sig: i32) {
-        if let Some(c) = &self.nodes[node as usize - 1].child {
+        if let Some(c) = &self.children[node as usize - 1] {
             // SAFETY: a signal to a child this demo started and has not
             // reaped.
             unsafe { libc::kill(c.id() as i32, sig) };
@@ -300,7 +303,7 @@ impl Farm {
     }
 
     fn kill(&mut self, node: NodeId) {
-        if let Some(mut c) = self.nodes[node as usize - 1].child.take() {
+        if let Some(mut c) = self.children[node as usize - 1].take() {
             let _ = c.kill();
             let _ = c.wait();
             scratch::child_gone(c.id());
@@ -311,14 +314,12 @@ impl Farm {
     /// kill what is left.
     fn stop(&mut self, within: Duration) {
         let start = Instant::now();
-        for n in &mut self.nodes {
-            if let Some(c) = &mut n.child {
-                while start.elapsed() < within && matches!(c.try_wait(), Ok(None)) {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+        for c in self.children.iter_mut().flatten() {
+            while start.elapsed() < within && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
-        for i in 0..self.nodes.len() {
+        for i in 0..self.children.len() {
             self.kill(i as NodeId + 1);
         }
     }
@@ -326,7 +327,7 @@ impl Farm {
 
 impl Drop for Farm {
     fn drop(&mut self) {
-        for i in 0..self.nodes.len() {
+        for i in 0..self.children.len() {
             self.signal(i as NodeId + 1, libc::SIGCONT);
             self.kill(i as NodeId + 1);
         }
@@ -369,7 +370,7 @@ pub fn run(r: &ClusterRun) -> anyhow::Result<ClusterReport> {
     ];
     let start = Instant::now();
     let start_ns = mono_ns();
-    let mut farm = Farm { nodes: Vec::new() };
+    let mut farm = Farm { children: Vec::new() };
     for node in 1..=total {
         let mut cmd = Command::new(std::env::current_exe()?);
         scratch::owned_by_this_run(&mut cmd)
@@ -392,7 +393,7 @@ pub fn run(r: &ClusterRun) -> anyhow::Result<ClusterReport> {
         let stderr = std::fs::File::create(dir.join(format!("node-{node}.err")))?;
         let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn()?;
         scratch::child_started(child.id());
-        farm.nodes.push(Node { child: Some(child) });
+        farm.children.push(Some(child));
     }
     let everyone: Vec<NodeId> = (1..=total).collect();
     // Formed: every node logged a view of every node.
@@ -418,47 +419,24 @@ pub fn run(r: &ClusterRun) -> anyhow::Result<ClusterReport> {
     };
     let t = at(KILL_AT);
     farm.kill(killed);
-    strikes.push(Strike {
-        node: killed,
-        what: "SIGKILL",
-        at_ns: t,
-        until_ns: None,
-        detected_ms: None,
-        detected_periods: None,
-    });
+    strikes.push(Strike::new(killed, "SIGKILL", t, None));
     let t = at(FREEZE_AT);
     farm.signal(frozen, libc::SIGSTOP);
     let thawed = at(THAW_AT);
     farm.signal(frozen, libc::SIGCONT);
-    strikes.push(Strike {
-        node: frozen,
-        what: "SIGSTOP (2 s)",
-        at_ns: t,
-        until_ns: Some(thawed),
-        detected_ms: None,
-        detected_periods: None,
-    });
+    strikes.push(Strike::new(frozen, "SIGSTOP (2 s)", t, Some(thawed)));
     at(CUT_FROM);
     // The cut counts from its process's endpoint's start, as its plan does.
     let cut_up = read_log(&log_path(&dir, cut)).up_ns.unwrap_or(start_ns);
-    strikes.push(Strike {
-        node: cut,
-        what: "cut off (1.5 s)",
-        at_ns: cut_up + CUT_FROM.as_nanos() as u64,
-        until_ns: Some(cut_up + CUT_UNTIL.as_nanos() as u64),
-        detected_ms: None,
-        detected_periods: None,
-    });
+    strikes.push(Strike::new(
+        cut,
+        "cut off (1.5 s)",
+        cut_up + CUT_FROM.as_nanos() as u64,
+        Some(cut_up + CUT_UNTIL.as_nanos() as u64),
+    ));
     let t = at(REPLICA_KILL_AT);
     farm.kill(replica);
-    strikes.push(Strike {
-        node: replica,
-        what: "SIGKILL (replica)",
-        at_ns: t,
-        until_ns: None,
-        detected_ms: None,
-        detected_periods: None,
-    });
+    strikes.push(Strike::new(replica, "SIGKILL (replica)", t, None));
     at(END_AT);
     std::fs::write(dir.join("stop"), b"")?;
     farm.stop(Duration::from_secs(5));
@@ -819,14 +797,7 @@ mod tests {
         let node =
             || NodeLog { views: views.clone(), group: group.clone(), ended: true, ..NodeLog::default() };
         let dead = NodeLog { views: views[..1].to_vec(), group: group[..3].to_vec(), ..NodeLog::default() };
-        let strike = Strike {
-            node: 3,
-            what: "SIGKILL",
-            at_ns: 100 * MS,
-            until_ns: None,
-            detected_ms: None,
-            detected_periods: None,
-        };
+        let strike = Strike::new(3, "SIGKILL", 100 * MS, None);
         (vec![node(), node(), dead], vec![strike])
     }
 

@@ -809,14 +809,7 @@ impl Campaign<'_> {
 /// (the empirical distribution of recovery times, a line per detector:
 /// the counterpart of Zhou et al. [FTGM] Fig. 10) into `dir`.
 pub fn write_out(dir: &Path, r: &EngineCampaignReport) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let csv_path = dir.join("engine-campaign.csv");
-    let mut w = csv::Writer::from_path(&csv_path)?;
-    for s in &r.strikes {
-        w.serialize(s)?;
-    }
-    w.flush()?;
-    let mut written = vec![csv_path];
+    let mut written = vec![plot::write_csv(dir, "engine-campaign.csv", &r.strikes)?];
     let series: Vec<Series> = Detection::ALL
         .iter()
         .filter_map(|&d| {

@@ -2,10 +2,11 @@
 //! fault-free run against fault rate, one line per fault kind, in the style
 //! of Figs. 3 and 4 of Li et al. [CI]. Pure Rust (plotters + ab_glyph) with a
 //! bundled font, so a chart looks the same on every machine and needs no
-//! system fonts.
+//! system fonts. Beside the charts, the CSV of what they were drawn from
+//! ([`write_csv`]).
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, ensure, Result};
@@ -31,6 +32,23 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
 ];
+
+/// Write `records` as `dir/name` (a CSV row each, with a header), making
+/// `dir` if need be; the path written.
+pub fn write_csv<T: serde::Serialize>(
+    dir: &Path,
+    name: &str,
+    records: impl IntoIterator<Item = T>,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(name);
+    let mut w = csv::Writer::from_path(&path)?;
+    for r in records {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(path)
+}
 
 /// One line of a chart.
 pub struct Series {

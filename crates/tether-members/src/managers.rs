@@ -29,7 +29,7 @@ use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 use tether_proto::{Instant, NodeId};
 
-use crate::member::View;
+use crate::member::{ChangeLog, View};
 use crate::rings::Rings;
 use crate::wire::{Change, GroupId, Msg, ViewChange};
 
@@ -140,10 +140,10 @@ impl Command {
 
 /// The replicated state: the view, the changes that made it (the latest
 /// [`MAX_CHANGES`]), and the alerts raised in its epoch.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClusterState {
     view: View,
-    changes: VecDeque<ViewChange>,
+    changes: ChangeLog,
     /// Subject -> the observers that alerted about it in this epoch.
     alerts: BTreeMap<NodeId, BTreeSet<NodeId>>,
     rings: Rings,
@@ -153,6 +153,20 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
+    /// The state of a cluster founded by the replicas `founders`, before
+    /// any change.
+    fn founded(founders: &[NodeId]) -> Self {
+        let mut replicas = founders.to_vec();
+        replicas.sort_unstable();
+        ClusterState {
+            view: View { replicas, ..View::default() },
+            changes: ChangeLog::new(MAX_CHANGES),
+            alerts: BTreeMap::new(),
+            rings: Rings::default(),
+            seen_replicas: BTreeSet::new(),
+        }
+    }
+
     pub fn view(&self) -> &View {
         &self.view
     }
@@ -183,9 +197,7 @@ impl ClusterState {
 
     /// The changes after view `have`, at most `n`.
     pub fn changes_after(&self, have: u64, n: u64) -> impl Iterator<Item = ViewChange> + '_ {
-        let first = self.changes.front().map_or(0, |c| c.epoch);
-        let skip = (have + 1).saturating_sub(first) as usize;
-        self.changes.iter().skip(skip).take(n as usize).copied()
+        self.changes.after(have, n as usize)
     }
 
     /// Apply a committed command; the change it made to the view, if any.
@@ -221,24 +233,29 @@ impl ClusterState {
                 (node, if join { Change::JoinedGroup(group) } else { Change::LeftGroup(group) })
             }
         };
-        Some(self.record(node, change, observers))
+        let change = self.record(node, change);
+        if matches!(change.change, Change::Joined(_) | Change::Left) {
+            let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
+            self.rings = Rings::new(&nodes, observers);
+        }
+        Some(change)
     }
 
     /// A committed change of the Raft group's configuration, as a change
     /// of the view: every replica applies it at the same place in the log,
     /// and a replacement replaying the log from the founders' view makes
     /// the same views.
-    fn apply_replica(&mut self, node: NodeId, added: bool, observers: u32) -> Option<ViewChange> {
+    fn apply_replica(&mut self, node: NodeId, added: bool) -> Option<ViewChange> {
         if self.view.replicas.contains(&node) == added {
             return None;
         }
         let change = if added { Change::ReplicaAdded } else { Change::ReplicaRemoved };
-        Some(self.record(node, change, observers))
+        Some(self.record(node, change))
     }
 
     /// Make the next view with `change` by `node`, and keep the change for
     /// members that pull.
-    fn record(&mut self, node: NodeId, change: Change, observers: u32) -> ViewChange {
+    fn record(&mut self, node: NodeId, change: Change) -> ViewChange {
         let change = ViewChange { epoch: self.view.epoch + 1, node, change };
         let applied = self.view.apply(change);
         debug_assert!(applied, "the next epoch");
@@ -254,14 +271,7 @@ impl ClusterState {
             }
             _ => {}
         }
-        if matches!(change.change, Change::Joined(_) | Change::Left) {
-            let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
-            self.rings = Rings::new(&nodes, observers);
-        }
-        if self.changes.len() == MAX_CHANGES {
-            self.changes.pop_front();
-        }
-        self.changes.push_back(change);
+        self.changes.push(change);
         change
     }
 }
@@ -359,28 +369,14 @@ impl Manager {
     ) -> Result<Self, ManagerError> {
         let voters: Vec<u64> = replicas.iter().map(|&r| raft_id(r)).collect();
         let storage = MemStorage::new_with_conf_state((voters, vec![]));
-        let mut state = ClusterState::default();
-        state.view.replicas = founders.to_vec();
-        state.view.replicas.sort_unstable();
-        Self::with_storage(me, founders.len(), storage, state, config, now)
-    }
-
-    fn with_storage(
-        me: NodeId,
-        size: usize,
-        storage: MemStorage,
-        state: ClusterState,
-        config: ManagerConfig,
-        now: Instant,
-    ) -> Result<Self, ManagerError> {
         let raft = RawNode::new(&Self::raft_config(me, &config), storage, &Self::logger())
             .map_err(|e| ManagerError::Raft(e.to_string()))?;
         Ok(Manager {
             me,
-            size,
+            size: founders.len(),
             config,
             raft,
-            state,
+            state: ClusterState::founded(founders),
             next_tick: now + config.tick,
             out: VecDeque::new(),
             views: VecDeque::new(),
@@ -628,6 +624,17 @@ impl Manager {
         }
     }
 
+    /// A change a committed entry made, if it made one: a view for the
+    /// node, announced if this replica leads.
+    fn made(&mut self, change: Option<ViewChange>) {
+        if let Some(change) = change {
+            self.views.push_back(self.state.view.clone());
+            if self.is_leader() {
+                self.announce(change);
+            }
+        }
+    }
+
     /// Apply committed entries to the state machine, and answer the
     /// members whose commands they were (if this replica leads).
     fn apply(&mut self, entries: Vec<Entry>) {
@@ -653,12 +660,8 @@ impl Manager {
                             continue; // no node: not one this group wrote
                         }
                         let node = node_of(cc.node_id);
-                        if let Some(change) = self.state.apply_replica(node, added, self.config.observers) {
-                            self.views.push_back(self.state.view.clone());
-                            if self.is_leader() {
-                                self.announce(change);
-                            }
-                        }
+                        let change = self.state.apply_replica(node, added);
+                        self.made(change);
                     }
                 }
                 EntryType::EntryNormal => {
@@ -673,12 +676,8 @@ impl Manager {
                         _ => true,
                     };
                     if let Some(cmd) = cmd {
-                        if let Some(change) = self.state.apply(cmd, self.config.observers) {
-                            self.views.push_back(self.state.view.clone());
-                            if self.is_leader() {
-                                self.announce(change);
-                            }
-                        }
+                        let change = self.state.apply(cmd, self.config.observers);
+                        self.made(change);
                     }
                     if acknowledged && self.is_leader() && e.context.len() > 4 {
                         let to = u32::from_le_bytes(e.context[..4].try_into().expect("four bytes"));

@@ -35,6 +35,53 @@ const PULL_BATCH: usize = 64;
 /// How far past its view a member keeps changes that came early.
 const AHEAD: usize = 4 * PULL_BATCH;
 
+/// The latest view changes a node applied, in epoch order, at most
+/// `cap`: a replica's, to answer members' pulls, and a member's, to
+/// answer its neighbours'.
+#[derive(Debug, Clone)]
+pub struct ChangeLog {
+    changes: VecDeque<ViewChange>,
+    cap: usize,
+}
+
+impl ChangeLog {
+    pub fn new(cap: usize) -> Self {
+        ChangeLog { changes: VecDeque::new(), cap: cap.max(1) }
+    }
+
+    /// Keep `change`, the one after the last kept, forgetting the oldest
+    /// past the bound.
+    pub fn push(&mut self, change: ViewChange) {
+        if self.changes.len() == self.cap {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(change);
+    }
+
+    pub fn clear(&mut self) {
+        self.changes.clear();
+    }
+
+    /// The change that made view `epoch`, if kept.
+    pub fn get(&self, epoch: u64) -> Option<ViewChange> {
+        let first = self.changes.front()?.epoch;
+        self.changes.get(epoch.checked_sub(first)? as usize).copied()
+    }
+
+    /// Whether the changes kept begin at or before the one after `have`.
+    pub fn reaches(&self, have: u64) -> bool {
+        self.changes.front().is_some_and(|c| c.epoch <= have + 1)
+    }
+
+    /// The changes after view `have`, at most `n` (from the oldest kept if
+    /// `have` is further behind).
+    pub fn after(&self, have: u64, n: usize) -> impl Iterator<Item = ViewChange> + '_ {
+        let first = self.changes.front().map_or(0, |c| c.epoch);
+        let skip = (have + 1).saturating_sub(first) as usize;
+        self.changes.iter().skip(skip).take(n).copied()
+    }
+}
+
 /// How a member watches and is watched.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemberConfig {
@@ -225,9 +272,8 @@ pub struct Member {
     /// The groups this member wants to be in: asked for every period
     /// until the view agrees.
     wanted: BTreeSet<GroupId>,
-    /// The latest changes this member applied, in epoch order, for its
-    /// neighbours' pulls.
-    kept: VecDeque<ViewChange>,
+    /// The latest changes this member applied, for its neighbours' pulls.
+    kept: ChangeLog,
     /// Changes that came before the ones they follow, by epoch (at most
     /// [`AHEAD`] past the view).
     ahead: BTreeMap<u64, ViewChange>,
@@ -256,7 +302,7 @@ impl Member {
             pulled: None,
             pulls: 0,
             wanted: BTreeSet::new(),
-            kept: VecDeque::new(),
+            kept: ChangeLog::new(KEEP_CHANGES),
             ahead: BTreeMap::new(),
         }
     }
@@ -299,8 +345,7 @@ impl Member {
     /// The change that made view `epoch`, if this member applied it and
     /// still keeps it.
     pub fn change_of(&self, epoch: u64) -> Option<ViewChange> {
-        let first = self.kept.front()?.epoch;
-        self.kept.get(epoch.checked_sub(first)? as usize).copied()
+        self.kept.get(epoch)
     }
 
     pub fn view(&self) -> &View {
@@ -419,7 +464,7 @@ impl Member {
                     self.subjects.iter().filter(|(_, w)| w.state == State::Trusted).map(|(&s, _)| s);
                 let neighbours: Vec<NodeId> = self.observers.iter().copied().chain(trusted).collect();
                 let whom = if round.is_multiple_of(MANAGER_PULL_EVERY) || neighbours.is_empty() {
-                    self.managers.get(self.pulls % self.managers.len().max(1)).copied()
+                    self.next_manager()
                 } else {
                     neighbours.get(round % neighbours.len()).copied()
                 };
@@ -488,7 +533,7 @@ impl Member {
                     let whom = if self.view.incarnation_of(from).is_some() {
                         Some(from)
                     } else {
-                        self.managers.get(self.pulls % self.managers.len().max(1)).copied()
+                        self.next_manager()
                     };
                     if let Some(m) = whom {
                         self.pull(m, now);
@@ -532,10 +577,8 @@ impl Member {
             Msg::ViewChange(_) => {}
             // A neighbour behind: answered from the changes kept, if they
             // reach back far enough; otherwise a replica's business.
-            Msg::ViewPull { have } if self.can_answer(have) => {
-                let first = self.kept.front().map_or(0, |c| c.epoch);
-                let skip = (have + 1 - first) as usize;
-                for &c in self.kept.iter().skip(skip).take(PULL_BATCH) {
+            Msg::ViewPull { have } if have < self.view.epoch && self.kept.reaches(have) => {
+                for c in self.kept.after(have, PULL_BATCH) {
                     self.out.push_back((from, Msg::ViewChange(c)));
                 }
             }
@@ -544,12 +587,6 @@ impl Member {
             }
         }
         None
-    }
-
-    /// Whether the changes kept run from just after `have` to this
-    /// member's view.
-    fn can_answer(&self, have: u64) -> bool {
-        have < self.view.epoch && self.kept.front().is_some_and(|c| c.epoch <= have + 1)
     }
 
     /// A change of the view from a manager: applied if it is the next one;
@@ -577,10 +614,7 @@ impl Member {
         if !view.apply(change) {
             return; // one already applied
         }
-        if self.kept.len() == KEEP_CHANGES {
-            self.kept.pop_front();
-        }
-        self.kept.push_back(change);
+        self.kept.push(change);
         let was_member = self.is_member();
         if view.replicas != self.view.replicas {
             // A replica replaced: its successor's word counts from now on.
@@ -616,6 +650,11 @@ impl Member {
                 self.out.push_back((m, Msg::Group { group, join }));
             }
         }
+    }
+
+    /// The manager to ask next: each in turn, as one may be dead.
+    fn next_manager(&self) -> Option<NodeId> {
+        self.managers.get(self.pulls % self.managers.len().max(1)).copied()
     }
 
     /// Ask `whom` for the changes after this member's view, at most once a
