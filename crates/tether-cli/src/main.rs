@@ -84,6 +84,11 @@ struct SimOpts {
     /// First seed (a failure prints the seed to replay with --first-seed N --seeds 1).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = args::seed)]
     first_seed: u64,
+    /// Members of the membership mixes, comma-separated: a row for each
+    /// (what a member's load does as the cluster grows) [default: each mix's own].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true,
+          value_parser = args::int_in::<u32>(2, 10_000, "members", ""))]
+    members: Vec<u32>,
     /// Print one JSON document (a record per mix) instead of a table.
     #[arg(long)]
     json: bool,
@@ -599,27 +604,48 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
             .map(|m| tether_sim::FaultMix::from_name(m).ok_or_else(|| anyhow::anyhow!("unknown mix `{m}`")))
             .collect::<anyhow::Result<_>>()?
     };
+    let membership = |m: &tether_sim::FaultMix| m.config(0).workload == tether_sim::Workload::Membership;
+    if let Some(m) = mixes.iter().find(|m| !o.members.is_empty() && !membership(m)) {
+        anyhow::bail!("--members sizes the membership mixes; `{}` is not one", m.name());
+    }
+    // Each mix at each size asked for (none: the mix's own).
+    let sizes: Vec<Option<u32>> =
+        if o.members.is_empty() { vec![None] } else { o.members.iter().copied().map(Some).collect() };
     let bar = (!o.json).then(|| {
-        let b = indicatif::ProgressBar::new(o.seeds * mixes.len() as u64);
+        let b = indicatif::ProgressBar::new(o.seeds * (mixes.len() * sizes.len()) as u64);
         b.set_style(
             indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg}")
                 .expect("valid template"),
         );
         b
     });
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for mix in mixes {
-        let reports = tether_sim::swarm(mix, o.first_seed..o.first_seed + o.seeds, |r| {
-            if let Some(b) = &bar {
-                b.set_message(mix.name());
-                b.inc(1);
-            }
-            if !r.ok() {
-                failures.push(format!("{}: {:?}", tether_sim::replay_line(r), r.violations.first()));
-            }
-        });
-        rows.push(table::SimRow::of(mix, &reports));
+        for &size in &sizes {
+            let seeds = o.first_seed..o.first_seed + o.seeds;
+            let adjust = |c: &mut tether_sim::SimConfig| {
+                if let Some(n) = size {
+                    c.nodes = n;
+                }
+            };
+            let reports = tether_sim::swarm_with(mix, seeds, threads, adjust, |r| {
+                if let Some(b) = &bar {
+                    b.set_message(mix.name());
+                    b.inc(1);
+                }
+                if !r.ok() {
+                    let members = size.map(|n| format!(" (--members {n})")).unwrap_or_default();
+                    failures.push(format!(
+                        "{}{members}: {:?}",
+                        tether_sim::replay_line(r),
+                        r.violations.first()
+                    ));
+                }
+            });
+            rows.push(table::SimRow::of(mix, &reports));
+        }
     }
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -502,6 +502,8 @@ pub struct SimRow {
 /// What the membership mix's runs came to.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MembershipRow {
+    /// Members per run (the largest run's, where they differ).
+    pub members: u64,
     pub crashes: u64,
     /// Crash to removal, milliseconds: median and max over every crash.
     pub removal_median_ms: f64,
@@ -511,6 +513,12 @@ pub struct MembershipRow {
     pub cut_removals: u64,
     /// Messages sent (members' and replicas'), per member and run.
     pub messages_per_member: f64,
+    /// What every node sent and received, over the runs.
+    pub load: tether_sim::membership::Load,
+    /// Simulated time of a run against its wall-clock time: the median
+    /// run's, and the slowest run's.
+    pub speed_median: f64,
+    pub speed_min: f64,
 }
 
 impl MembershipRow {
@@ -522,6 +530,12 @@ impl MembershipRow {
         let mut removals: Vec<f64> = m.iter().flat_map(|r| r.removal_ms.iter().copied()).collect();
         removals.sort_by(f64::total_cmp);
         let members: u64 = m.iter().map(|r| r.members).sum();
+        let simulated = |r: &tether_sim::SimReport| r.virtual_ms;
+        let mut speeds: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| Some(simulated(r) / r.membership.as_ref()?.wall_ms.max(1e-3)))
+            .collect();
+        speeds.sort_by(f64::total_cmp);
         Some(MembershipRow {
             crashes: m.iter().map(|r| r.crashes).sum(),
             removal_median_ms: removals.get(removals.len() / 2).copied().unwrap_or(0.0),
@@ -529,6 +543,12 @@ impl MembershipRow {
             false_removals: m.iter().map(|r| r.false_removals).sum(),
             cut_removals: m.iter().map(|r| r.cut_removals).sum(),
             messages_per_member: m.iter().map(|r| r.messages).sum::<u64>() as f64 / members.max(1) as f64,
+            members: m.iter().map(|r| r.members).max().unwrap_or(0),
+            load: tether_sim::membership::Load::over(
+                &m.iter().map(|r| (r.members, r.load)).collect::<Vec<_>>(),
+            ),
+            speed_median: speeds.get(speeds.len() / 2).copied().unwrap_or(0.0),
+            speed_min: speeds.first().copied().unwrap_or(0.0),
         })
     }
 }
@@ -613,8 +633,12 @@ pub fn sim(rows: &[SimRow]) {
         }
         if let Some(m) = &r.membership {
             println!(
-                "{}: a live member is the unit (sent: live, delivered: in the last view, holding it); {} crashes, removed after {:.1} ms median, {:.1} max; {} false removals; {} removed while cut off, joined again; {:.0} messages per member a run",
-                r.mix, m.crashes, m.removal_median_ms, m.removal_max_ms, m.false_removals, m.cut_removals, m.messages_per_member
+                "{} ({} members): a live member is the unit (sent: live, delivered: in the last view, holding it); {} crashes, removed after {:.1} ms median, {:.1} max; {} false removals; {} removed while cut off, joined again; {:.0} messages per member a run",
+                r.mix, m.members, m.crashes, m.removal_median_ms, m.removal_max_ms, m.false_removals, m.cut_removals, m.messages_per_member
+            );
+            println!(
+                "{} ({} members): after the start-up a member sends and receives {:.0} messages a second (busiest {:.0}), the busiest replica {:.0}; in the start-up second (all joining at once) a member {:.0}, the busiest replica {:.0}; {:.2} view-change messages per change a member applies; simulated {:.1}x faster than real time (median run; slowest {:.1}x)",
+                r.mix, m.members, m.load.member, m.load.member_max, m.load.manager_max, m.load.startup_member, m.load.startup_manager_max, m.load.changes_per_change, m.speed_median, m.speed_min
             );
         }
     }

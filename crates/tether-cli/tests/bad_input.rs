@@ -175,6 +175,8 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("sim --mix bogus".into(), "invalid value 'bogus' for '--mix"),
         ("sim --seeds 0".into(), "--seeds <SEEDS>': must be between 1 and"),
         ("sim --first-seed 18446744073709551615 --seeds 2".into(), "passes the last seed"),
+        ("sim --mix clean --members 100 --seeds 1".into(), "sizes the membership mixes; `clean` is not one"),
+        ("sim --mix membership --members 1".into(), "--members <MEMBERS>': must be between 2 and"),
         ("campaign --rates 0".into(), "must be above 0"),
         ("campaign --rates -0.1".into(), "not a probability in (0, 1]"),
         ("campaign --size 4".into(), "must be between 8 and"),

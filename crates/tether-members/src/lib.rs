@@ -25,6 +25,7 @@
 pub mod detector;
 pub mod group_wire;
 pub mod groups;
+mod log_store;
 pub mod managers;
 pub mod member;
 pub mod node;

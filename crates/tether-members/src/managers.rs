@@ -25,10 +25,10 @@ use core::time::Duration;
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, Snapshot};
-use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 use tether_proto::{Instant, NodeId};
 
+use crate::log_store::LogStore;
 use crate::member::{ChangeLog, View};
 use crate::rings::Rings;
 use crate::wire::{Change, GroupId, Msg, ViewChange};
@@ -72,7 +72,7 @@ impl Default for ManagerConfig {
 }
 
 /// A decision the group takes, as an entry of its log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Command {
     /// `node` joins in `incarnation` (a later incarnation replaces an
     /// earlier one: the node restarted).
@@ -138,14 +138,27 @@ impl Command {
     }
 }
 
+/// Views an alert outlives at most. Its observer raises it again in each
+/// view it takes while the subject stays silent, so a live alert stays
+/// young; one its observer no longer stands by (the subject answered)
+/// ages out. An alert held only within its own epoch never ripened while
+/// a thousand members changed views every few milliseconds (the
+/// simulator's `membership_1000`: removals 2.9 s after the crash).
+pub const ALERT_EPOCHS: u64 = 32;
+
 /// The replicated state: the view, the changes that made it (the latest
-/// [`MAX_CHANGES`]), and the alerts raised in its epoch.
+/// [`MAX_CHANGES`]), and the alerts that still stand.
 #[derive(Debug, Clone)]
 pub struct ClusterState {
     view: View,
     changes: ChangeLog,
-    /// Subject -> the observers that alerted about it in this epoch.
-    alerts: BTreeMap<NodeId, BTreeSet<NodeId>>,
+    /// Subject -> each observer that alerted about it (in the subject's
+    /// incarnation in the view, from a place on the rings it still
+    /// holds) -> the epoch of its latest alert.
+    alerts: BTreeMap<NodeId, BTreeMap<NodeId, u64>>,
+    /// Each member's epoch of joining in its present incarnation: an
+    /// alert from before it is its earlier life's.
+    joined: BTreeMap<NodeId, u64>,
     rings: Rings,
     /// Replicas that have been members: one the view has lost since is
     /// replaced (one that never joined yet is only slow to start).
@@ -155,14 +168,15 @@ pub struct ClusterState {
 impl ClusterState {
     /// The state of a cluster founded by the replicas `founders`, before
     /// any change.
-    fn founded(founders: &[NodeId]) -> Self {
+    fn founded(founders: &[NodeId], observers: u32) -> Self {
         let mut replicas = founders.to_vec();
         replicas.sort_unstable();
         ClusterState {
             view: View { replicas, ..View::default() },
             changes: ChangeLog::new(MAX_CHANGES),
             alerts: BTreeMap::new(),
-            rings: Rings::default(),
+            joined: BTreeMap::new(),
+            rings: Rings::new(&[], observers),
             seen_replicas: BTreeSet::new(),
         }
     }
@@ -182,17 +196,40 @@ impl ClusterState {
         self.alerts.iter().find_map(|(&subject, alerted)| {
             let voters: Vec<NodeId> =
                 self.rings.observers(subject).into_iter().filter(|o| !suspect(o)).collect();
-            let votes = alerted.iter().filter(|o| voters.contains(o)).count();
+            let votes = alerted.keys().filter(|o| voters.contains(o)).count();
             (!voters.is_empty() && votes * 2 > voters.len()).then_some(subject)
         })
     }
 
-    /// Whether an alert counts: one of this epoch, about a member in the
-    /// incarnation alerted about, by one of its observers.
+    /// Whether an alert counts: one of the last [`ALERT_EPOCHS`] views,
+    /// about a member in the incarnation alerted about, by one of its
+    /// observers in this view (an observer behind the view may no longer
+    /// be one: then it does not count) in its present life (a member
+    /// removed while cut off, back in a new life at the same place on
+    /// the rings, sent its earlier life's alerts until it heard of its
+    /// removal: the simulator's `membership_1000` removed a live member
+    /// on two of those, seed 7).
     fn counts(&self, observer: NodeId, subject: NodeId, incarnation: u64, epoch: u64) -> bool {
-        epoch == self.view.epoch
+        epoch <= self.view.epoch
+            && self.view.epoch - epoch <= ALERT_EPOCHS
+            && self.joined.get(&observer).is_some_and(|&since| epoch >= since)
             && self.view.incarnation_of(subject) == Some(incarnation)
             && self.rings.observers(subject).contains(&observer)
+    }
+
+    /// After a change: forget the alerts that no longer stand (about or
+    /// by a member that left or came back, by one no longer among its
+    /// subject's observers, or aged out).
+    fn prune_alerts(&mut self, change: ViewChange) {
+        if matches!(change.change, Change::Joined(_) | Change::Left) {
+            self.alerts.remove(&change.node);
+        }
+        let (rings, epoch) = (&self.rings, self.view.epoch);
+        self.alerts.retain(|&subject, by| {
+            let observers = rings.observers(subject);
+            by.retain(|o, &mut at| observers.contains(o) && epoch - at <= ALERT_EPOCHS);
+            !by.is_empty()
+        });
     }
 
     /// The changes after view `have`, at most `n`.
@@ -203,7 +240,7 @@ impl ClusterState {
     /// Apply a committed command; the change it made to the view, if any.
     /// The change is decided here and made by `View::apply`, the very
     /// function members apply it with.
-    fn apply(&mut self, cmd: Command, observers: u32) -> Option<ViewChange> {
+    fn apply(&mut self, cmd: Command) -> Option<ViewChange> {
         let view = &self.view;
         let (node, change) = match cmd {
             Command::Join { node, incarnation } => {
@@ -220,7 +257,8 @@ impl ClusterState {
                 if !self.counts(observer, subject, incarnation, epoch) {
                     return None;
                 }
-                self.alerts.entry(subject).or_default().insert(observer);
+                let at = self.alerts.entry(subject).or_default().entry(observer).or_default();
+                *at = (*at).max(epoch);
                 (self.ripe()?, Change::Left)
             }
             Command::Group { node, group, join } => {
@@ -234,10 +272,18 @@ impl ClusterState {
             }
         };
         let change = self.record(node, change);
-        if matches!(change.change, Change::Joined(_) | Change::Left) {
-            let nodes: Vec<NodeId> = self.view.members.iter().map(|m| m.0).collect();
-            self.rings = Rings::new(&nodes, observers);
+        match change.change {
+            Change::Joined(_) => {
+                self.rings.insert(node);
+                self.joined.insert(node, change.epoch);
+            }
+            Change::Left => {
+                self.rings.remove(node);
+                self.joined.remove(&node);
+            }
+            _ => {}
         }
+        self.prune_alerts(change);
         Some(change)
     }
 
@@ -250,7 +296,9 @@ impl ClusterState {
             return None;
         }
         let change = if added { Change::ReplicaAdded } else { Change::ReplicaRemoved };
-        Some(self.record(node, change))
+        let change = self.record(node, change);
+        self.prune_alerts(change);
+        Some(change)
     }
 
     /// Make the next view with `change` by `node`, and keep the change for
@@ -259,7 +307,6 @@ impl ClusterState {
         let change = ViewChange { epoch: self.view.epoch + 1, node, change };
         let applied = self.view.apply(change);
         debug_assert!(applied, "the next epoch");
-        self.alerts.clear();
         match change.change {
             Change::Joined(_) | Change::ReplicaAdded
                 if self.view.replicas.contains(&node) && self.view.incarnation_of(node).is_some() =>
@@ -305,7 +352,7 @@ pub struct Manager {
     /// How many replicas the group keeps: as many as founded it.
     size: usize,
     config: ManagerConfig,
-    raft: RawNode<MemStorage>,
+    raft: RawNode<LogStore>,
     state: ClusterState,
     next_tick: Instant,
     out: VecDeque<(NodeId, Vec<u8>)>,
@@ -313,7 +360,28 @@ pub struct Manager {
     /// Answers owed to members whose commands committed (by the leader
     /// that applied them): (member, the answer).
     acks: VecDeque<(NodeId, Msg)>,
+    /// The leader's proposals not yet applied, and when each was made: a
+    /// member repeats its request every period until it is answered, and
+    /// a copy of one in flight is not proposed again (at a thousand
+    /// members joining at once, the copies made the log grow faster than
+    /// Raft could ship it). At most [`MAX_IN_FLIGHT`].
+    in_flight: BTreeMap<Command, Instant>,
+    /// The time of the latest turn.
+    now: Instant,
+    /// Raft ticks so far.
+    ticks: u64,
 }
+
+/// Ticks between two re-announcements of the latest change by the leader.
+const REANNOUNCE_TICKS: u64 = 10;
+
+/// Entries' bytes in one Raft message at most: within a datagram of the
+/// default size with room for the message's own fields.
+const MAX_APPEND_BYTES: u64 = 1_024;
+
+/// Proposals the leader has in flight at most; a request past it is
+/// dropped, and its member asks again.
+pub const MAX_IN_FLIGHT: usize = 4_096;
 
 impl core::fmt::Debug for Manager {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -332,6 +400,10 @@ impl Manager {
             heartbeat_tick: config.heartbeat_ticks,
             check_quorum: true,
             pre_vote: true,
+            // Appends go in datagrams (the members' service): as many
+            // entries as fit in one, so a follower behind catches up by
+            // the datagram, not by the entry.
+            max_size_per_msg: MAX_APPEND_BYTES,
             ..Default::default()
         }
     }
@@ -368,7 +440,7 @@ impl Manager {
         now: Instant,
     ) -> Result<Self, ManagerError> {
         let voters: Vec<u64> = replicas.iter().map(|&r| raft_id(r)).collect();
-        let storage = MemStorage::new_with_conf_state((voters, vec![]));
+        let storage = LogStore::new_with_conf_state((voters, vec![]));
         let raft = RawNode::new(&Self::raft_config(me, &config), storage, &Self::logger())
             .map_err(|e| ManagerError::Raft(e.to_string()))?;
         Ok(Manager {
@@ -376,11 +448,14 @@ impl Manager {
             size: founders.len(),
             config,
             raft,
-            state: ClusterState::founded(founders),
+            state: ClusterState::founded(founders, config.observers),
             next_tick: now + config.tick,
             out: VecDeque::new(),
             views: VecDeque::new(),
             acks: VecDeque::new(),
+            in_flight: BTreeMap::new(),
+            now,
+            ticks: 0,
         })
     }
 
@@ -419,11 +494,33 @@ impl Manager {
 
     /// Tick Raft for every tick due by `now`, and handle what that made.
     pub fn turn(&mut self, now: Instant) {
+        self.now = now;
         while self.next_tick <= now {
             self.raft.tick();
             self.next_tick = self.next_tick + self.config.tick;
+            self.ticks += 1;
+            if self.ticks.is_multiple_of(REANNOUNCE_TICKS) && self.is_leader() {
+                self.reannounce();
+            }
         }
         self.process();
+    }
+
+    /// Tell [`ANNOUNCE_FANOUT`] members, others each time, the latest
+    /// change again: a change whose every announcement was lost, and every
+    /// member that heard of it since, would otherwise stay unknown (members
+    /// pull from their neighbours, never from a manager, so a manager's
+    /// load does not grow with the cluster).
+    fn reannounce(&mut self) {
+        let Some(change) = self.state.changes.get(self.state.view.epoch) else { return };
+        let members = &self.state.view.members;
+        let n = members.len();
+        let fanout = n.min(ANNOUNCE_FANOUT);
+        let shift = (self.ticks / REANNOUNCE_TICKS) as usize * fanout;
+        for i in 0..fanout {
+            let (m, _) = members[(shift + i) % n];
+            self.acks.push_back((m, Msg::ViewChange(change)));
+        }
     }
 
     /// A message from replica `from`.
@@ -445,8 +542,18 @@ impl Manager {
     /// commits, and with what (the leader that applies it answers).
     pub fn propose(&mut self, cmd: Command, reply: Option<(NodeId, Msg)>) -> Result<(), ManagerError> {
         if !self.is_leader() {
+            self.in_flight.clear();
             return Err(ManagerError::NotLeader(self.leader()));
         }
+        // A copy of a proposal in flight waits for it; one that has waited
+        // past an election (lost with a leader's uncommitted tail) goes
+        // again.
+        let patience = self.config.tick * self.config.election_ticks.1 as u32;
+        self.in_flight.retain(|_, &mut at| self.now < at + patience);
+        if self.in_flight.contains_key(&cmd) || self.in_flight.len() >= MAX_IN_FLIGHT {
+            return Ok(());
+        }
+        self.in_flight.insert(cmd, self.now);
         let context = match reply {
             Some((to, msg)) => {
                 let mut c = to.to_le_bytes().to_vec();
@@ -467,13 +574,18 @@ impl Manager {
     /// the changes it applied.
     pub fn handle_member(&mut self, from: NodeId, msg: Msg) {
         match msg {
-            // An alert from an earlier view cannot count: its observer is
-            // behind, and is sent what it missed instead (it alerts again
-            // from the view it catches up to). Any replica answers.
-            Msg::Alert { epoch, .. } if epoch < self.state.view.epoch => self.answer_pull(from, epoch),
+            // An alert from an earlier view: its observer is behind, and
+            // is sent what it missed (it alerts again from the view it
+            // catches up to; any replica answers). Its alert counts still
+            // if it is still an observer of the subject.
             Msg::Alert { subject, incarnation, epoch } => {
-                let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
-                let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
+                if epoch < self.state.view.epoch {
+                    self.answer_pull(from, epoch);
+                }
+                if self.is_leader() && self.state.counts(from, subject, incarnation, epoch) {
+                    let cmd = Command::Alert { observer: from, subject, incarnation, epoch };
+                    let _ = self.propose(cmd, Some((from, Msg::AlertAck { subject, epoch })));
+                }
             }
             // Already in: a copy of a join that committed.
             Msg::Join { incarnation } if self.state.view.incarnation_of(from) != Some(incarnation) => {
@@ -676,7 +788,8 @@ impl Manager {
                         _ => true,
                     };
                     if let Some(cmd) = cmd {
-                        let change = self.state.apply(cmd, self.config.observers);
+                        self.in_flight.remove(&cmd);
+                        let change = self.state.apply(cmd);
                         self.made(change);
                     }
                     if acknowledged && self.is_leader() && e.context.len() > 4 {

@@ -254,10 +254,15 @@ pub enum FaultMix {
     /// applies the same views, every live member ends in the last view,
     /// every crash is detected, nobody else is removed.
     Membership,
+    /// The same protocol at 1,000 members: ten to twenty crashes, perhaps
+    /// a rack of eight at once, perhaps fifty members cut off from the rest
+    /// (talking among themselves), a replica perhaps replaced; the same
+    /// checks, and every member's messages a second counted.
+    Membership1000,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 27] = [
+    pub const ALL: [FaultMix; 28] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -285,6 +290,7 @@ impl FaultMix {
         FaultMix::CallsServerCrash,
         FaultMix::EngineKill,
         FaultMix::Membership,
+        FaultMix::Membership1000,
     ];
 
     pub fn name(self) -> &'static str {
@@ -316,6 +322,7 @@ impl FaultMix {
             FaultMix::CallsServerCrash => "calls_server_crash",
             FaultMix::EngineKill => "engine_kill",
             FaultMix::Membership => "membership",
+            FaultMix::Membership1000 => "membership_1000",
         }
     }
 
@@ -500,8 +507,9 @@ impl FaultMix {
                 c.engine_kills = engine_kills(seed, c.safety_phase);
                 c.time_limit = Duration::from_secs(5);
             }
-            FaultMix::Membership => {
+            FaultMix::Membership | FaultMix::Membership1000 => {
                 c.workload = Workload::Membership;
+                c.nodes = if self == FaultMix::Membership { 6 + (seed % 11) as u32 } else { 1_000 };
                 rules(
                     &mut c,
                     &[

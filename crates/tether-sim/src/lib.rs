@@ -10,7 +10,7 @@ mod checker;
 mod config;
 pub mod engines;
 mod forger;
-mod membership;
+pub mod membership;
 mod nacked;
 pub mod net;
 mod report;
@@ -24,18 +24,48 @@ pub use report::{LinkCounters, SimReport};
 pub use sim::run;
 
 /// Run `mix` at every seed in `seeds`, calling `progress` after each.
-pub fn swarm(
+pub fn swarm(mix: FaultMix, seeds: std::ops::Range<u64>, progress: impl FnMut(&SimReport)) -> Vec<SimReport> {
+    swarm_with(mix, seeds, 1, |_| {}, progress)
+}
+
+/// Run `mix` at every seed in `seeds` on `threads` threads, each run's
+/// configuration first changed by `adjust` (the members of a membership
+/// mix, say), calling `progress` on the caller's thread as each run ends.
+/// The reports come back in seed order; each run is its seed's alone, so
+/// they are the same on any number of threads.
+pub fn swarm_with(
     mix: FaultMix,
     seeds: std::ops::Range<u64>,
+    threads: usize,
+    adjust: impl Fn(&mut SimConfig) + Sync,
     mut progress: impl FnMut(&SimReport),
 ) -> Vec<SimReport> {
-    seeds
-        .map(|seed| {
-            let report = run(&mix.config(seed));
+    let next = std::sync::atomic::AtomicU64::new(seeds.start);
+    let (done, reports) = std::sync::mpsc::channel();
+    let mut out: Vec<Option<SimReport>> = (seeds.start..seeds.end).map(|_| None).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            let done = done.clone();
+            let (next, adjust, end) = (&next, &adjust, seeds.end);
+            s.spawn(move || loop {
+                let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if seed >= end {
+                    return;
+                }
+                let mut cfg = mix.config(seed);
+                adjust(&mut cfg);
+                // The receiver lives until every run is in.
+                let _ = done.send(run(&cfg));
+            });
+        }
+        drop(done);
+        for report in reports {
             progress(&report);
-            report
-        })
-        .collect()
+            let at = (report.seed - seeds.start) as usize;
+            out[at] = Some(report);
+        }
+    });
+    out.into_iter().flatten().collect()
 }
 
 /// How to replay a failed run.

@@ -9,8 +9,17 @@
 use std::sync::Mutex;
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 26 mixes x 100 = 2,600 runs per `cargo test`.
+/// Seeds per mix: 27 mixes x 100, and the thousand-member mix at 4 (a
+/// run takes it about 3 s; `tether sim --mix membership_1000 --seeds
+/// 1000` is its full check).
 const SEEDS: u64 = 100;
+
+fn seeds(mix: FaultMix) -> u64 {
+    match mix {
+        FaultMix::Membership1000 => 4,
+        _ => SEEDS,
+    }
+}
 
 #[test]
 fn every_mix_at_every_seed() {
@@ -48,7 +57,7 @@ fn every_mix_at_every_seed() {
 }
 
 fn check_mix(mix: FaultMix) -> Vec<SimReport> {
-    let reports = swarm(mix, 0..SEEDS, |_| {});
+    let reports = swarm(mix, 0..seeds(mix), |_| {});
     // A swarm draws its world from the seed: whether it may fail too.
     let may_fail = |seed| match mix {
         FaultMix::Swarm => mix.config(seed).may_fail(),
@@ -266,6 +275,32 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             assert!(crashes > 20 && removed as u64 == crashes, "{removed} of {crashes} crashes removed");
             let cut: u64 = r.iter().filter_map(|r| r.membership.as_ref()).map(|m| m.cut_removals).sum();
             assert!(cut > 0, "a cut member was removed and joined again in some run");
+        }
+        FaultMix::Membership1000 => {
+            // A thousand members: every crash removed (within the bound,
+            // checked per run), cut members back, and a member's load after
+            // the start-up close to a small cluster's: what a member sends
+            // and receives does not grow with N.
+            let m: Vec<_> = r.iter().filter_map(|r| r.membership.as_ref()).collect();
+            assert!(m.iter().all(|m| m.members == 1_000), "a thousand members");
+            let crashes: u64 = m.iter().map(|m| m.crashes).sum();
+            let removed: usize = m.iter().map(|m| m.removal_ms.len()).sum();
+            assert!(crashes >= 40 && removed as u64 == crashes, "{removed} of {crashes} crashes removed");
+            assert!(m.iter().map(|m| m.cut_removals).sum::<u64>() > 0, "a cut-off part removed and back");
+            let small: Vec<_> = swarm(FaultMix::Membership, 0..4, |_| {});
+            let small: Vec<_> = small.iter().filter_map(|r| r.membership.as_ref()).collect();
+            let small_mean = small.iter().map(|m| m.load.member).sum::<f64>() / small.len() as f64;
+            let small_max = small.iter().map(|m| m.load.member_max).fold(0.0, f64::max);
+            for m in &m {
+                // 1,000 seeds: mean 655 against 545 at 6-16 members, the
+                // busiest 1,324 (a member back from the cut, catching up).
+                assert!(
+                    m.load.member <= 1.5 * small_mean && m.load.member_max <= 3.0 * small_max,
+                    "a member's messages/s at 1,000 members: mean {:.0}, busiest {:.0}; at 6-16: {small_mean:.0}, {small_max:.0}",
+                    m.load.member,
+                    m.load.member_max
+                );
+            }
         }
         FaultMix::EngineKill => {
             // Every run killed an engine and started another, and the
