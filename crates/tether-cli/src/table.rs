@@ -530,10 +530,9 @@ impl MembershipRow {
         let mut removals: Vec<f64> = m.iter().flat_map(|r| r.removal_ms.iter().copied()).collect();
         removals.sort_by(f64::total_cmp);
         let members: u64 = m.iter().map(|r| r.members).sum();
-        let simulated = |r: &tether_sim::SimReport| r.virtual_ms;
         let mut speeds: Vec<f64> = reports
             .iter()
-            .filter_map(|r| Some(simulated(r) / r.membership.as_ref()?.wall_ms.max(1e-3)))
+            .filter_map(|r| Some(r.virtual_ms / r.membership.as_ref()?.wall_ms.max(1e-3)))
             .collect();
         speeds.sort_by(f64::total_cmp);
         Some(MembershipRow {

@@ -138,10 +138,10 @@ impl Command {
     }
 }
 
-/// Views an alert outlives at most. Its observer raises it again in each
-/// view it takes while the subject stays silent, so a live alert stays
-/// young; one its observer no longer stands by (the subject answered)
-/// ages out. An alert held only within its own epoch never ripened while
+/// Views an alert outlives at most. Its observer probes the subject again
+/// in each view it takes and raises the alert again while the subject
+/// stays silent, so a live alert stays young; one its observer no longer
+/// stands by (the subject answered) ages out. An alert held only within its own epoch never ripened while
 /// a thousand members changed views every few milliseconds (the
 /// simulator's `membership_1000`: removals 2.9 s after the crash).
 pub const ALERT_EPOCHS: u64 = 32;
@@ -495,6 +495,9 @@ impl Manager {
     /// Tick Raft for every tick due by `now`, and handle what that made.
     pub fn turn(&mut self, now: Instant) {
         self.now = now;
+        // Proposals lost with a leader's uncommitted tail are forgotten.
+        let patience = self.patience();
+        self.in_flight.retain(|_, &mut at| now < at + patience);
         while self.next_tick <= now {
             self.raft.tick();
             self.next_tick = self.next_tick + self.config.tick;
@@ -504,6 +507,11 @@ impl Manager {
             }
         }
         self.process();
+    }
+
+    /// How long a proposal in flight holds back its copies: an election.
+    fn patience(&self) -> Duration {
+        self.config.tick * self.config.election_ticks.1 as u32
     }
 
     /// Tell [`ANNOUNCE_FANOUT`] members, others each time, the latest
@@ -548,9 +556,8 @@ impl Manager {
         // A copy of a proposal in flight waits for it; one that has waited
         // past an election (lost with a leader's uncommitted tail) goes
         // again.
-        let patience = self.config.tick * self.config.election_ticks.1 as u32;
-        self.in_flight.retain(|_, &mut at| self.now < at + patience);
-        if self.in_flight.contains_key(&cmd) || self.in_flight.len() >= MAX_IN_FLIGHT {
+        let waiting = self.in_flight.get(&cmd).is_some_and(|&at| self.now < at + self.patience());
+        if waiting || self.in_flight.len() >= MAX_IN_FLIGHT {
             return Ok(());
         }
         self.in_flight.insert(cmd, self.now);

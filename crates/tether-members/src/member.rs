@@ -690,15 +690,18 @@ impl Member {
     /// and two live members were removed.)
     fn pull_newer(&mut self, now: Instant) {
         let (_, told) = self.newest;
-        let others: Vec<NodeId> = self.view.members.iter().map(|m| m.0).filter(|&m| m != self.me).collect();
+        let others = || self.view.members.iter().map(|m| m.0).filter(|&m| m != self.me);
         let whom = if told != self.me
             && (self.view.incarnation_of(told).is_some() || self.managers.contains(&told))
         {
             Some(told)
-        } else if !others.is_empty() {
-            Some(others[self.pulls % others.len()])
         } else {
-            self.next_manager()
+            // Without gathering the view: this runs on every heartbeat
+            // that names a newer epoch.
+            match others().count() {
+                0 => self.next_manager(),
+                n => others().nth(self.pulls % n),
+            }
         };
         if let Some(m) = whom {
             self.pull(m, now);

@@ -20,12 +20,13 @@ fn place(ring: u32, node: NodeId) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The observation topology of one view, changed member by member: a
-/// view change moves one member, so laying every ring again (a sort of
-/// the whole view per ring, at every member) would make a change cost
-/// O(N log N) at each of N members; here it costs a search and a move
-/// of the ring's tail (a B-tree per ring was slower at a thousand
-/// members: `tether sim --mix membership_1000`, 7.3 s against 6.5).
+/// The observation topology of one view, as the managers keep it (a
+/// member keeps only its own [`Neighbourhood`]), changed member by
+/// member: a view change moves one member, so laying every ring again
+/// would cost a sort of the whole view per ring; here it costs a search
+/// and a move of the ring's tail (a B-tree per ring was slower at a
+/// thousand members: `tether sim --mix membership_1000`, 7.3 s against
+/// 6.5).
 #[derive(Debug, Clone, Default)]
 pub struct Rings {
     /// Each ring: (place, member), sorted.

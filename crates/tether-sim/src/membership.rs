@@ -63,8 +63,6 @@ pub struct MembershipReport {
     pub false_removals: u64,
     /// Members removed while cut off (alive), and joined again.
     pub cut_removals: u64,
-    /// Members cut off from the rest.
-    pub cut_members: u64,
     /// Epoch of the last view.
     pub epoch: u64,
     pub messages: u64,
@@ -147,7 +145,7 @@ struct Flight {
     payload: Payload,
 }
 
-// The arrivals' heap orders flights by (arrival, sequence) alone.
+// Arrivals in one millisecond are sorted by (arrival, sequence) alone.
 impl PartialEq for Flight {
     fn eq(&self, other: &Self) -> bool {
         (self.at, self.seq) == (other.at, other.seq)
@@ -197,8 +195,9 @@ impl World {
         self.now - self.start
     }
 
-    /// One message sent or received by `node`, now.
-    fn count(&mut self, node: NodeId) {
+    /// One message sent or received by `node`, now (`change`: a view
+    /// change it received).
+    fn count(&mut self, node: NodeId, change: bool) {
         let startup = self.elapsed() < STARTUP;
         let t = self.traffic.entry(node).or_default();
         if startup {
@@ -206,6 +205,7 @@ impl World {
         } else {
             t.after += 1;
         }
+        t.changes += u64::from(change);
     }
 
     /// Whether the partition stands between `a` and `b` now.
@@ -227,7 +227,7 @@ impl World {
     /// drops, duplicates or replays it, each copy a latency of its own.
     fn send(&mut self, from: NodeId, to: NodeId, payload: Payload) {
         self.report.messages += 1;
-        self.count(from);
+        self.count(from, false);
         if self.down(from) || self.severed(from, to) {
             return;
         }
@@ -264,9 +264,7 @@ impl World {
         if self.down(f.to) || self.severed(f.from, f.to) {
             return;
         }
-        self.count(f.to);
-        self.traffic.entry(f.to).or_default().changes +=
-            u64::from(matches!(f.payload, Payload::Member(Msg::ViewChange(_))));
+        self.count(f.to, matches!(f.payload, Payload::Member(Msg::ViewChange(_))));
         let now = self.now;
         match f.payload {
             Payload::Member(msg) => {
@@ -497,11 +495,7 @@ pub(crate) fn run(cfg: &SimConfig) -> SimReport {
         seq: 0,
         crashed: BTreeMap::new(),
         dead_managers: BTreeSet::new(),
-        report: MembershipReport {
-            members: n as u64,
-            cut_members: partition.as_ref().map_or(0, |p| p.side.len() as u64),
-            ..Default::default()
-        },
+        report: MembershipReport { members: n as u64, ..Default::default() },
         partition,
         traffic: BTreeMap::new(),
         replica_views: BTreeMap::new(),
