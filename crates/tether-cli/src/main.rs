@@ -505,19 +505,30 @@ struct Measured<R> {
     runs: Vec<R>,
 }
 
-fn two_process(o: &NetOpts) -> anyhow::Result<Option<(std::net::SocketAddr, std::net::SocketAddr, bool)>> {
+/// Two-process mode: who this side is.
+enum Side {
+    /// Listening at the address, for the sender.
+    Listen(std::net::SocketAddr, tether_lab::net::Sender),
+    /// Sending to the listener's address from this side's own.
+    Connect(std::net::SocketAddr, std::net::SocketAddr),
+}
+
+fn two_process(o: &NetOpts) -> anyhow::Result<Option<Side>> {
+    use tether_lab::net::Sender;
     match (o.listen, o.connect) {
+        (Some(l), None) if o.accept => Ok(Some(Side::Listen(l, Sender::Any))),
         (Some(l), None) => {
-            let peer = o
-                .peer
-                .or(o.bind)
-                .ok_or_else(|| anyhow::anyhow!("--listen needs --peer ADDR (the sender's address)"))?;
-            Ok(Some((l, peer, true)))
+            let peer = o.peer.or(o.bind).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--listen needs --peer ADDR (the sender's address), or --accept to take in any sender"
+                )
+            })?;
+            Ok(Some(Side::Listen(l, Sender::At(peer))))
         }
         (None, Some(c)) => {
             let bind =
                 o.bind.ok_or_else(|| anyhow::anyhow!("--connect needs --bind ADDR (this side's address)"))?;
-            Ok(Some((c, bind, false)))
+            Ok(Some(Side::Connect(c, bind)))
         }
         (None, None) => Ok(None),
         (Some(_), Some(_)) => anyhow::bail!("give --listen or --connect, not both"),
@@ -528,7 +539,7 @@ fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
     let count = o.count.unwrap_or(pingpong::default_count(o.size));
     let mode = if o.raw { "raw" } else { "tether" };
     let runs = match two_process(o)? {
-        Some((addr, peer, true)) => {
+        Some(Side::Listen(addr, peer)) => {
             if let Some(drops) = pingpong::listen(o, addr, peer, count)? {
                 if o.json {
                     print_json(&serde_json::json!({ "mode": mode, "size": o.size, "echo_drops": drops }))?;
@@ -538,7 +549,7 @@ fn run_pingpong(o: &NetOpts) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        Some((addr, bind, false)) => vec![pingpong::connect(o, addr, bind, count)?],
+        Some(Side::Connect(addr, bind)) => vec![pingpong::connect(o, addr, bind, count)?],
         None => {
             (0..o.runs.max(1))
                 .map(|_| {
@@ -577,8 +588,8 @@ fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
     }
     let mode = if o.raw { "raw" } else { "tether" };
     let runs = match two_process(o)? {
-        Some((addr, peer, true)) => vec![stream::listen(o, addr, peer, count)?],
-        Some((addr, bind, false)) => vec![stream::connect(o, addr, bind, count)?],
+        Some(Side::Listen(addr, peer)) => vec![stream::listen(o, addr, peer, count)?],
+        Some(Side::Connect(addr, bind)) => vec![stream::connect(o, addr, bind, count)?],
         None => (0..o.runs.max(1))
             .map(|_| if o.raw { stream::raw_loopback(o, count) } else { stream::reliable_loopback(o, count) })
             .collect::<anyhow::Result<_>>()?,

@@ -128,6 +128,11 @@ pub struct NetOpts {
     /// Two-process mode, listener: the sender's address.
     #[arg(long, value_name = "ADDR")]
     pub peer: Option<SocketAddr>,
+    /// Two-process mode, listener: take in a sender it was not given,
+    /// instead of --peer. With --key-file the sender's handshake must
+    /// prove the key; without one, anyone who reaches this port may send.
+    #[arg(long)]
+    pub accept: bool,
     /// Rails per endpoint on loopback (each a socket of its own); with 2 or
     /// more, path health is tracked and data fails over between them.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true,
@@ -313,6 +318,10 @@ impl NetOpts {
                 Policy::Stripe => RailPolicy::Stripe,
             },
             congestion: self.congestion.control(),
+            // A listener with --accept takes in its one sender; without
+            // --key-file, by the explicit opt-in the flag is.
+            accept_peers: if self.accept { 1 } else { 0 },
+            accept_unkeyed: self.accept,
             ..Config::default()
         }
     }
@@ -467,12 +476,21 @@ pub fn check_addresses(o: &NetOpts) -> anyhow::Result<()> {
                 !(o.peer.is_some() && o.bind.is_some()),
                 "a listener takes the sender's address once: --peer (or --bind), not both"
             );
+            anyhow::ensure!(
+                !(o.accept && (o.peer.is_some() || o.bind.is_some())),
+                "--accept takes in a sender not given: not with --peer (or --bind)"
+            );
+            anyhow::ensure!(
+                !(o.accept && o.raw),
+                "--accept is tether's handshake; --raw needs the sender's --peer"
+            );
             if let Some((f, p)) = o.peer.map(|p| ("--peer", p)).or(o.bind.map(|b| ("--bind", b))) {
                 sendable(f, p)?;
                 same_family(("--listen", l), (f, p))?;
             }
         }
         (None, Some(c)) => {
+            anyhow::ensure!(!o.accept, "--accept is the listener's option");
             anyhow::ensure!(
                 o.peer.is_none(),
                 "--peer is the listener's option; a sender names the listener with --connect"
@@ -499,9 +517,36 @@ pub fn check_addresses(o: &NetOpts) -> anyhow::Result<()> {
 /// other side by hand, and a bound, so a listener nobody talks to ends.
 pub const FIRST_WAIT: Duration = Duration::from_secs(60);
 
+/// Whom a listener takes its sender to be: the address it was given
+/// (`--peer`), or whoever completes a handshake (`--accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    At(SocketAddr),
+    Any,
+}
+
+impl Sender {
+    /// The peers a listener's endpoint is given.
+    pub fn peers(self, node: NodeId) -> Vec<(NodeId, SocketAddr)> {
+        match self {
+            Sender::At(addr) => vec![(node, addr)],
+            Sender::Any => Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::At(addr) => write!(f, "{addr}"),
+            Sender::Any => f.write_str("any sender"),
+        }
+    }
+}
+
 /// A listener says where it listens and what for, before it waits: one
 /// line on stderr (stdout stays the result, a table or one JSON document).
-pub fn listening(cmd: &str, local: SocketAddr, peer: SocketAddr, what: &str) {
+pub fn listening(cmd: &str, local: SocketAddr, peer: Sender, what: &str) {
     eprintln!(
         "tether {cmd}: listening on {local} for {what} from {peer}; waiting up to {} s for the first",
         FIRST_WAIT.as_secs()
@@ -515,15 +560,19 @@ pub fn listening(cmd: &str, local: SocketAddr, peer: SocketAddr, what: &str) {
 pub fn nothing_arrived(
     cmd: &str,
     local: SocketAddr,
-    peer: SocketAddr,
+    peer: Sender,
     refused: &Refused,
     waited: Duration,
 ) -> anyhow::Error {
     let causes = refused.causes();
     let waited = tether_fault::format_duration(Duration::from_millis(waited.as_millis() as u64));
     if causes.is_empty() {
+        let bind = match peer {
+            Sender::At(addr) => addr.to_string(),
+            Sender::Any => "ADDR".to_string(),
+        };
         return anyhow::anyhow!(
-            "nothing arrived from {peer} within {waited} (start `tether {cmd} --connect {local} --bind {peer}` there)"
+            "nothing arrived from {peer} within {waited} (start `tether {cmd} --connect {local} --bind {bind}` there)"
         );
     }
     anyhow::anyhow!("nothing was accepted from {peer} within {waited}: {}", causes.join("; "))
@@ -537,7 +586,7 @@ pub fn first_message(
     rx: &Endpoint,
     cmd: &str,
     local: SocketAddr,
-    peer: SocketAddr,
+    peer: Sender,
     give_up: Duration,
 ) -> anyhow::Result<tether::Delivery> {
     let start = std::time::Instant::now();

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::net::{drops, listening, loopback, nothing_arrived, Drops, NetOpts, FIRST_WAIT, RECEIVER, SENDER};
+use crate::net::{
+    drops, listening, loopback, nothing_arrived, Drops, NetOpts, Sender, FIRST_WAIT, RECEIVER, SENDER,
+};
 use crate::pattern;
 use crate::raw::RawPeer;
 use crate::summary::Summary;
@@ -204,10 +206,10 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
 }
 
 /// Two-process mode: the echo side. What it dropped, by reason (`None`: raw).
-pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<Option<Drops>> {
+pub fn listen(o: &NetOpts, addr: SocketAddr, peer: Sender, count: u64) -> anyhow::Result<Option<Drops>> {
     let what = format!("{} round trips of {} B ({count} and {WARMUP} to warm up)", count + WARMUP, o.size);
     if o.raw {
-        let t = o.transport(addr, &[(SENDER, peer)], o.seed)?;
+        let t = o.transport(addr, &peer.peers(SENDER), o.seed)?;
         let local = t.local_addr().unwrap_or(addr);
         listening("pingpong", local, peer, &format!("{what}, raw"));
         let peer_t = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
@@ -216,7 +218,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
         })?;
         return Ok(None);
     }
-    let ep = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
+    let ep = o.endpoint(RECEIVER, addr, &peer.peers(SENDER))?;
     let local = ep.local_addr().unwrap_or(addr);
     listening("pingpong", local, peer, &what);
     let terms = crate::net::first_message(&ep, "pingpong", local, peer, o.give_up_after)?;

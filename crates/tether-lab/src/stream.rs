@@ -10,7 +10,8 @@ use tether::faults::FaultCounters;
 use tether::Refused;
 
 use crate::net::{
-    drops, listening, loopback, no_answer, nothing_arrived, Drops, NetOpts, FIRST_WAIT, RECEIVER, SENDER,
+    drops, listening, loopback, no_answer, nothing_arrived, Drops, NetOpts, Sender, FIRST_WAIT, RECEIVER,
+    SENDER,
 };
 use crate::pattern;
 use crate::raw::RawPeer;
@@ -232,10 +233,10 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
 }
 
 /// Two-process mode, receiving side.
-pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> anyhow::Result<StreamRun> {
+pub fn listen(o: &NetOpts, addr: SocketAddr, peer: Sender, count: u64) -> anyhow::Result<StreamRun> {
     let timeout = FIRST_WAIT;
     if o.raw {
-        let t = o.transport(addr, &[(SENDER, peer)], o.seed)?;
+        let t = o.transport(addr, &peer.peers(SENDER), o.seed)?;
         let local = t.local_addr().unwrap_or(addr);
         listening("stream", local, peer, &format!("{count} raw messages of {} B", o.size));
         let mut rx = RawPeer::new(t, o.mtu, Duration::from_micros(o.spin_us));
@@ -265,7 +266,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: SocketAddr, count: u64) -> an
             FaultCounters::default(),
         ));
     }
-    let rx = o.endpoint(RECEIVER, addr, &[(SENDER, peer)])?;
+    let rx = o.endpoint(RECEIVER, addr, &peer.peers(SENDER))?;
     let local = rx.local_addr().unwrap_or(addr);
     listening("stream", local, peer, &format!("{count} messages of {} B", o.size));
     let mut tally = Tally::default();

@@ -163,6 +163,19 @@ pub struct Config {
     /// refuses any that is not); `None` checks integrity with `checksum`
     /// only. The handshake and source validation hold either way.
     pub key: Option<ClusterKey>,
+    /// Peers this endpoint takes in without being told of them: a node id
+    /// it was not given whose handshake completes from an address it
+    /// answered at (`Event::PeerAccepted`). With a cluster key the
+    /// handshake proves the node holds the key; without one, only if
+    /// `accept_unkeyed` says so. At most this many over the endpoint's
+    /// life (0: none); they count toward `MAX_PEERS` too.
+    pub accept_peers: usize,
+    /// Without a cluster key, take in peers not given (up to
+    /// `accept_peers`) anyway. Their node ids then prove nothing: anyone
+    /// who can send here can claim one not yet taken, or move one taken in
+    /// this way to its own address. Off by default; configured peers are
+    /// never moved without a key.
+    pub accept_unkeyed: bool,
     /// How lost segments are repaired: selective by default, go-back-N to
     /// compare with [TB].
     pub retransmit: RetransmitMode,
@@ -227,6 +240,8 @@ impl Default for Config {
             checksum: ChecksumKind::Crc32c,
             accept_checksums: ChecksumSet::checked(),
             key: None,
+            accept_peers: 256,
+            accept_unkeyed: false,
             retransmit: RetransmitMode::Selective,
             rail_policy: RailPolicy::PrimaryBackup,
             path_suspect_after: Duration::from_millis(2),
@@ -272,6 +287,9 @@ impl Config {
         let bad = |field, why| Err(ConfigError { field, why });
         if self.max_datagram < MIN_DATAGRAM || self.max_datagram > MAX_DATAGRAM {
             return bad("max_datagram", "must be between 244 and 65507 bytes");
+        }
+        if self.accept_peers > crate::MAX_PEERS {
+            return Err(ConfigError { field: "accept_peers", why: "must be at most MAX_PEERS (4096)" });
         }
         if self.send_window < 2 || self.send_window > 1 << 16 {
             return bad("send_window", "must be between 2 and 65536 segments");

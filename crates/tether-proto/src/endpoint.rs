@@ -86,6 +86,16 @@ pub enum SendError {
     UnknownPeer(NodeId),
 }
 
+/// What taking in one datagram came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// Taken, or dropped and counted.
+    Done,
+    /// Its sender was just taken in as a peer (`Endpoint::accept`): take
+    /// the datagram again, as the peer's.
+    Accepted,
+}
+
 /// What the driver knows of where a datagram came from: identity comes
 /// from the source address the transport saw, never from a header alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +242,8 @@ pub struct Endpoint {
     source: Option<NodeId>,
     /// Peers proven at new addresses, at most `MAX_MOVES`.
     moves: VecDeque<PeerMoved>,
+    /// Peers taken in without being given (`Config::accept_peers`).
+    accepted: usize,
     /// Assert every invariant after every operation (tests; debug builds).
     checked: bool,
     /// The window over all the streams' pipes together (`aggregate`).
@@ -282,6 +294,7 @@ impl Endpoint {
             from: None,
             source: None,
             moves: VecDeque::new(),
+            accepted: 0,
             checked: cfg!(debug_assertions),
             aggregate,
         })
@@ -329,6 +342,7 @@ impl Endpoint {
         let mut peer = Peer::restore(&self.config, snapshot, now, progress, &mut self.aggregate);
         peer.send.patience = self.patience.0;
         let next = peer.update_timers(&self.config, &mut self.aggregate);
+        self.accepted += usize::from(peer.accepted);
         self.ready.list(id, &mut peer.listed);
         self.deadlines.set(id, &mut peer.scheduled, next);
         self.peers.insert(id, peer);
@@ -431,6 +445,9 @@ impl Endpoint {
             // data is a duplicate by sequence number; see docs/ENGINE.md.
             rx_pn: 0,
             unreachable: false,
+            // Not in an engine's records: a peer it took in is resumed as
+            // given (it is not moved without a key).
+            accepted: false,
             rails: s.rails,
             send: SendSnapshot { log, segments },
             recv: RecvSnapshot { epoch, delivered_upto, partial: None, out_of_order: Vec::new() },
@@ -979,8 +996,9 @@ impl Endpoint {
         self.stats.bytes_received += datagram.len() as u64;
         let from = match origin {
             // Only a holder of the cluster key can prove itself at an
-            // address no peer has; without one, nothing from there is taken.
-            Origin::Stranger(addr) if self.config.key.is_some() => Some(addr),
+            // address no peer has; without one, nothing from there is
+            // taken unless the endpoint takes in anyone (`accept_unkeyed`).
+            Origin::Stranger(addr) if self.config.key.is_some() || self.accepts_unkeyed() => Some(addr),
             Origin::Stranger(_) => {
                 self.stats.unknown_source += 1;
                 trace!(len = datagram.len(), rail, "dropped: from an address no peer has");
@@ -988,11 +1006,27 @@ impl Endpoint {
             }
             Origin::Node(_) | Origin::Untold => None,
         };
+        self.from = from;
+        self.source = match origin {
+            Origin::Node(n) => Some(n),
+            _ => None,
+        };
+        if self.take_datagram(now, rail, datagram) == Taken::Accepted {
+            // The node it came from is a peer now: its CONFIRM (and any
+            // data behind it) is taken again, as a peer's.
+            self.take_datagram(now, rail, datagram);
+        }
+        self.from = None;
+    }
+
+    /// The rest of `handle_datagram_from`, once the origin is settled.
+    fn take_datagram(&mut self, now: Instant, rail: RailId, datagram: &[u8]) -> Taken {
         let unverified = match Unverified::parse(datagram) {
             Ok(u) => u,
             Err(e) => {
                 trace!(len = datagram.len(), error = %e, "dropped: malformed datagram");
-                return self.stats.count_wire_error(e);
+                self.stats.count_wire_error(e);
+                return Taken::Done;
             }
         };
         let src = unverified.header.src_node;
@@ -1007,20 +1041,21 @@ impl Endpoint {
                 (true, Some(_)) => self.stats.auth_mismatch += 1,
             }
             debug!(src, auth = ?unverified.auth(), "dropped: authentication does not match this endpoint's");
-            return;
+            return Taken::Done;
         }
         let key = if authenticated { self.rx_key(&unverified.header) } else { None };
         // Authenticated datagrams are opened in a scratch buffer (they are
         // decrypted in place); lent out of the endpoint for the call.
         let mut scratch = std::mem::take(&mut self.open_buf);
-        self.from = from;
-        self.source = match origin {
-            Origin::Node(n) => Some(n),
-            _ => None,
-        };
-        self.take_verified(now, rail, unverified, key.as_ref(), &mut scratch);
-        self.from = None;
+        let taken = self.take_verified(now, rail, unverified, key.as_ref(), &mut scratch);
         self.open_buf = scratch;
+        taken
+    }
+
+    /// Does this endpoint take in peers it was not given from anyone,
+    /// key or none?
+    fn accepts_unkeyed(&self) -> bool {
+        self.config.accept_unkeyed && self.config.accept_peers > 0
     }
 
     /// The rest of `handle_datagram_from`, once the header is parsed.
@@ -1031,7 +1066,7 @@ impl Endpoint {
         unverified: Unverified<'_>,
         key: Option<&MacKey>,
         scratch: &mut Vec<u8>,
-    ) {
+    ) -> Taken {
         let src = unverified.header.src_node;
         let len = unverified.len();
         // Verify while copying each payload to where it will live: the
@@ -1052,9 +1087,10 @@ impl Endpoint {
                 trace!(src, len, error = %e, "dropped: failed verification");
                 if authenticated && e == WireError::ChecksumMismatch {
                     self.stats.mac_failures += 1;
-                    return;
+                    return Taken::Done;
                 }
-                return self.stats.count_wire_error(e);
+                self.stats.count_wire_error(e);
+                return Taken::Done;
             }
         };
         let h = packet.header;
@@ -1063,12 +1099,12 @@ impl Endpoint {
             // integrity checking to an algorithm this endpoint refuses.
             self.stats.checksum_refused += 1;
             debug!(src, checksum = ?h.checksum, "dropped: checksum algorithm refused");
-            return;
+            return Taken::Done;
         }
         if h.dst_node != self.node || h.src_node == self.node {
             self.stats.misdirected += 1;
             trace!(src, dst = h.dst_node, "dropped: misdirected");
-            return;
+            return Taken::Done;
         }
         if self.source.is_some_and(|n| n != src) {
             // After verification, so a corrupted node id counts as
@@ -1079,16 +1115,31 @@ impl Endpoint {
                 source = self.source,
                 "dropped: header names another node than its source address"
             );
-            return;
-        }
-        if !known {
-            // After the checksum, so corruption of a node id counts as
-            // corruption; a stranger costs a verifying pass, no state.
-            self.stats.strangers_refused += 1;
-            debug!(src, "dropped: a node id this endpoint was not given");
-            return;
+            return Taken::Done;
         }
         let first = packet.frames().next();
+        if !known {
+            // After the checksum, so corruption of a node id counts as
+            // corruption; a stranger costs a verifying pass, no state,
+            // unless it is one to take in (`accept`).
+            if let Some(Frame::Handshake(f)) = &first {
+                if self.may_accept(authenticated) {
+                    let alone = packet.frames().nth(1).is_none();
+                    return self.accept(now, rail, &h, f, alone, packet.datagram_len());
+                }
+            }
+            self.stats.strangers_refused += 1;
+            debug!(src, "dropped: a node id this endpoint was not given");
+            return Taken::Done;
+        }
+        if self.from.is_some() && !authenticated && !self.peers.get(&src).is_some_and(|p| p.accepted) {
+            // Without a key (`accept_unkeyed`) only a peer taken in that
+            // way may move: a configured one's address is the
+            // application's word, which nobody without the key overrules.
+            self.stats.unknown_source += 1;
+            debug!(src, rail, "dropped: a configured peer's node id from an address no peer has, unkeyed");
+            return Taken::Done;
+        }
         if self.from.is_some()
             && !matches!(&first, Some(Frame::Handshake(f)) if f.kind != HandshakeKind::Welcome)
         {
@@ -1096,17 +1147,19 @@ impl Endpoint {
             // proves the address before anything behind it is taken).
             self.stats.unknown_source += 1;
             trace!(src, rail, "dropped: from an address no peer has, and no handshake");
-            return;
+            return Taken::Done;
         }
         if let Some(Frame::Handshake(f)) = first {
             if f.kind == HandshakeKind::Hello {
                 // Alone in its datagram (but for padding), or it could be
                 // an amplifier's trick.
                 let alone = packet.frames().nth(1).is_none();
-                return self.on_hello(now, rail, &h, &f, alone, packet.datagram_len());
+                self.on_hello(now, rail, &h, &f, alone, packet.datagram_len());
+                return Taken::Done;
             }
         }
         self.with_peer(src, |p, cx, landing| p.handle_packet(cx, now, rail, &packet, landing));
+        Taken::Done
     }
 
     /// Log what was refused since the last report, by reason, at most once
@@ -1145,7 +1198,8 @@ impl Endpoint {
         Some(ck.datagram_key(src, header.src_inc, header.dst_node, header.dst_inc))
     }
 
-    /// A HELLO from a known peer: answer with a WELCOME carrying a cookie,
+    /// A HELLO (from a peer, or a node this endpoint may take in): answer
+    /// with a WELCOME carrying a cookie,
     /// and keep nothing else (see `handshake`). The WELCOME accepts no
     /// more than the HELLO's own length (what the path here carried) and
     /// is padded to what it accepts: never larger than the HELLO.
@@ -1177,9 +1231,81 @@ impl Endpoint {
             nonce: f.nonce,
             cookie,
         };
-        self.replies.push_back(Reply { to: h.src_node, rail, to_inc: h.src_inc, to_addr: self.from, frame });
+        let pn = match (&self.config.key, self.peers.contains_key(&h.src_node)) {
+            (Some(_), false) => {
+                Some(self.secrets.welcome_pn(&frame, (h.src_node, h.src_inc), ours, self.from))
+            }
+            _ => None,
+        };
+        self.replies.push_back(Reply {
+            to: h.src_node,
+            rail,
+            to_inc: h.src_inc,
+            to_addr: self.from,
+            frame,
+            pn,
+        });
         self.stats.hellos_answered += 1;
         trace!(node = self.node, peer = h.src_node, queued = self.replies.len(), "handshake: HELLO answered");
+    }
+
+    /// May a node this endpoint was not given be taken in, its datagrams
+    /// `authenticated` (with the cluster key) or not?
+    fn may_accept(&self, authenticated: bool) -> bool {
+        (authenticated || self.config.accept_unkeyed) && self.accepted < self.config.accept_peers
+    }
+
+    /// A handshake from a node this endpoint was not given, which it may
+    /// take in (docs/PROTOCOL.md, "Accepting peers"). A HELLO is answered
+    /// as any is, keeping nothing. A CONFIRM whose cookie this endpoint
+    /// made for that node, incarnation and address (so the node received
+    /// the WELCOME there, and with a key, holds it) makes the node a peer,
+    /// reached over the rail it came in on: the caller then takes the
+    /// datagram again, as the peer's, which completes the session.
+    fn accept(
+        &mut self,
+        now: Instant,
+        rail: RailId,
+        h: &Header,
+        f: &HandshakeFrame,
+        alone: bool,
+        len: usize,
+    ) -> Taken {
+        match f.kind {
+            HandshakeKind::Hello => {
+                self.on_hello(now, rail, h, f, alone, len);
+                return Taken::Done;
+            }
+            HandshakeKind::Welcome => {
+                self.stats.strangers_refused += 1;
+                return Taken::Done;
+            }
+            HandshakeKind::Confirm => {}
+        }
+        let (node, ours) = (h.src_node, (self.node, self.incarnation));
+        if h.dst_inc != self.incarnation
+            || h.src_inc == 0
+            || !self.secrets.cookie_valid(f.cookie, (node, h.src_inc, f.nonce), ours, now, self.from)
+        {
+            self.stats.handshakes_refused += 1;
+            debug!(src = node, "handshake: dropped a stranger's CONFIRM whose cookie does not check");
+            return Taken::Done;
+        }
+        if self.peers.len() >= MAX_PEERS {
+            self.stats.strangers_refused += 1;
+            return Taken::Done;
+        }
+        // Not greeted (`peer_entry`): its CONFIRM, taken again, makes the session.
+        let mut peer = Peer::new(node, &self.config, &mut self.aggregate);
+        peer.send.patience = self.patience.0;
+        peer.accepted = true;
+        peer.paths.set_rails(now, &[rail]);
+        self.peers.insert(node, peer);
+        self.accepted += 1;
+        self.stats.peers_accepted += 1;
+        self.events.push_back(Event::PeerAccepted { peer: node, rail, addr: self.from, at: now });
+        tracing::info!(node = self.node, peer = node, rail, addr = ?self.from, "took in a peer not given");
+        Taken::Accepted
     }
 
     /// The next peer proven at a new address (oldest first): the driver
@@ -1208,7 +1334,10 @@ impl Endpoint {
                 let key = ck.datagram_key(self.node, self.incarnation, r.to, r.to_inc);
                 // The peer's own counter: a number is never used twice
                 // toward one node, whoever sends.
-                let pn = self.peers.get_mut(&r.to)?.next_pn();
+                let pn = match r.pn {
+                    Some(pn) => pn,
+                    None => self.peers.get_mut(&r.to)?.next_pn(),
+                };
                 PacketWriter::new_authenticated(&mut buf[..cap], &header, &key, pn).ok()?
             }
             None => PacketWriter::new(&mut buf[..cap], &header).ok()?,

@@ -200,4 +200,19 @@ pub enum Event {
         /// When the first ACK over the new rail arrived.
         at: Instant,
     },
+    /// A node this endpoint was not given completed a handshake and was
+    /// taken in as a peer (`Config::accept_peers`): messages to it may be
+    /// sent from now on, and its own are delivered. With a cluster key the
+    /// handshake proved it holds the key.
+    PeerAccepted {
+        /// The node taken in.
+        peer: NodeId,
+        /// The rail its handshake came over.
+        rail: RailId,
+        /// The address it proved it receives at (`None`: a transport
+        /// without addresses, such as the in-memory network).
+        addr: Option<std::net::SocketAddr>,
+        /// When, on the driver's clock.
+        at: Instant,
+    },
 }

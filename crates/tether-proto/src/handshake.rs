@@ -147,6 +147,36 @@ impl Secrets {
         now_ok | before_ok
     }
 
+    /// The packet number of a WELCOME to a node that is no peer yet (one
+    /// this endpoint may take in): no counter is kept for it, so the number
+    /// is a keyed hash of everything the WELCOME says, in the upper half of
+    /// the number space, which a peer's own counter never reaches. Two
+    /// WELCOMEs under one key and number therefore say the same thing
+    /// (an AEAD nonce is never used for two plaintexts), and a successor
+    /// engine with the same secret repeats only whole datagrams.
+    pub fn welcome_pn(
+        &self,
+        frame: &HandshakeFrame,
+        peer: (NodeId, u64),
+        ours: (NodeId, u64),
+        from: Option<SocketAddr>,
+    ) -> u64 {
+        let [a0, a1, a2] = address_words(from);
+        let words = [
+            peer.0 as u64,
+            peer.1,
+            ours.0 as u64,
+            ours.1,
+            frame.nonce,
+            frame.cookie,
+            frame.max_datagram as u64,
+            a0,
+            a1,
+            a2,
+        ];
+        self.prf(b"welcome pn", &words) | 1 << 63
+    }
+
     fn prf(&self, domain: &[u8], words: &[u64]) -> u64 {
         let mut h = blake3::Hasher::new_keyed(&self.key);
         h.update(domain);
@@ -192,6 +222,9 @@ pub(crate) struct Reply {
     /// The initiator's incarnation (the WELCOME's `dst_inc`).
     pub to_inc: u64,
     pub frame: HandshakeFrame,
+    /// With a cluster key, the packet number of a WELCOME to a node that
+    /// is no peer (`Secrets::welcome_pn`); `None`: the peer's own counter.
+    pub pn: Option<u64>,
 }
 
 /// One peer's side of the handshake.

@@ -84,6 +84,8 @@ pub(crate) struct Peer {
     /// The NACK-reliable class to and from the peer (`crate::nacked`).
     nacked_tx: NackedSender,
     nacked_rx: NackedReceiver,
+    /// Taken in after its handshake rather than given (`Endpoint::accept`).
+    pub accepted: bool,
 }
 
 impl Peer {
@@ -106,6 +108,7 @@ impl Peer {
             unreliable: Outbox::default(),
             nacked_tx: NackedSender::default(),
             nacked_rx: NackedReceiver::default(),
+            accepted: false,
         };
         p.update_timers(config, aggregate);
         p
@@ -120,6 +123,7 @@ impl Peer {
             tx_pn: self.tx_pn,
             rx_pn: self.replay.highest(),
             unreachable: self.unreachable,
+            accepted: self.accepted,
             rails: self.paths.rails(),
             send: self.send.snapshot(),
             recv: self.recv.snapshot(),
@@ -154,6 +158,7 @@ impl Peer {
             tx_pn: snapshot.tx_pn.saturating_add(PN_RESTORE_GAP),
             replay: ReplayWindow::restored(snapshot.rx_pn),
             unreachable: snapshot.unreachable,
+            accepted: snapshot.accepted,
             paths,
             timers: TimerTable::default(),
             listed: Listed::default(),
@@ -573,7 +578,7 @@ impl Peer {
         }
         if h.src_inc == self.incarnation && self.hs.max_datagram() != 0 {
             // A CONFIRM repeated in front of data: the session stands.
-            self.moved(cx, rail);
+            self.moved(cx, now, rail);
             return true;
         }
         let Some(agreed) = self.agree(cx, f.max_datagram) else { return false };
@@ -588,19 +593,26 @@ impl Peer {
         let used = self.size_to_use(agreed);
         self.hs.on_confirmed(Some(used));
         self.on_session(cx, now, used);
-        self.moved(cx, rail);
+        self.moved(cx, now, rail);
         true
     }
 
     /// A CONFIRM from an address no peer had checked: its cookie was made
     /// for that address, so the peer is there now (it got our WELCOME
     /// there, and only a holder of the cluster key could ask for it).
-    fn moved(&mut self, cx: &mut Context<'_>, rail: RailId) {
+    fn moved(&mut self, cx: &mut Context<'_>, now: Instant, rail: RailId) {
         let Some(addr) = cx.from else { return };
         if cx.moves.len() >= MAX_MOVES {
             cx.moves.pop_front();
         }
         cx.moves.push_back(PeerMoved { node: self.id, rail, addr });
+        if self.accepted && !self.paths.rails().contains(&rail) {
+            // A peer taken in proves each of its rails by a handshake
+            // over it: from now on data may use this one too.
+            let mut rails = self.paths.rails();
+            rails.push(rail);
+            self.paths.set_rails(now, &rails);
+        }
         cx.stats.peers_moved += 1;
         info!(peer = self.id, rail, %addr, "peer proved itself at a new address");
     }

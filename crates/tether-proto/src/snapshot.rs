@@ -38,6 +38,8 @@ pub struct PeerSnapshot {
     pub rx_pn: u64,
     /// Reported unreachable and not heard from since.
     pub unreachable: bool,
+    /// Taken in after its handshake rather than given (`Config::accept_peers`).
+    pub accepted: bool,
     /// The rails configured to reach it.
     pub rails: Vec<RailId>,
     /// The stream to the peer.

@@ -197,6 +197,9 @@ counters! {
     /// (`Endpoint::recv_service`). Their drops count in
     /// `unreliable_dropped`.
     service_received,
+    /// Nodes not given that were taken in as peers after their handshake
+    /// (`Config::accept_peers`, `Event::PeerAccepted`).
+    peers_accepted,
 }
 
 impl Stats {
@@ -220,6 +223,6 @@ mod tests {
         assert_eq!((a.retransmits, a.messages_acked, a.checksum_refused), (5, 7, 5));
         let names: Vec<_> = a.fields().into_iter().map(|(n, _)| n).collect();
         assert!(names.contains(&"checksum_refused") && names.contains(&"messages_acked"));
-        assert_eq!(names.len(), 59);
+        assert_eq!(names.len(), 60);
     }
 }

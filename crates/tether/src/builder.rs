@@ -113,6 +113,32 @@ impl Builder {
         self
     }
 
+    /// Take in up to `max` peers this endpoint was not given
+    /// (`Config::accept_peers`, 256 unless set; 0: none): a node whose
+    /// handshake completes from an address this endpoint answered at
+    /// becomes a peer, announced by `Event::PeerAccepted`, and may be sent
+    /// to. With a cluster key the handshake proves it holds the key;
+    /// without one nobody is taken in unless `accept_unkeyed` says so.
+    pub fn accept(mut self, max: usize) -> Self {
+        self.options.config.accept_peers = max;
+        self.given.push("config.accept_peers");
+        self.embedded_only.push("accepting peers (an engine takes in peers by its own configuration)");
+        self
+    }
+
+    /// Without a cluster key, take in up to `max` peers not given anyway:
+    /// an explicit opt-in, as their node ids prove nothing (anyone who can
+    /// reach the endpoint may claim one not yet taken; peers given to the
+    /// builder are never moved without a key). docs/PROTOCOL.md,
+    /// "Accepting peers".
+    pub fn accept_unkeyed(mut self, max: usize) -> Self {
+        self.options.config.accept_peers = max;
+        self.options.config.accept_unkeyed = true;
+        self.given.extend(["config.accept_peers", "config.accept_unkeyed"]);
+        self.embedded_only.push("accepting peers (an engine takes in peers by its own configuration)");
+        self
+    }
+
     /// Run the protocol in the node's engine process instead of this one:
     /// attach to the `tether engine` serving `dir` (its `--dir`). The engine
     /// owns the rails, the protocol configuration and fault injection;

@@ -399,6 +399,14 @@ pub fn all() -> &'static [Setting] {
                 "how long a NACK-reliable message is held for its receiver to ask again",
                 |t| &mut t.options.config.nacked_hold,
             ),
+            int(
+                "config.accept_peers",
+                "peers not given that may join after their handshake (0: none)",
+                |t| &mut t.options.config.accept_peers,
+            ),
+            flag("config.accept_unkeyed", "without a cluster key, take in peers not given anyway", |t| {
+                &mut t.options.config.accept_unkeyed
+            }),
             typed(
                 "config.auth",
                 "the authentication algorithm a cluster key is used with",
