@@ -11,10 +11,10 @@ mod stat_cmd;
 mod table;
 
 use tether_lab::{
-    args, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign, congestion_bench,
-    contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection, engine_bench,
-    engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net, pingpong, scratch,
-    shm_bench, stream, summary, timeline,
+    args, async_bench, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign,
+    congestion_bench, contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection,
+    engine_bench, engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net, pingpong,
+    scratch, shm_bench, stream, summary, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -157,6 +157,9 @@ enum BenchWhat {
     /// over a size sweep, by Kielmann et al.'s parametrised round trips
     /// (PRTT), with the sizes where a message takes one more datagram.
     Logp(logp_bench::LogpOpts),
+    /// The async API (tokio) beside the blocking one, in turns: the 8 B
+    /// round trip and a 1 KiB stream.
+    Async(async_bench::AsyncOpts),
 }
 
 fn main() {
@@ -684,6 +687,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Contention(c)) => return contention_bench::run(c, default_net()?),
         Some(BenchWhat::Detect(d)) => return detect_bench::run(d),
         Some(BenchWhat::Group(g)) => return group_bench::run(g),
+        Some(BenchWhat::Async(a)) => return async_bench::run(a),
         Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
         Some(BenchWhat::Logp(l)) => return logp_bench::run(l, default_net()?),
         None => {}

@@ -303,6 +303,7 @@ fn every_option_is_described() {
         &["bench", "engine"],
         &["bench", "calls"],
         &["bench", "logp"],
+        &["bench", "async"],
         &["sim"],
         &["campaign"],
         &["engine"],

@@ -263,6 +263,24 @@ fn calls_document_has_every_round_trip_and_ratio() {
     near("per_record_sync_added_us", synced - file);
 }
 
+/// `tether bench async`: both APIs' round trips and streams, and the
+/// ratios derived from their medians.
+#[test]
+fn async_document_has_both_apis_and_their_ratios() {
+    let doc = tether_json(&["bench", "async", "--runs", "2", "--pings", "50", "--count", "2000", "--json"]);
+    let median = |k: &str| {
+        let x = doc[k]["median"].as_f64().unwrap_or_else(|| panic!("{k}: {doc}"));
+        assert!(x.is_finite() && x > 0.0, "{k}: {doc}");
+        x
+    };
+    let (b, a) = (median("blocking_rtt_us"), median("async_rtt_us"));
+    let (bs, asy) = (median("blocking_msgs_per_s"), median("async_msgs_per_s"));
+    let near = |k: &str, x: f64| assert!((doc[k].as_f64().expect(k) - x).abs() < 1e-9, "{k}: {doc}");
+    near("rtt_ratio", a / b);
+    near("stream_ratio", asy / bs);
+    assert_eq!(doc["met"].as_bool(), Some(a / b <= 1.2));
+}
+
 /// `tether bench logp`: LogGP for messages and calls at each size, L and
 /// G derived from them as the PRTT method says, and the datagram counts.
 #[test]

@@ -11,6 +11,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod args;
+pub mod async_bench;
 pub mod auth_bench;
 pub mod bandwidth;
 pub mod bench;

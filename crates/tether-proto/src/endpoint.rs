@@ -1199,10 +1199,10 @@ impl Endpoint {
     }
 
     /// A HELLO (from a peer, or a node this endpoint may take in): answer
-    /// with a WELCOME carrying a cookie,
-    /// and keep nothing else (see `handshake`). The WELCOME accepts no
-    /// more than the HELLO's own length (what the path here carried) and
-    /// is padded to what it accepts: never larger than the HELLO.
+    /// with a WELCOME carrying a cookie, and keep nothing else (see
+    /// `handshake`). The WELCOME accepts no more than the HELLO's own
+    /// length (what the path here carried) and is padded to what it
+    /// accepts: never larger than the HELLO.
     fn on_hello(
         &mut self,
         now: Instant,

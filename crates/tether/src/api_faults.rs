@@ -217,6 +217,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.recv_nacked(timeout)
     }
 
+    fn unsettled(&self) -> u64 {
+        self.inner.unsettled()
+    }
+
     fn embedded(&self) -> Option<&crate::shared::Shared> {
         self.inner.embedded()
     }

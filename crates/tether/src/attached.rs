@@ -201,6 +201,10 @@ impl Backend for Attached {
         Ok(self.client.flush(timeout)?)
     }
 
+    fn unsettled(&self) -> u64 {
+        self.client.unsettled()
+    }
+
     fn message_state(&self, id: MessageId) -> MessageState {
         self.client.message_state(id)
     }

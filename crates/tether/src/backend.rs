@@ -50,6 +50,9 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn progress(&self);
     fn flush(&self, timeout: Option<Duration>) -> Result<(), Error>;
     fn message_state(&self, id: MessageId) -> MessageState;
+    /// Messages sent and not yet settled (acknowledged or failed), over
+    /// every peer.
+    fn unsettled(&self) -> u64;
     fn stats(&self) -> Stats;
     fn fault_counters(&self) -> FaultCounters;
     fn set_faults_enabled(&self, on: bool);

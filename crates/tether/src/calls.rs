@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tether_proto::{Instant, NodeId, SendError};
-use tether_rpc::{CallError, CallEvent, CallRef, CallState, CallerStats, Executed, HandlerId, TargetStats};
+use tether_rpc::{
+    CallError, CallEvent, CallRef, CallState, CallerStats, Dispatch, Executed, HandlerId, TargetStats,
+};
 
 use crate::call_layer::{CallWire, Calls, Request};
 use crate::call_site::{Host, Site};
@@ -79,20 +81,27 @@ impl Call {
         self.host.with(|c| c.caller.finished(self.call)) == Some(true)
     }
 
+    /// The outcome if the call is finished (`None`: not yet).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn outcome(&self) -> Option<Result<CallOutcome, Error>> {
+        self.host.with(|c| outcome(c, self.call))
+    }
+
     /// Wait until the call is finished, or `timeout` passes
     /// (`Error::TimedOut`; the call goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<CallOutcome, Error> {
         let call = self.call;
-        self.host.wait(timeout, |c| {
-            let caller = &c.caller;
-            match (caller.finished(call), caller.state(call)) {
-                (None, _) | (_, None) => {
-                    Some(Err(Error::Unsupported { what: "a call another handle let go of" }))
-                }
-                (Some(true), Some(state)) => Some(Ok(CallOutcome { state, reply: caller.reply(call) })),
-                (Some(false), _) => None,
-            }
-        })?
+        self.host.wait(timeout, |c| outcome(c, call))?
+    }
+}
+
+/// Call `call`'s outcome if it is finished.
+fn outcome(c: &mut Calls, call: CallRef) -> Option<Result<CallOutcome, Error>> {
+    let caller = &c.caller;
+    match (caller.finished(call), caller.state(call)) {
+        (None, _) | (_, None) => Some(Err(Error::Unsupported { what: "a call another handle let go of" })),
+        (Some(true), Some(state)) => Some(Ok(CallOutcome { state, reply: caller.reply(call) })),
+        (Some(false), _) => None,
     }
 }
 
@@ -126,6 +135,16 @@ impl Endpoint {
         let site = self.site();
         site.start()?;
         site.handlers().write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(handler));
+        site.host().with(|c| c.target.register(id));
+        Ok(())
+    }
+
+    /// Take requests for `id` from now on, their handler run elsewhere
+    /// (an async one, `aio::Endpoint::register_handler`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn register_handler_id(&self, id: HandlerId) -> Result<(), Error> {
+        let site = self.site();
+        site.start()?;
         site.host().with(|c| c.target.register(id));
         Ok(())
     }
@@ -200,28 +219,7 @@ impl Endpoint {
         let site = self.site();
         site.start()?;
         let max = max.max(1);
-        let jobs = site.host().wait(timeout, |c| {
-            let Calls { target, log, log_sync_failures, .. } = c;
-            let mut jobs = Vec::new();
-            while jobs.len() < max {
-                let Some(job) = target.poll_dispatch(&mut **log) else { break };
-                jobs.push(job);
-            }
-            if jobs.is_empty() {
-                return None;
-            }
-            // Their starts synced (as the policy says) before any runs:
-            // if they cannot be, none runs (their callers end
-            // indeterminate, truly: the log says they started).
-            if let Err(e) = log.flush() {
-                *log_sync_failures += 1;
-                return Some(Err(Error::CallLog(format!(
-                    "the starts of {} calls not synced: {e}",
-                    jobs.len()
-                ))));
-            }
-            Some(Ok(jobs))
-        })??;
+        let jobs = site.host().wait(timeout, |c| dispatch(c, max))??;
         // Each completion logged as its handler returns (a handler that
         // panics leaves those before it complete: their replies go with
         // the next flush); the log synced once, then every reply.
@@ -243,6 +241,38 @@ impl Endpoint {
         }
         site.exchange(None, |_, _, _| ());
         done.map(|()| jobs.len()).map_err(|e| Error::CallLog(e.to_string()))
+    }
+
+    /// Up to `max` requests to run, their starts logged (`None`: none
+    /// waiting): `serve_batch`'s first half, for the async API's `serve`.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn take_requests(&self, max: usize) -> Result<Option<Vec<Dispatch>>, Error> {
+        let site = self.site();
+        site.start()?;
+        site.host().with(|c| dispatch(c, max.max(1))).transpose()
+    }
+
+    /// The reply of `job`'s handler if it is a blocking one registered here.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn run_sync_handler(&self, job: &Dispatch) -> Option<Vec<u8>> {
+        let site = self.site();
+        let handler = site.handlers().read().unwrap_or_else(|e| e.into_inner()).get(&job.handler).cloned()?;
+        Some(handler(&Request { from: job.from, call: job.call, handler: job.handler, args: &job.args }))
+    }
+
+    /// Log `job`'s completion with its reply (sent by `send_replies`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn complete_request(&self, job: &Dispatch, reply: &[u8]) -> Result<(), Error> {
+        self.site()
+            .host()
+            .with(|c| c.target.complete(job.from, job.call, reply, &mut *c.log))
+            .map_err(|e| Error::CallLog(e.to_string()))
+    }
+
+    /// Sync the log and send the replies completed so far.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn send_replies(&self) {
+        self.site().exchange(None, |_, _, _| ());
     }
 
     /// Calls an earlier life of this endpoint made, from its caller's log
@@ -327,4 +357,25 @@ pub struct CallStats {
     /// Syncs of the server's log that failed: the replies and ACKs they
     /// covered were held back, the handlers not run.
     pub log_sync_failures: u64,
+}
+
+/// Up to `max` requests to run, their starts synced (as the log's policy
+/// says) before any runs; `None` when none waits.
+fn dispatch(c: &mut Calls, max: usize) -> Option<Result<Vec<Dispatch>, Error>> {
+    let Calls { target, log, log_sync_failures, .. } = c;
+    let mut jobs = Vec::new();
+    while jobs.len() < max {
+        let Some(job) = target.poll_dispatch(&mut **log) else { break };
+        jobs.push(job);
+    }
+    if jobs.is_empty() {
+        return None;
+    }
+    // If the starts cannot be synced, none runs (their callers end
+    // indeterminate, truly: the log says they started).
+    if let Err(e) = log.flush() {
+        *log_sync_failures += 1;
+        return Some(Err(Error::CallLog(format!("the starts of {} calls not synced: {e}", jobs.len()))));
+    }
+    Some(Ok(jobs))
 }

@@ -126,6 +126,9 @@ impl Embedded {
             Progress::Polling => None,
             Progress::Thread => Some(progress::serve(shared.clone())?),
         };
+        if let Some(p) = &progress {
+            let _ = shared.worker.set(p.clone());
+        }
         Ok(Embedded { shared, messages, progress })
     }
     fn linger_for(&self, linger: Duration) -> Result<(), Error> {
@@ -314,6 +317,10 @@ impl Backend for Embedded {
         // may never be; a 256-node demo's node 0, done sending early, timed
         // out in `flush` after 60 s while the others still sent to it.
         block_on(&self.shared, timeout, Awaits::AllSettled, |d| (d.core.unsettled() == 0).then_some(()))
+    }
+
+    fn unsettled(&self) -> u64 {
+        self.shared.lock().core.unsettled()
     }
 
     fn message_state(&self, id: MessageId) -> MessageState {

@@ -458,6 +458,12 @@ impl Endpoint {
         self.backend.message_state(id)
     }
 
+    /// Messages sent and not yet acknowledged or failed, over every peer
+    /// (0: `flush` would return at once).
+    pub fn unsettled(&self) -> u64 {
+        self.backend.unsettled()
+    }
+
     /// The protocol's counters: traffic, retransmissions, and every drop by reason.
     pub fn stats(&self) -> Stats {
         self.backend.stats()

@@ -71,6 +71,15 @@ impl SendHandle {
         }
     }
 
+    /// The embedded endpoint it asks (`None`: an engine's, or nobody).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn shared(&self) -> Option<&Arc<Shared>> {
+        match &self.owner {
+            Owner::Embedded(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Block until the message is delivered or failed, or `timeout` passes.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<MessageState, Error> {
         let (None, Some(id)) = (self.injected, self.id) else { return Ok(self.state()) };

@@ -77,6 +77,10 @@ pub fn default_engine_dir() -> std::path::PathBuf {
     tether_attach::default_dir()
 }
 
+/// The async API on tokio (the `tokio` feature): sends, receives, events
+/// and calls as futures.
+#[cfg(feature = "tokio")]
+pub mod aio;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "names")]

@@ -13,6 +13,7 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::task::Waker;
 use std::time::{Duration, Instant as StdInstant};
 
 use tether_io::FaultHandle;
@@ -71,6 +72,10 @@ pub(crate) struct Shared {
     /// delivered to its receiver, and the receiver with every ACK.
     parked: [AtomicUsize; Awaits::COUNT],
     progressed: [Condvar; Awaits::COUNT],
+    /// Futures of the async API parked for each, by their wakers
+    /// (`aio`): woken with the condition variables, and counted in
+    /// `parked` while registered.
+    wakers: [Mutex<Vec<Waker>>; Awaits::COUNT],
     /// The handlers served here, by id (outside the lock: they run outside it).
     pub(crate) handlers: Handlers,
     /// Messages settled (acknowledged or failed) and segments acknowledged
@@ -89,6 +94,9 @@ pub(crate) struct Shared {
     /// first parked call that wakes, which steps the endpoint on its own
     /// thread's time.
     pub(crate) help: AtomicBool,
+    /// The progress worker serving it, to wake when the application's
+    /// futures park (`app_gone`).
+    pub(crate) worker: std::sync::OnceLock<crate::progress::Assignment>,
 }
 
 /// The endpoint's state, locked; letting it go publishes the core's
@@ -121,6 +129,7 @@ impl Locked<'_> {
         for (k, c) in self.shared.progressed.iter().enumerate() {
             if self.wakes & (1 << k) != 0 {
                 c.notify_all();
+                self.shared.wake_futures(k);
             }
         }
         self.wakes = 0;
@@ -216,10 +225,12 @@ impl Shared {
             served,
             parked: Default::default(),
             progressed: Default::default(),
+            wakers: Default::default(),
             handlers: Default::default(),
             settled_seen: AtomicU64::new(0),
             deadline_ns: AtomicU64::new(u64::MAX),
             help: AtomicBool::new(false),
+            worker: std::sync::OnceLock::new(),
         }
     }
 
@@ -276,6 +287,7 @@ impl Shared {
         for (k, c) in self.progressed.iter().enumerate() {
             if waiting & 1 << k != 0 {
                 c.notify_all();
+                self.wake_futures(k);
             }
         }
         Ok(())
@@ -291,8 +303,71 @@ impl Shared {
     pub(crate) fn wake_parked(&self) {
         // Under the lock, so a call about to park sees why or is woken.
         drop(self.lock());
-        for c in &self.progressed {
+        for (k, c) in self.progressed.iter().enumerate() {
             c.notify_all();
+            self.wake_futures(k);
+        }
+    }
+
+    /// Wake the futures parked for `Awaits` number `k`; each registers
+    /// again if what it waits for has not come.
+    fn wake_futures(&self, k: usize) {
+        let woken = std::mem::take(&mut *self.wakers[k].lock().unwrap_or_else(|e| e.into_inner()));
+        if woken.is_empty() {
+            return;
+        }
+        self.parked[k].fetch_sub(woken.len(), Ordering::SeqCst);
+        for w in woken {
+            w.wake();
+        }
+    }
+
+    /// Park a future of the async API for `awaits`: the next step that
+    /// may bring it wakes `waker` (once; a future not served by then
+    /// registers again). Under the endpoint's lock, as a blocking call
+    /// parks: a step cannot fall between it and the future's look.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn park_waker(&self, awaits: Awaits, waker: &Waker) {
+        let _d = self.lock();
+        let mut wakers = self.wakers[awaits as usize].lock().unwrap_or_else(|e| e.into_inner());
+        if wakers.iter().any(|w| w.will_wake(waker)) {
+            return;
+        }
+        wakers.push(waker.clone());
+        self.parked[awaits as usize].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One step of the endpoint on the calling thread (a future's poll),
+    /// taking over a step the worker handed to a parked call.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn drive_once(&self) {
+        let mut d = self.lock();
+        self.help.store(false, Ordering::SeqCst);
+        let now = self.clock.now();
+        self.step(&mut d, now);
+    }
+
+    /// How long a waiting call busy-polls before it sleeps (or parks).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn spin(&self) -> Duration {
+        self.spin
+    }
+
+    /// An application future drives the endpoint now: the worker keeps
+    /// off until it has been away `leave::HANDOVER`.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn app_touch(&self) {
+        self.app_left_ns.store(self.clock.now().as_nanos(), Ordering::SeqCst);
+    }
+
+    /// The application's futures parked: the worker drives from now on,
+    /// without waiting out the handover a blocking call's return leaves
+    /// (a caller back at once), as a parked future is not.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn app_gone(&self) {
+        self.app_left_ns.store(0, Ordering::SeqCst);
+        if let Some(w) = self.worker.get() {
+            w.wake();
         }
     }
 
