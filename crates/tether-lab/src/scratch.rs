@@ -113,8 +113,20 @@ pub fn child_started(pid: u32) {
     made().children.push(pid);
 }
 
+/// A child of this run reaped: forgotten, and its run directories removed.
 pub fn child_gone(pid: u32) {
     made().children.retain(|&p| p != pid);
+    remove_run_of(pid);
+}
+
+/// Remove the run directories a reaped child left (one killed outright
+/// runs nothing: a demo's bank servers, a bench's engines). Left to the
+/// next command, they outlived an interrupted demo that had just killed
+/// a server and not yet started its successor.
+fn remove_run_of(pid: u32) {
+    for base in [Base::Shm, Base::Tmp] {
+        let _ = std::fs::remove_dir_all(base.path().join(owner::run_dir_name(pid)));
+    }
 }
 
 /// Tell a child command whose it is, so it stops when its owner is gone.
@@ -132,8 +144,8 @@ pub fn namespace_gone(name: &str) {
 }
 
 /// Stop every child (SIGTERM, then SIGKILL after two seconds), delete
-/// every namespace and remove this run's directories with everything in
-/// them.
+/// every namespace and remove this run's directories, and any its
+/// children left, with everything in them.
 pub fn clean_up() {
     let mut m = made();
     for &pid in &m.children {
@@ -160,7 +172,12 @@ pub fn clean_up() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    m.children.clear();
+    // A child stopped before it could take the signal (still starting:
+    // the default action ends it on the spot) leaves its own run's
+    // directories; reaped, it is gone, and they are ours to remove.
+    for pid in m.children.drain(..) {
+        remove_run_of(pid);
+    }
     for n in m.namespaces.drain(..) {
         let _ = Command::new("ip").args(["netns", "del", &n]).output();
     }
