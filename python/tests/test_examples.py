@@ -1,0 +1,41 @@
+"""Every example of the package runs as a user runs it and prints what
+it says (docs/PYTHON.md): the request/reply server and client as two
+processes, and a killed peer's failure and its successor's greeting."""
+import pathlib
+import socket
+import subprocess
+import sys
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+def run(*args, timeout=90):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def free_addr():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_the_request_reply_server_answers_its_client():
+    addr = free_addr()
+    server = subprocess.Popen([sys.executable, str(EXAMPLES / "calls.py"), "server", addr, "200"],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().startswith("serving on")
+    client = run(EXAMPLES / "calls.py", "client", addr, "200")
+    assert client.returncode == 0, client.stderr
+    assert client.stdout.strip() == "200 calls answered, every reply right"
+    assert server.wait(timeout=30) == 0
+
+
+def test_a_killed_peer_is_survived():
+    out = run(EXAMPLES / "killed_peer.py")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "first message: delivered"
+    assert lines[1].startswith("peer 2 unreachable: messages ")
+    assert lines[2] == "sent before the new life greeted us: failed: peer restarted"
+    assert lines[3].startswith("peer 2 restarted: messages ")
+    assert lines[4] == "sent to the new life: delivered"
