@@ -1,10 +1,16 @@
 """Every example of the package runs as a user runs it and prints what
 it says (docs/PYTHON.md): the request/reply server and client as two
-processes, and a killed peer's failure and its successor's greeting."""
+processes, a killed peer's failure and its successor's greeting, and a
+program attached to a `tether engine`."""
+import os
 import pathlib
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+
+import pytest
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 
@@ -39,3 +45,26 @@ def test_a_killed_peer_is_survived():
     assert lines[2] == "sent before the new life greeted us: failed: peer restarted"
     assert lines[3].startswith("peer 2 restarted: messages ")
     assert lines[4] == "sent to the new life: delivered"
+
+
+def tether_command():
+    """The `tether` command: $TETHER_BIN (scripts/test sets it), else on PATH."""
+    return os.environ.get("TETHER_BIN") or shutil.which("tether")
+
+
+def test_a_program_attached_to_an_engine():
+    tether_bin = tether_command()
+    if not tether_bin:
+        pytest.skip("SKIPPED LOUDLY: no `tether` command (set TETHER_BIN, or cargo install --path crates/tether-cli)")
+    addr = free_addr()
+    engine_dir = f"/dev/shm/tether-pytest-engine-{os.getpid()}"
+    engine = subprocess.Popen([tether_bin, "engine", "--dir", engine_dir, "--bind", addr],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert engine.stdout.readline().startswith("tether engine: pid"), "the engine serves"
+        out = run(EXAMPLES / "engine.py", engine_dir, addr)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "100 round trips through the engine, each exact"
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=10) == 0

@@ -2,7 +2,9 @@
 //! against `include/tether.h` and linked with `libtether.so` (and with
 //! `libtether.a`), run, and its output checked; `examples/calls.c` as a
 //! server process and a client process making 200 calls, every reply
-//! checked by the client. Warnings are errors.
+//! checked by the client; `examples/killed_peer.c` (a receiver process
+//! killed mid-stream, then its successor); `examples/engine.c` attached to
+//! a real engine. Warnings are errors.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -122,4 +124,39 @@ fn bad_input_is_a_status_with_a_message() {
         assert_eq!(tether_c::tether_recv(std::ptr::null(), 10, &mut m), TETHER_ERR_INVALID);
         assert_eq!(tether_c::tether_close(ep, 100), TETHER_OK);
     }
+}
+
+fn lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+}
+
+#[test]
+fn a_killed_peer_is_survived() {
+    let exe = compile("killed_peer", true);
+    let out = Command::new(&exe).output().expect("killed_peer runs");
+    std::fs::remove_file(&exe).ok();
+    assert!(out.status.success(), "killed_peer failed: {}", String::from_utf8_lossy(&out.stderr));
+    let l = lines(&out);
+    assert_eq!(l[0], "first message: delivered");
+    assert!(l[1].starts_with("peer 2 unreachable: messages "), "{l:?}");
+    assert_eq!(l[2], "sent before the new life greeted us: failed: peer restarted");
+    assert!(l[3].starts_with("peer 2 restarted: messages "), "{l:?}");
+    assert_eq!(l[4], "sent to the new life: delivered");
+}
+
+#[test]
+fn a_program_attached_to_an_engine() {
+    use tether_engine::{Engine, EngineOptions};
+    let exe = compile("engine", true);
+    let dir = PathBuf::from(format!("/dev/shm/tether-test-c-engine-{}", std::process::id()));
+    let mut engine = Engine::bind(EngineOptions::new(&dir, vec!["127.0.0.1:0".parse().unwrap()])).unwrap();
+    let (addr, stop) = (engine.rail_addrs()[0], engine.stop_flag());
+    let thread = std::thread::spawn(move || engine.run().unwrap());
+    let out = Command::new(&exe).arg(&dir).arg(addr.to_string()).output().expect("engine runs");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    thread.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::remove_file(&exe).ok();
+    assert!(out.status.success(), "engine failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lines(&out), ["100 round trips through the engine, each exact"]);
 }
