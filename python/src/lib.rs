@@ -138,7 +138,7 @@ impl Endpoint {
             let material = std::fs::read(&path)
                 .map_err(|e| ConfigError::new_err(format!("key file {}: {e}", path.display())))?;
             let key = ClusterKey::from_material(&material).map_err(|e| err(Error::Config(e)))?;
-            b = b.config(Config { key: Some(key), ..Config::default() });
+            b = b.key(key);
         }
         match (accept, accept_unkeyed) {
             (Some(n), true) => b = b.accept_unkeyed(n),

@@ -176,7 +176,9 @@ enum tether_status tether_builder_faults(struct tether_builder *b,
 enum tether_status tether_build(struct tether_builder *b, struct tether_endpoint **out);
 
 // Settle what was sent, up to `linger_ms`, stop, and free the endpoint
-// (its handle is invalid afterwards, whatever the status).
+// (its handle is invalid afterwards, whatever the status). It must be the
+// last call on the endpoint: no other thread may be inside a call on it,
+// nor call it afterwards.
 // `TETHER_ERR_LINGERED`: messages were still unsettled.
 enum tether_status tether_close(struct tether_endpoint *ep, int64_t linger_ms);
 

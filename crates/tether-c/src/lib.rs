@@ -36,9 +36,7 @@ use std::time::Duration;
 
 use runtime::faults::FaultPlan;
 use runtime::rpc::{AckStatus, OperationStatus};
-use runtime::{
-    Builder, ClusterKey, Config, Endpoint, Error, Event, FailReason, MessageId, MessageState, SendError,
-};
+use runtime::{Builder, ClusterKey, Endpoint, Error, Event, FailReason, MessageId, MessageState, SendError};
 
 /// What a call came to. `TETHER_OK` (0) is success; every other value
 /// names a class of the runtime's `tether::Error` (`tether_last_error()` has the words).
@@ -391,7 +389,7 @@ pub unsafe extern "C" fn tether_builder_key_file(
         Err(e) => return invalid(&format!("key file {path}: {e}")),
     };
     // SAFETY: `b` as `with_builder` requires.
-    unsafe { with_builder(b, |x| x.config(Config { key: Some(key), ..Config::default() })) }
+    unsafe { with_builder(b, |x| x.key(key)) }
 }
 
 /// Take in up to `max` peers not given (with a cluster key: any that
@@ -456,7 +454,9 @@ pub unsafe extern "C" fn tether_build(
 }
 
 /// Settle what was sent, up to `linger_ms`, stop, and free the endpoint
-/// (its handle is invalid afterwards, whatever the status).
+/// (its handle is invalid afterwards, whatever the status). It must be the
+/// last call on the endpoint: no other thread may be inside a call on it,
+/// nor call it afterwards.
 /// `TETHER_ERR_LINGERED`: messages were still unsettled.
 #[no_mangle]
 pub unsafe extern "C" fn tether_close(ep: *mut tether_endpoint, linger_ms: i64) -> tether_status {

@@ -226,7 +226,14 @@ fn main() {
             eprintln!("tether: cannot watch for interruptions: {e}");
             std::process::exit(1);
         }
-        scratch::watch_owner(|| scratch::clean_up_and_exit(128 + libc::SIGTERM));
+        // Its owner gone, what the owner's run holds is garbage, and this
+        // command may have written into it (a bank server's call log in
+        // its demo's directory) after the owner removed it: removed with
+        // the rest of the dead runs' directories, as the next command would.
+        scratch::watch_owner(|| {
+            scratch::reclaim();
+            scratch::clean_up_and_exit(128 + libc::SIGTERM)
+        });
     }
     let result = match cli.command {
         Command::Demo(o) => run_demo(&o),

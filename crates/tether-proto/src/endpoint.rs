@@ -656,7 +656,10 @@ impl Endpoint {
         if peer == self.node {
             return Err(PathError::SelfPeer);
         }
-        self.peer_entry(peer).map(|_| ()).ok_or(PathError::TooManyPeers)
+        let p = self.peer_entry(peer).ok_or(PathError::TooManyPeers)?;
+        // Given by the application now: no longer moved without a key.
+        p.accepted = false;
+        Ok(())
     }
 
     /// Begin a handshake with `peer` now, so the first message does not
@@ -952,7 +955,8 @@ impl Endpoint {
         if rails.iter().any(|&r| r as usize >= MAX_RAILS) {
             return Err(PathError::BadRail);
         }
-        self.peer_entry(peer).ok_or(PathError::TooManyPeers)?;
+        // Given by the application now: no longer moved without a key.
+        self.peer_entry(peer).ok_or(PathError::TooManyPeers)?.accepted = false;
         self.with_peer(peer, |p, _, _| p.paths.set_rails(Instant::ZERO, rails));
         Ok(())
     }
@@ -1122,13 +1126,10 @@ impl Endpoint {
             // After the checksum, so corruption of a node id counts as
             // corruption; a stranger costs a verifying pass, no state,
             // unless it is one to take in (`accept`).
-            if self.may_accept(authenticated) {
-                if let Some(Frame::Handshake(f)) = &first {
+            if let Some(Frame::Handshake(f)) = &first {
+                if self.may_accept(authenticated) {
                     let alone = packet.frames().nth(1).is_none();
                     return self.accept(now, rail, &h, f, alone, packet.datagram_len());
-                }
-                if h.dst_inc != self.incarnation && h.dst_inc != 0 {
-                    return self.greet_stranger(now, rail, src);
                 }
             }
             self.stats.strangers_refused += 1;
@@ -1299,36 +1300,6 @@ impl Endpoint {
             return Taken::Done;
         }
         // Not greeted (`peer_entry`): its CONFIRM, taken again, makes the session.
-        self.take_in(now, rail, node);
-        Taken::Accepted
-    }
-
-    /// Traffic for an earlier life of this endpoint from a node it does
-    /// not know now: a client of a server that restarted and, taking in
-    /// its peers, was not given them. The node is taken in and greeted
-    /// where the datagram came from, so it learns of the restart (its
-    /// messages to the old life fail, `Event::PeerRestarted`, and it goes
-    /// on with this one) instead of sending into a void until it gives up
-    /// and sends into the void again.
-    fn greet_stranger(&mut self, now: Instant, rail: RailId, node: NodeId) -> Taken {
-        if self.peers.len() >= MAX_PEERS {
-            self.stats.strangers_refused += 1;
-            return Taken::Done;
-        }
-        self.take_in(now, rail, node);
-        if let Some(addr) = self.from {
-            if self.moves.len() >= MAX_MOVES {
-                self.moves.pop_front();
-            }
-            // Where the driver sends the greeting: the handshake then proves it.
-            self.moves.push_back(PeerMoved { node, rail, addr });
-        }
-        self.with_peer(node, |p, cx, _| p.want_session(cx, now));
-        Taken::Done
-    }
-
-    /// Make `node` a peer taken in (`Config::accept_peers`), reached over `rail`.
-    fn take_in(&mut self, now: Instant, rail: RailId, node: NodeId) {
         let mut peer = Peer::new(node, &self.config, &mut self.aggregate);
         peer.send.patience = self.patience.0;
         peer.accepted = true;
@@ -1338,6 +1309,7 @@ impl Endpoint {
         self.stats.peers_accepted += 1;
         self.events.push_back(Event::PeerAccepted { peer: node, rail, addr: self.from, at: now });
         tracing::info!(node = self.node, peer = node, rail, addr = ?self.from, "took in a peer not given");
+        Taken::Accepted
     }
 
     /// The next peer proven at a new address (oldest first): the driver

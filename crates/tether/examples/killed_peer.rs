@@ -4,9 +4,9 @@
 //! it, kills it with SIGKILL mid-stream, and reads the event that says
 //! exactly which messages failed, and which of those may still have
 //! arrived (their acknowledgement lost with the peer). A new receiver
-//! takes the old one's place at the same address: it greets this process,
-//! whose message sent meanwhile to the old life fails (the event says
-//! so), and the stream goes on with the new life.
+//! takes the old one's place at the same address and greets this process
+//! (it is given this one's address): the restart is an event, and the
+//! stream goes on with the new life.
 //!
 //! `cargo run -p tether --example killed_peer`
 
@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use tether::{Config, Endpoint, Error, Event, Options};
+use tether::{Config, Endpoint, Error, Event, MessageState, Options};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 
-fn receiver(addr: SocketAddr) -> Result<(), Error> {
-    let ep = Endpoint::builder(2).bind(addr).accept_unkeyed(4).build()?;
+fn receiver(addr: SocketAddr, sender: SocketAddr) -> Result<(), Error> {
+    let ep = Endpoint::builder(2).bind(addr).peer(1, sender).build()?;
     loop {
         ep.recv(None)?; // until killed
     }
@@ -41,27 +41,28 @@ impl Drop for Receiver {
     }
 }
 
-fn start(addr: SocketAddr) -> Receiver {
+fn start(addr: SocketAddr, sender: SocketAddr) -> Receiver {
     let me = std::env::current_exe().expect("this program");
-    Receiver(Command::new(me).args(["receiver", &addr.to_string()]).spawn().expect("the receiver starts"))
+    let args = ["receiver", &addr.to_string(), &sender.to_string()];
+    Receiver(Command::new(me).args(args).spawn().expect("the receiver starts"))
+}
+
+fn free_port() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free port")
 }
 
 fn main() -> Result<(), Error> {
-    if let [_, mode, addr] = &std::env::args().collect::<Vec<_>>()[..] {
+    if let [_, mode, addr, sender] = &std::env::args().collect::<Vec<_>>()[..] {
         if mode == "receiver" {
-            return receiver(addr.parse().expect("an address"));
+            return receiver(addr.parse().expect("an address"), sender.parse().expect("an address"));
         }
     }
-    let addr = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free port");
-    let mut child = start(addr);
+    let (addr, me) = (free_port(), free_port());
+    let mut child = start(addr, me);
     // A silent peer is given up after a second (the default is 5 s).
     let quick = Config { abandon_after: Duration::from_secs(1), ..Config::default() };
     let options = Options { config: quick, ..Options::default() };
-    let ep = Endpoint::builder(1)
-        .bind("127.0.0.1:0".parse().expect("an address"))
-        .peer(2, addr)
-        .options(options)
-        .build()?;
+    let ep = Endpoint::builder(1).bind(me).peer(2, addr).options(options).build()?;
     println!("first message: {:?}", ep.send(2, b"are you there?")?.wait(WAIT)?);
     let sent: Vec<_> = (0..200).map(|_| ep.send_blocking(2, &[7; 1000], WAIT)).collect::<Result<_, _>>()?;
     child.kill(); // SIGKILL
@@ -70,7 +71,7 @@ fn main() -> Result<(), Error> {
             break failed;
         }
     };
-    let acked = sent.iter().filter(|h| h.state() == tether::MessageState::Delivered).count();
+    let acked = sent.iter().filter(|h| h.state() == MessageState::Delivered).count();
     println!(
         "peer {} unreachable: messages {} to {} failed ({} of them perhaps delivered, ack lost); {acked} were acknowledged",
         failed.peer,
@@ -78,20 +79,13 @@ fn main() -> Result<(), Error> {
         failed.end - 1,
         failed.in_doubt_end - failed.first
     );
-    let _child = start(addr); // a new life at the same address
-    let early = ep.send(2, b"hello again")?;
-    println!("sent before the new life greeted us: {:?}", early.wait(WAIT)?);
-    let failed = loop {
-        if let Event::PeerRestarted { failed, .. } = ep.next_event(WAIT)? {
-            break failed;
+    let _child = start(addr, me); // a new life at the same address
+    loop {
+        if let Event::PeerRestarted { peer, .. } = ep.next_event(WAIT)? {
+            println!("peer {peer} restarted: its new life greeted us");
+            break;
         }
-    };
-    println!(
-        "peer {} restarted: messages {} to {} of the old life failed",
-        failed.peer,
-        failed.first,
-        failed.end - 1
-    );
+    }
     println!("sent to the new life: {:?}", ep.send(2, b"hello again")?.wait(WAIT)?);
     ep.close(Duration::from_secs(1))
 }

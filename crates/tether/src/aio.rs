@@ -404,10 +404,9 @@ impl<'a> Wait<'a> {
         if matches!(self.phase, Phase::Start) {
             // Spinning only while fewer threads of this process do than
             // it has cores, as blocking calls do.
-            self.phase = match leave::Permit::take_spin() {
-                Some(p) if !spin.is_zero() => Phase::Spinning { since: StdInstant::now(), _permit: p },
-                _ => Phase::Parked,
-            };
+            if let Some(p) = leave::Permit::take_spin().filter(|_| !spin.is_zero()) {
+                self.phase = Phase::Spinning { since: StdInstant::now(), _permit: p };
+            }
         }
         if let Phase::Spinning { since, .. } = &self.phase {
             if since.elapsed() < spin {
@@ -418,6 +417,9 @@ impl<'a> Wait<'a> {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
+        }
+        if !matches!(self.phase, Phase::Parked) {
+            // From spinning, or from the start without a place to spin.
             self.phase = Phase::Parked;
             if let Some(s) = shared {
                 s.park_waker(self.awaits, cx.waker());

@@ -113,6 +113,16 @@ impl Builder {
         self
     }
 
+    /// Authenticate every datagram with the cluster's key (every node of
+    /// the cluster needs the same), leaving the rest of the protocol
+    /// configuration as it is.
+    pub fn key(mut self, key: tether_proto::ClusterKey) -> Self {
+        self.options.config.key = Some(key);
+        self.given.push("config.key_file");
+        self.embedded_only.push("the cluster key (an engine's is its --key-file)");
+        self
+    }
+
     /// Take in up to `max` peers this endpoint was not given
     /// (`Config::accept_peers`, 256 unless set; 0: none): a node whose
     /// handshake completes from an address this endpoint answered at

@@ -111,37 +111,6 @@ fn taking_in_survives_a_faulty_network() {
     }
 }
 
-/// A server that takes its clients in restarts (a new endpoint at the same
-/// address, which knows none of them): the new server greets the client
-/// whose datagrams name its old life, the client hears of the restart
-/// (the message it had sent to the old life fails, named by the event),
-/// and the two go on both ways.
-#[test]
-fn a_restarted_server_gets_its_clients_back() {
-    for config in [keyed(), Config { accept_unkeyed: true, ..Config::default() }] {
-        let keyed = config.key.is_some();
-        let first = Endpoint::builder(1).bind(any()).config(config.clone()).build().unwrap();
-        let at = first.local_addr().unwrap();
-        let client = Endpoint::builder(7).bind(any()).peer(1, at).config(config.clone()).build().unwrap();
-        exchange(&client, &first, 20);
-        first.close(Duration::ZERO).ok();
-        let second = Endpoint::builder(1).bind(at).config(config.clone()).build().unwrap();
-        let lost = client.send(1, b"to the old life").unwrap();
-        assert_eq!(
-            lost.wait(WAIT).unwrap(),
-            MessageState::Failed(tether::FailReason::PeerRestarted),
-            "keyed {keyed}: the old life never had it"
-        );
-        let told = std::iter::from_fn(|| client.poll_event()).any(|e| {
-            matches!(e, Event::PeerRestarted { peer: 1, failed } if failed.contains(lost.id().unwrap().seq))
-        });
-        assert!(told, "keyed {keyed}: the client is told which message failed");
-        exchange(&client, &second, 20);
-        exchange(&second, &client, 20);
-        assert_eq!(second.stats().peers_accepted, 1);
-    }
-}
-
 #[test]
 fn an_unkeyed_listener_refuses_a_stranger_unless_accepting_was_enabled() {
     let closed = Endpoint::builder(1).bind(any()).build().unwrap();
