@@ -31,7 +31,6 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 use std::time::Duration;
 
 use runtime::faults::FaultPlan;
@@ -159,7 +158,7 @@ pub struct tether_builder {
 
 /// An endpoint: one node's sends, receives, events and calls.
 pub struct tether_endpoint {
-    ep: Option<Arc<Endpoint>>,
+    ep: Endpoint,
 }
 
 /// A delivered message: its sender and bytes, owned until `tether_message_free`.
@@ -267,11 +266,11 @@ unsafe fn bytes<'a>(buf: *const u8, len: usize) -> Result<&'a [u8], tether_statu
     Ok(unsafe { std::slice::from_raw_parts(buf, len) })
 }
 
-unsafe fn endpoint<'a>(ep: *const tether_endpoint) -> Result<&'a Arc<Endpoint>, tether_status> {
+unsafe fn endpoint<'a>(ep: *const tether_endpoint) -> Result<&'a Endpoint, tether_status> {
     // SAFETY: a handle from `tether_build`, not yet closed, or null.
-    match unsafe { ep.as_ref() }.and_then(|e| e.ep.as_ref()) {
-        Some(e) => Ok(e),
-        None => Err(invalid("the endpoint is null or closed")),
+    match unsafe { ep.as_ref() } {
+        Some(e) => Ok(&e.ep),
+        None => Err(invalid("the endpoint is null")),
     }
 }
 
@@ -443,7 +442,7 @@ pub unsafe extern "C" fn tether_build(
         let Some(builder) = builder.builder else { return invalid("the builder was already built") };
         match builder.build() {
             Ok(ep) => {
-                let handle = Box::new(tether_endpoint { ep: Some(Arc::new(ep)) });
+                let handle = Box::new(tether_endpoint { ep });
                 // SAFETY: `out` is the caller's pointer, checked above.
                 unsafe { *out = Box::into_raw(handle) };
                 TETHER_OK
@@ -466,13 +465,9 @@ pub unsafe extern "C" fn tether_close(ep: *mut tether_endpoint, linger_ms: i64) 
         }
         // SAFETY: a handle from `tether_build`, freed here once.
         let handle = unsafe { Box::from_raw(ep) };
-        let Some(arc) = handle.ep else { return TETHER_OK };
-        match Arc::try_unwrap(arc) {
-            Ok(e) => match e.close(timeout(linger_ms).unwrap_or(Duration::MAX)) {
-                Ok(()) => TETHER_OK,
-                Err(e) => fail(e),
-            },
-            Err(_) => invalid("the endpoint is still in use by another thread"),
+        match handle.ep.close(timeout(linger_ms).unwrap_or(Duration::MAX)) {
+            Ok(()) => TETHER_OK,
+            Err(e) => fail(e),
         }
     })
 }

@@ -127,22 +127,22 @@ impl Endpoint {
     /// itself a future of the message's fate. Cancellation-safe: a send
     /// dropped before it returned queued nothing.
     pub async fn send(&self, peer: NodeId, msg: &[u8]) -> Result<Sent, Error> {
-        let ep = &*self.ep;
-        let handle = Wait::new(ep, Awaits::Settled)
-            .until(|| match ep.send(peer, msg) {
-                Err(Error::Send(SendError::WouldBlock)) => None,
-                done => Some(done),
-            })
-            .await?;
-        Ok(Sent { handle })
+        self.queue(|| self.ep.send(peer, msg)).await
     }
 
     /// As [`send`](Self::send), for a message the application hands over
     /// (kept in the send log as it is, without a copy).
     pub async fn send_bytes(&self, peer: NodeId, msg: Bytes) -> Result<Sent, Error> {
-        let ep = &*self.ep;
-        let handle = Wait::new(ep, Awaits::Settled)
-            .until(|| match ep.send_bytes(peer, msg.clone()) {
+        self.queue(|| self.ep.send_bytes(peer, msg.clone())).await
+    }
+
+    /// Try `send` until the send buffer has room for it.
+    async fn queue(
+        &self,
+        mut send: impl FnMut() -> Result<SendHandle, Error> + Unpin,
+    ) -> Result<Sent, Error> {
+        let handle = Wait::new(&self.ep, Awaits::Settled)
+            .until(|| match send() {
                 Err(Error::Send(SendError::WouldBlock)) => None,
                 done => Some(done),
             })
