@@ -121,7 +121,9 @@ pub fn serve(o: &BankServerOpts) -> anyhow::Result<()> {
     };
     let options = Options { calls: rpc(), call_log: Some(log), linger: Duration::ZERO, ..Options::default() };
     let ep = Endpoint::udp(o.node, o.bind, &[], options)?;
-    let names = FileNames::new(o.dir.join("names"))?;
+    // The demo's store: a server started as an interrupted demo cleans up
+    // must not make it again (`FileNames::new` would) and leave it behind.
+    let names = FileNames::existing(o.dir.join("names"))?;
     tether::names::connect(&names, &ep, &name(CLIENT))?;
     let balances = Mutex::new(balances);
     ep.register_handler(TRANSFER, move |r| {

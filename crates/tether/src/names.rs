@@ -187,6 +187,16 @@ impl FileNames {
         std::fs::create_dir_all(&dir).map_err(|e| NameError::Store(format!("{}: {e}", dir.display())))?;
         Ok(FileNames { dir })
     }
+
+    /// Names under `dir`, a store another process made: an error if it is
+    /// gone, rather than a new one where that process no longer looks.
+    pub fn existing(dir: impl Into<PathBuf>) -> Result<Self, NameError> {
+        let dir = dir.into();
+        if !dir.is_dir() {
+            return Err(NameError::Store(format!("{}: no such directory", dir.display())));
+        }
+        Ok(FileNames { dir })
+    }
 }
 
 impl Names for FileNames {
