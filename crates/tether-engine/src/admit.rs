@@ -98,6 +98,7 @@ impl Engine {
             rails: BTreeMap::new(),
             resuming: (mode == attach::Mode::Resume).then(BTreeMap::new),
             closing: None,
+            acks_by: None,
             gone: false,
             backup: self.options.backup,
             local_requests: Vec::new(),

@@ -64,6 +64,9 @@ pub(crate) struct Application {
     pub(crate) resuming: Option<BTreeMap<NodeId, Resumed>>,
     /// `Close` received: detach once everything settles or by then.
     pub(crate) closing: Option<Instant>,
+    /// Closing and settled: the ACKs it owes its peers may go out until
+    /// then (`Engine::turn`).
+    pub(crate) acks_by: Option<Instant>,
     /// Lost its connection or broke the protocol.
     pub(crate) gone: bool,
     /// `EngineOptions::backup`.

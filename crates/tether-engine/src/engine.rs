@@ -734,7 +734,17 @@ impl Engine {
             }
         }
         if let Some(deadline) = c.closing {
-            if c.core.unsettled() == 0 || now >= deadline {
+            // Settled, the ACKs it owes for what its peers sent go out too,
+            // as an embedded endpoint's close lets them (four ACK delays at
+            // most: a peer still streaming to it keeps it owing): detached
+            // at once, a peer's last message was never acknowledged, and
+            // its sender's own close reported it unsettled.
+            let settled = c.core.unsettled() == 0;
+            if settled && c.acks_by.is_none() {
+                c.acks_by = Some(now + 4 * c.core.config().ack_delay);
+            }
+            let acked = !c.core.owes_acks() || c.acks_by.is_some_and(|t| now >= t);
+            if (settled && acked) || now >= deadline {
                 info!(node = c.node, unsettled = c.core.unsettled(), "application closed");
                 c.gone = true;
             }
@@ -758,7 +768,7 @@ impl Engine {
         let deadline = self
             .clients
             .iter()
-            .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).min())
+            .filter_map(|c| c.core.poll_timeout().into_iter().chain(c.closing).chain(c.acks_by).min())
             .chain(selftest)
             .min()
             .map(|t| Duration::from_nanos(t.saturating_since(now).as_nanos() as u64));

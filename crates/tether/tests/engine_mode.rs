@@ -359,6 +359,36 @@ fn close_returns_once_settled_not_after_its_linger() {
     }
 }
 
+/// An attached endpoint that closes right after a message came owes its
+/// sender the ACK: its engine sends it before it lets the endpoint go
+/// (here a long ACK delay makes it wait), so the sender's own close finds
+/// the message acknowledged, not unsettled.
+#[test]
+fn closing_after_a_message_came_still_acknowledges_it() {
+    let dir = PathBuf::from(format!("/dev/shm/tether-test-mode-{}-owed-ack", std::process::id()));
+    let mut options = EngineOptions::new(&dir, vec!["127.0.0.1:0".parse().unwrap()]);
+    options.config.ack_delay = Duration::from_millis(100);
+    let mut engine = Engine::bind(options).unwrap();
+    let (addrs, stop) = (engine.rail_addrs(), engine.stop_flag());
+    let thread = std::thread::spawn(move || engine.run().unwrap());
+    let e = Running { dir, addrs, stop, thread: Some(thread) };
+    let b = Endpoint::builder(2).engine(&e.dir).build().unwrap();
+    let a = Endpoint::builder(1).bind("127.0.0.1:0".parse().unwrap()).peer(2, e.addrs[0]).build().unwrap();
+    b.add_peer(1, a.local_addr().unwrap()).unwrap();
+    // Three messages, apart: the last one's ACK waits for the delay (a
+    // single message was acknowledged at once, and showed nothing; with
+    // the engine letting go at once this failed: Lingered { unsettled: 1 }).
+    for words in [&b"first words"[..], b"last words"] {
+        a.send_blocking(2, words, WAIT).unwrap();
+        assert_eq!(&b.recv(WAIT).unwrap().message[..], words);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    a.send_blocking(2, b"after", WAIT).unwrap();
+    assert_eq!(&b.recv(WAIT).unwrap().message[..], b"after");
+    b.close(Duration::from_secs(2)).unwrap();
+    a.close(Duration::from_secs(1)).expect("the message was acknowledged before the engine let b go");
+}
+
 /// A peer refused for its configuration gets no answer, so the refusing
 /// side must say why, and on an attached endpoint the refusing side is
 /// its engine: the engine passes its core's `Event::Refused` on. Here a
