@@ -119,6 +119,7 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("stream --mtu 10".into(), "must be between 244 and 65507 bytes"),
         ("stream --rto-min-us 0".into(), "microseconds"),
         ("stream --spin-us 99999999999".into(), "--spin-us"),
+        ("pingpong --connected-peers 5000".into(), "--connected-peers"),
         ("stream --seed -1".into(), "--seed <SEED>': negative"),
         ("stream --loss nan".into(), "not a probability: must be between 0 and 1"),
         ("stream --loss -0.5".into(), "not a probability: must be between 0 and 1"),

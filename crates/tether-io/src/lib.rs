@@ -3,7 +3,8 @@
 //! non-blocking send to a node, receive into caller-owned buffers, typed
 //! errors from Li et al. [CI] Table 1. Nothing here looks inside a datagram.
 //!
-//! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching.
+//! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching, and
+//!   connected sockets for the busiest peers where asked for.
 //! * [`MemNetwork`]: an in-memory network for tests.
 //! * [`FaultyTransport`]: any transport with a seeded fault plan (Li et al.
 //!   [CI]).
@@ -12,6 +13,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod batch;
+mod connected;
 mod error;
 mod faulty;
 mod mem;
@@ -30,7 +32,7 @@ pub use path_mtu::max_datagram_to;
 pub use tether_fault::{FaultCounters, FaultPlan};
 /// A node's identity: the one type the wire format and the core use too.
 pub use tether_wire::NodeId;
-pub use udp::{grow_buffers, AddressBook, UdpTransport};
+pub use udp::{grow_buffers, AddressBook, UdpTransport, MAX_CONNECTED};
 
 /// What a transport did, for operators and for showing batching at work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,6 +1,8 @@
-//! UDP transport: one non-blocking socket, datagrams batched through
-//! `sendmmsg`/`recvmmsg` so a burst costs one system call, not one per
-//! datagram. The address book maps nodes to socket addresses both ways.
+//! UDP transport: a rail's listening socket, a connected socket for each
+//! of the peers it exchanges with most (`connected`), and datagrams
+//! batched through `sendmmsg`/`recvmmsg` so a burst costs one system call,
+//! not one per datagram. The address book maps nodes to socket addresses
+//! both ways.
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -10,20 +12,34 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::connected::{exclusive_port, rail_socket, Connected, Place, Ready};
 use crate::{NodeId, RecvBatch, Transport, TransportCounters, TransportError};
 
-/// After this many receives in a row found the socket empty, the next
-/// datagram is taken alone (`recv_one`): the receiver is spinning for an
-/// answer. After every empty receive, a loaded endpoint whose sockets
-/// drain between bursts took most of its datagrams one at a time: the
-/// two-rail fault-free demo failed healthy paths over in 8 of 10 runs,
-/// against 3 of 10 with batches only and 4 of 10 with this wait.
+pub use crate::connected::MAX_CONNECTED;
+
+/// After a socket was found empty this many receive turns in a row, its
+/// next datagram is taken alone (`recv_one`): the receiver is spinning
+/// for an answer. After every empty receive, a loaded endpoint whose
+/// sockets drain between bursts took most of its datagrams one at a time:
+/// the two-rail fault-free demo failed healthy paths over in 8 of 10
+/// runs, against 3 of 10 with batches only and 4 of 10 with this wait.
 const IDLE_TURNS: u32 = 8;
 
 /// Datagrams per `sendmmsg`/`recvmmsg` call.
 const MMSG_BATCH: usize = 64;
 /// Socket buffer size asked for; loopback bursts overrun the default 208 KiB.
 const SOCKET_BUFFER: usize = 8 << 20;
+
+/// A node's address, as the address book keeps it.
+#[derive(Debug, Clone)]
+struct Entry {
+    addr: SocketAddr,
+    sockaddr: SockAddr,
+    /// Datagrams sent to it since the rail last ranked its peers.
+    sent: u32,
+    /// The socket datagrams to it leave from.
+    place: Place,
+}
 
 /// Which address each node is reached at, and which node an address is.
 /// Hash maps: both are asked once per datagram, and a B-tree search of a
@@ -32,7 +48,7 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// keys to collide.
 #[derive(Debug, Clone, Default)]
 pub struct AddressBook {
-    by_node: HashMap<NodeId, (SocketAddr, SockAddr)>,
+    by_node: HashMap<NodeId, Entry>,
     by_addr: HashMap<SocketAddr, NodeId>,
 }
 
@@ -42,33 +58,42 @@ impl AddressBook {
     }
 
     pub fn insert(&mut self, node: NodeId, addr: SocketAddr) {
-        if let Some((old, _)) = self.by_node.insert(node, (addr, SockAddr::from(addr))) {
-            self.by_addr.remove(&old);
+        let entry = Entry { addr, sockaddr: SockAddr::from(addr), sent: 0, place: Place::Listener };
+        if let Some(old) = self.by_node.insert(node, entry) {
+            self.by_addr.remove(&old.addr);
         }
         self.by_addr.insert(addr, node);
     }
 
     pub fn addr(&self, node: NodeId) -> Option<SocketAddr> {
-        self.by_node.get(&node).map(|(a, _)| *a)
+        self.by_node.get(&node).map(|e| e.addr)
     }
 
     pub fn node(&self, addr: &SocketAddr) -> Option<NodeId> {
         self.by_addr.get(addr).copied()
     }
-
-    fn sockaddr(&self, node: NodeId) -> Option<&SockAddr> {
-        self.by_node.get(&node).map(|(_, s)| s)
-    }
 }
 
+/// Peers with what was sent to each since the last ranking.
+type Ranked = Vec<(u32, NodeId)>;
+
 pub struct UdpTransport {
+    /// The listening socket: strangers, handshakes, and every peer without
+    /// a socket of its own.
     socket: Socket,
     local: SocketAddr,
     book: AddressBook,
     counters: TransportCounters,
     rx: Box<RecvScratch>,
-    /// Receives in a row that found the socket empty (`IDLE_TURNS`).
+    /// Receives in a row that found the listener empty (`IDLE_TURNS`),
+    /// while no peer has a socket of its own.
     idle: u32,
+    /// The connected sockets; `None` when their bound is 0.
+    conns: Option<Connected>,
+    /// The sockets a receive turn found ready.
+    ready: Vec<Ready>,
+    /// A ranking's lists: peers with a socket, peers without.
+    ranks: (Ranked, Ranked),
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -80,6 +105,7 @@ impl std::fmt::Debug for UdpTransport {
                 peers.sort_unstable();
                 peers
             })
+            .field("connected", &self.connected_peers())
             .field("counters", &self.counters)
             .finish()
     }
@@ -99,32 +125,144 @@ struct RecvScratch {
 unsafe impl Send for RecvScratch {}
 
 impl UdpTransport {
-    /// Bind a non-blocking UDP socket at `addr` (port 0: any). The socket
-    /// needs no node id of its own: the book maps nodes to addresses both
-    /// ways. A failure to get a socket at `addr` is `AddrInUse` or `Bind`,
-    /// naming `addr`, so a caller binding several rails need not add it.
+    /// Bind a non-blocking UDP socket at `addr` (port 0: any), one for
+    /// every peer. The socket needs no node id of its own: the book maps
+    /// nodes to addresses both ways. A failure to get a socket at `addr` is
+    /// `AddrInUse` or `Bind`, naming `addr`, so a caller binding several
+    /// rails need not add it.
     pub fn bind(addr: SocketAddr, book: AddressBook) -> Result<Self, TransportError> {
+        Self::bind_with(addr, book, 0)
+    }
+
+    /// `bind`, with connected sockets for at most `connected` peers (at
+    /// most `MAX_CONNECTED`, else `InvalidArgs`); 0: one unconnected
+    /// socket for all of them, as `bind` does.
+    pub fn bind_with(
+        addr: SocketAddr,
+        mut book: AddressBook,
+        connected: usize,
+    ) -> Result<Self, TransportError> {
+        if connected > MAX_CONNECTED {
+            return Err(TransportError::InvalidArgs);
+        }
         let at = |e: std::io::Error| TransportError::bind(addr, e.raw_os_error().unwrap_or(0));
-        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(at)?;
-        socket.set_nonblocking(true)?;
-        grow_buffers(&socket);
-        never_fragment(&socket, addr.is_ipv6())?;
-        socket.bind(&addr.into()).map_err(at)?;
+        let socket = if connected == 0 {
+            let socket =
+                Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(at)?;
+            socket.set_nonblocking(true)?;
+            grow_buffers(&socket);
+            never_fragment(&socket, addr.is_ipv6())?;
+            socket.bind(&addr.into()).map_err(at)?;
+            socket
+        } else {
+            let exclusive = exclusive_port(addr).map_err(at)?;
+            let socket = rail_socket(exclusive).map_err(at)?;
+            socket.bind(&exclusive.into()).map_err(at)?;
+            socket
+        };
         let local = socket.local_addr()?.as_socket().ok_or(TransportError::InvalidArgs)?;
+        let conns = match connected {
+            0 => None,
+            n => Some(Connected::new(&socket, n)?),
+        };
+        // A book may come from another transport: its sockets are not ours.
+        for e in book.by_node.values_mut() {
+            (e.place, e.sent) = (Place::Listener, 0);
+        }
         let rx = Box::new(RecvScratch {
             iov: [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH],
             names: [MaybeUninit::zeroed(); MMSG_BATCH],
             msgs: [zeroed_mmsg(); MMSG_BATCH],
         });
-        Ok(UdpTransport { socket, local, book, counters: TransportCounters::default(), rx, idle: 0 })
+        Ok(UdpTransport {
+            socket,
+            local,
+            book,
+            counters: TransportCounters::default(),
+            rx,
+            idle: 0,
+            conns,
+            ready: Vec::with_capacity(crate::connected::EVENTS),
+            ranks: (Vec::new(), Vec::new()),
+        })
     }
 
     pub fn book(&self) -> &AddressBook {
         &self.book
     }
 
-    pub fn book_mut(&mut self) -> &mut AddressBook {
-        &mut self.book
+    /// The peers with a connected socket of their own, in node order.
+    pub fn connected_peers(&self) -> Vec<NodeId> {
+        let mut peers: Vec<NodeId> = self
+            .book
+            .by_node
+            .iter()
+            .filter(|(_, e)| matches!(e.place, Place::Slot(_)))
+            .map(|(&n, _)| n)
+            .collect();
+        peers.sort_unstable();
+        peers
+    }
+
+    /// Give `node` a connected socket: its place afterwards.
+    fn connect(&mut self, node: NodeId) -> Place {
+        let (Some(conns), Some(e)) = (self.conns.as_mut(), self.book.by_node.get_mut(&node)) else {
+            return Place::Listener;
+        };
+        e.place = match conns.open(self.local, e.addr) {
+            Ok(slot) => Place::Slot(slot),
+            Err(_) => Place::Refused,
+        };
+        e.place
+    }
+
+    /// Take `node`'s connected socket away: it is sent to from the listener.
+    fn disconnect(&mut self, node: NodeId) {
+        let (Some(conns), Some(e)) = (self.conns.as_mut(), self.book.by_node.get_mut(&node)) else { return };
+        if let Place::Slot(slot) = e.place {
+            conns.close(slot);
+        }
+        e.place = Place::Listener;
+    }
+
+    /// Rank the peers by what was sent to each since the last ranking:
+    /// the busiest without a socket take the free places, then those of
+    /// the least busy with one, if sent more than twice as many.
+    fn rerank(&mut self) {
+        let (held, wanting) = &mut self.ranks;
+        held.clear();
+        wanting.clear();
+        for (&node, e) in self.book.by_node.iter_mut() {
+            match e.place {
+                Place::Slot(_) => held.push((e.sent, node)),
+                Place::Listener | Place::Refused if e.sent > 0 => wanting.push((e.sent, node)),
+                Place::Listener | Place::Refused => {}
+            }
+            // One refused may be tried again, once a ranking.
+            if e.place == Place::Refused {
+                e.place = Place::Listener;
+            }
+            e.sent = 0;
+        }
+        held.sort_unstable();
+        wanting.sort_unstable_by(|a, b| b.cmp(a));
+        let (held, wanting) = std::mem::take(&mut self.ranks);
+        let room = self.conns.as_ref().map_or(0, |c| c.bound() - c.live());
+        let mut wanting_iter = wanting.iter();
+        for &(_, node) in wanting_iter.by_ref().take(room) {
+            self.connect(node);
+        }
+        for (&(weak, old), &(busy, new)) in held.iter().zip(wanting_iter) {
+            if busy <= weak.saturating_mul(2) {
+                break;
+            }
+            self.disconnect(old);
+            self.connect(new);
+        }
+        self.ranks = (held, wanting);
+        if let Some(c) = self.conns.as_mut() {
+            c.ranked();
+        }
     }
 }
 
@@ -172,7 +310,7 @@ fn set_int(
 /// fragments of which one lost loses all. The handshake proves the size a
 /// path carries (its padded HELLO), so a forged ICMP "too big" cannot
 /// shrink it either.
-fn never_fragment(socket: &Socket, v6: bool) -> std::io::Result<()> {
+pub(crate) fn never_fragment(socket: &Socket, v6: bool) -> std::io::Result<()> {
     if v6 {
         set_int(socket, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)
     } else {
@@ -191,7 +329,8 @@ impl Transport for UdpTransport {
     }
 
     fn raw_fd(&self) -> Option<RawFd> {
-        Some(self.socket.as_raw_fd())
+        // The epoll set over every socket of the rail, when it has one.
+        Some(self.conns.as_ref().map_or(self.socket.as_raw_fd(), Connected::fd))
     }
 
     fn has_peer(&self, node: NodeId) -> bool {
@@ -201,6 +340,12 @@ impl Transport for UdpTransport {
         self.book.addr(node)
     }
     fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TransportError> {
+        match self.book.addr(node) {
+            Some(old) if old == addr => return Ok(()),
+            // Moved: its socket is connected to where it was.
+            Some(_) => self.disconnect(node),
+            None => {}
+        }
         self.book.insert(node, addr);
         Ok(())
     }
@@ -232,95 +377,70 @@ impl Transport for UdpTransport {
         if n == 0 {
             return Ok(0);
         }
-        if let [(dst, data)] = batch {
-            // One datagram (a round trip's): `sendto`, without the message
-            // headers `sendmmsg` copies in and walks.
-            let Some(addr) = self.book.sockaddr(*dst) else {
-                self.counters.send_errors += 1;
-                return Err(TransportError::InvalidEndpoint);
-            };
-            self.counters.syscalls += 1;
-            // SAFETY: a live slice and a live sockaddr of the length given.
-            let sent = unsafe {
-                libc::sendto(
-                    self.socket.as_raw_fd(),
-                    data.as_ptr().cast(),
-                    data.len(),
-                    0,
-                    addr.as_ptr(),
-                    addr.len(),
-                )
-            };
-            if sent < 0 {
-                return Err(self.send_failed());
-            }
-            self.counted_sent(batch);
-            return Ok(1);
+        let dst = batch[0].0;
+        let Some(e) = self.book.by_node.get(&dst) else {
+            self.counters.send_errors += 1;
+            return Err(TransportError::InvalidEndpoint);
+        };
+        let mut place = e.place;
+        if place == Place::Listener && self.conns.as_ref().is_some_and(Connected::has_room) {
+            place = self.connect(dst);
         }
-        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
-        let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
-        for (i, &(dst, data)) in batch[..n].iter().enumerate() {
-            let Some(addr) = self.book.sockaddr(dst) else {
-                // Send what precedes the unknown destination; report it when it is first.
-                if i == 0 {
-                    self.counters.send_errors += 1;
-                    return Err(TransportError::InvalidEndpoint);
+        let sent = match place {
+            Place::Slot(slot) => {
+                let run = batch[..n].iter().take_while(|(d, _)| *d == dst).count();
+                if let Some(e) = self.book.by_node.get_mut(&dst) {
+                    e.sent = e.sent.saturating_add(run as u32);
                 }
-                return self.send_prepared(&mut msgs[..i], &mut iov[..i], &batch[..i]);
-            };
-            iov[i] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
-            msgs[i].msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
-            msgs[i].msg_hdr.msg_namelen = addr.len();
+                self.send_connected(slot, &batch[..run])
+            }
+            Place::Listener | Place::Refused => self.send_unconnected(&batch[..n]),
+        };
+        if let (Ok(k), Some(c)) = (&sent, self.conns.as_mut()) {
+            if c.count_sent(*k) {
+                self.rerank();
+            }
         }
-        self.send_prepared(&mut msgs[..n], &mut iov[..n], &batch[..n])
+        sent
     }
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
-        if self.idle >= IDLE_TURNS {
-            return self.recv_one(batch);
-        }
-        let n = batch.capacity().min(MMSG_BATCH);
-        let rx = &mut *self.rx;
-        for (i, slot) in batch.slots_mut().take(n).enumerate() {
-            rx.iov[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
-            let hdr = &mut rx.msgs[i].msg_hdr;
-            hdr.msg_iov = &mut rx.iov[i];
-            hdr.msg_iovlen = 1;
-            hdr.msg_name = rx.names[i].as_mut_ptr().cast();
-            hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdr.msg_control = std::ptr::null_mut();
-            hdr.msg_controllen = 0;
-            hdr.msg_flags = 0;
-        }
-        self.counters.syscalls += 1;
-        // SAFETY: `rx.msgs[..n]` point at `n` live iovecs over distinct slots
-        // of `batch` and at `n` live sockaddr_storage buffers, all of which
-        // outlive the call; the kernel writes at most the sizes given.
-        let got = unsafe {
-            libc::recvmmsg(
-                self.socket.as_raw_fd(),
-                rx.msgs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let listener = self.socket.as_raw_fd();
+        let Some(conns) = self.conns.as_mut().filter(|c| c.live() > 0) else {
+            // The listener alone: read it, without asking epoll first.
+            if self.idle >= IDLE_TURNS {
+                return self.recv_one(listener, batch, 0);
+            }
+            let got = self.recv_many(listener, batch, 0);
+            self.idle = if matches!(got, Ok(n) if n > 0) { 0 } else { self.idle.saturating_add(1) };
+            return got;
         };
-        self.idle = if got <= 0 { self.idle.saturating_add(1) } else { 0 };
-        if got < 0 {
-            return nothing_waiting();
+        self.counters.syscalls += 1;
+        conns.poll(listener, &mut self.ready)?;
+        let mut filled = 0;
+        let ready = std::mem::take(&mut self.ready);
+        for r in &ready {
+            if batch.len() == batch.capacity() {
+                batch.set_partial();
+                break;
+            }
+            // Receive errors on one socket (a connected one reports an ICMP
+            // refusal once) leave the others to be read.
+            let got = if r.idle >= u64::from(IDLE_TURNS) {
+                self.recv_one(r.fd, batch, filled)
+            } else {
+                self.recv_many(r.fd, batch, filled)
+            };
+            filled += got.unwrap_or(0);
         }
-        let got = got as usize;
-        for i in 0..got {
-            let (len, name_len) = (rx.msgs[i].msg_len as usize, rx.msgs[i].msg_hdr.msg_namelen);
-            taken(&self.book, &mut self.counters, batch, i, len, &rx.names[i], name_len);
-        }
-        batch.set_filled(got);
-        Ok(got)
+        self.ready = ready;
+        Ok(filled)
     }
 
     fn wait_readable(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
-        let mut fd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let fd = self.raw_fd().unwrap_or(self.socket.as_raw_fd());
+        let mut fd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
         // SAFETY: one live pollfd.
         let n = unsafe { libc::poll(&mut fd, 1, ms) };
@@ -369,17 +489,57 @@ fn taken(
 }
 
 impl UdpTransport {
-    /// Receive one datagram with `recvfrom`, into the batch's first slot:
-    /// what a transport that found its socket empty `IDLE_TURNS` times in
-    /// a row does. The
+    /// Receive what `fd` holds into the batch's slots from `start` on, up to
+    /// a `recvmmsg` batch: how many it took. The batch's length is set.
+    fn recv_many(&mut self, fd: RawFd, batch: &mut RecvBatch, start: usize) -> Result<usize, TransportError> {
+        let n = (batch.capacity() - start).min(MMSG_BATCH);
+        let rx = &mut *self.rx;
+        for (i, slot) in batch.slots_mut().skip(start).take(n).enumerate() {
+            rx.iov[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
+            let hdr = &mut rx.msgs[i].msg_hdr;
+            hdr.msg_iov = &mut rx.iov[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_name = rx.names[i].as_mut_ptr().cast();
+            hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_control = std::ptr::null_mut();
+            hdr.msg_controllen = 0;
+            hdr.msg_flags = 0;
+        }
+        self.counters.syscalls += 1;
+        // SAFETY: `rx.msgs[..n]` point at `n` live iovecs over distinct slots
+        // of `batch` and at `n` live sockaddr_storage buffers, all of which
+        // outlive the call; the kernel writes at most the sizes given.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                rx.msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            return nothing_waiting();
+        }
+        let got = got as usize;
+        for i in 0..got {
+            let (len, name_len) = (rx.msgs[i].msg_len as usize, rx.msgs[i].msg_hdr.msg_namelen);
+            taken(&self.book, &mut self.counters, batch, start + i, len, &rx.names[i], name_len);
+        }
+        batch.set_filled(start + got);
+        Ok(got)
+    }
+
+    /// Receive one datagram from `fd` with `recvfrom`, into slot `start`:
+    /// what a socket found empty `IDLE_TURNS` times in a row gets. The
     /// next datagram most likely comes alone (a round trip's answer), and
     /// `recvmmsg` costs more per call than `recvfrom` (its message headers
     /// copied in and walked) on every turn of a spinning receiver and on
     /// the datagram's path: 1.0 us of an 8 B round trip's 7.6 on loopback,
     /// in a spin loop of each kind side by side. Once one arrives the next
-    /// call takes a whole batch again.
-    fn recv_one(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
-        let Some(slot) = batch.slots_mut().next() else { return Ok(0) };
+    /// call takes a whole batch again. The batch's length is set.
+    fn recv_one(&mut self, fd: RawFd, batch: &mut RecvBatch, start: usize) -> Result<usize, TransportError> {
+        let Some(slot) = batch.slots_mut().nth(start) else { return Ok(0) };
         let name = &mut self.rx.names[0];
         let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         self.counters.syscalls += 1;
@@ -387,7 +547,7 @@ impl UdpTransport {
         // sockaddr_storage whose size is given; the kernel writes within.
         let got = unsafe {
             libc::recvfrom(
-                self.socket.as_raw_fd(),
+                fd,
                 slot.as_mut_ptr().cast(),
                 slot.len(),
                 libc::MSG_DONTWAIT,
@@ -399,14 +559,87 @@ impl UdpTransport {
             return nothing_waiting();
         }
         self.idle = 0;
-        taken(&self.book, &mut self.counters, batch, 0, got as usize, &self.rx.names[0], name_len);
-        batch.set_filled(1);
+        taken(&self.book, &mut self.counters, batch, start, got as usize, &self.rx.names[0], name_len);
+        batch.set_filled(start + 1);
         batch.set_partial();
         Ok(1)
     }
 
+    /// Send a run of datagrams to the peer connected in `slot`: `send` for
+    /// one, `sendmmsg` without addresses for more.
+    fn send_connected(&mut self, slot: u32, run: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
+        let Some(fd) = self.conns.as_ref().and_then(|c| c.socket(slot)).map(AsRawFd::as_raw_fd) else {
+            self.counters.send_errors += 1;
+            return Err(TransportError::NotInitialized);
+        };
+        if let [(_, data)] = run {
+            self.counters.syscalls += 1;
+            // SAFETY: a live slice of the length given.
+            let sent = unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), 0) };
+            if sent < 0 {
+                return Err(self.send_failed());
+            }
+            self.counted_sent(run);
+            return Ok(1);
+        }
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
+        let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
+        for (i, &(_, data)) in run.iter().enumerate() {
+            iov[i] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+        }
+        self.send_prepared(fd, &mut msgs[..run.len()], &mut iov[..run.len()], run)
+    }
+
+    /// Send the leading datagrams of `batch` that leave from the listener
+    /// (up to one whose peer has its own socket, or is unknown): `sendto`
+    /// for one, `sendmmsg` for more.
+    fn send_unconnected(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
+        let fd = self.socket.as_raw_fd();
+        if let [(dst, data)] = batch {
+            // One datagram (a round trip's): `sendto`, without the message
+            // headers `sendmmsg` copies in and walks.
+            let Some(e) = self.book.by_node.get_mut(dst) else {
+                self.counters.send_errors += 1;
+                return Err(TransportError::InvalidEndpoint);
+            };
+            e.sent = e.sent.saturating_add(1);
+            self.counters.syscalls += 1;
+            // SAFETY: a live slice and a live sockaddr of the length given.
+            let sent = unsafe {
+                libc::sendto(fd, data.as_ptr().cast(), data.len(), 0, e.sockaddr.as_ptr(), e.sockaddr.len())
+            };
+            if sent < 0 {
+                return Err(self.send_failed());
+            }
+            self.counted_sent(batch);
+            return Ok(1);
+        }
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
+        let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
+        let mut n = 0;
+        for &(dst, data) in batch {
+            let Some(e) = self.book.by_node.get_mut(&dst).filter(|e| !matches!(e.place, Place::Slot(_)))
+            else {
+                // An unknown destination is reported when it is first;
+                // one with its own socket goes in the next call.
+                if n == 0 {
+                    self.counters.send_errors += 1;
+                    return Err(TransportError::InvalidEndpoint);
+                }
+                break;
+            };
+            e.sent = e.sent.saturating_add(1);
+            iov[n] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+            msgs[n].msg_hdr.msg_name = e.sockaddr.as_ptr() as *mut libc::c_void;
+            msgs[n].msg_hdr.msg_namelen = e.sockaddr.len();
+            n += 1;
+        }
+        self.send_prepared(fd, &mut msgs[..n], &mut iov[..n], &batch[..n])
+    }
+
     fn send_prepared(
         &mut self,
+        fd: RawFd,
         msgs: &mut [libc::mmsghdr],
         iov: &mut [libc::iovec],
         batch: &[(NodeId, &[u8])],
@@ -417,10 +650,9 @@ impl UdpTransport {
         }
         self.counters.syscalls += 1;
         // SAFETY: every header points at one live iovec over a caller slice
-        // and at a live sockaddr in the address book; nothing is written.
-        let sent = unsafe {
-            libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0)
-        };
+        // and at a live sockaddr in the address book, or at none on a
+        // connected socket; nothing is written.
+        let sent = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
         if sent < 0 {
             return Err(self.send_failed());
         }
@@ -451,9 +683,11 @@ mod tests {
     use super::*;
 
     fn pair() -> (UdpTransport, UdpTransport) {
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut a = UdpTransport::bind(any, AddressBook::new()).unwrap();
-        let mut b = UdpTransport::bind(any, AddressBook::new()).unwrap();
+        pair_with(0)
+    }
+
+    fn pair_with(connected: usize) -> (UdpTransport, UdpTransport) {
+        let (mut a, mut b) = (bound(connected), bound(connected));
         a.add_peer(2, b.local_addr().unwrap()).unwrap();
         b.add_peer(1, a.local_addr().unwrap()).unwrap();
         (a, b)
@@ -570,5 +804,135 @@ mod tests {
         assert_eq!(a.recv_batch(&mut rx).unwrap(), 1);
         assert_eq!(rx.iter().next().unwrap(), (None, &b"hi"[..]));
         assert_eq!(rx.addr(0), stranger.local_addr());
+    }
+
+    fn bound(connected: usize) -> UdpTransport {
+        UdpTransport::bind_with("127.0.0.1:0".parse().unwrap(), AddressBook::new(), connected).unwrap()
+    }
+
+    /// Receive until `want` datagrams came: (source node, bytes, address).
+    fn take(t: &mut UdpTransport, want: usize) -> Vec<(Option<NodeId>, Vec<u8>, Option<SocketAddr>)> {
+        let mut rx = RecvBatch::new(8, 2048);
+        let mut got = Vec::new();
+        let start = std::time::Instant::now();
+        while got.len() < want && start.elapsed() < Duration::from_secs(2) {
+            t.wait_readable(Some(Duration::from_millis(100))).unwrap();
+            t.recv_batch(&mut rx).unwrap();
+            got.extend(rx.iter().enumerate().map(|(i, (f, d))| (f, d.to_vec(), rx.addr(i))));
+        }
+        got
+    }
+
+    /// A peer sent to gets a socket connected to it, bound to the rail's
+    /// own address: the other side sees the rail's address, and the
+    /// answer, which the kernel hands to the connected socket, is read
+    /// through the epoll set with its sender's node and address.
+    #[test]
+    fn a_peer_sent_to_is_connected_and_answers_arrive_through_it() {
+        let (mut a, mut b) = pair_with(4);
+        assert!(a.connected_peers().is_empty());
+        a.send_to(2, b"ping").unwrap();
+        assert_eq!(a.connected_peers(), vec![2]);
+        let got = take(&mut b, 1);
+        assert_eq!(got, vec![(Some(1), b"ping".to_vec(), a.local_addr())]);
+        let three: Vec<(NodeId, &[u8])> = vec![(1, b"one"), (1, b"two"), (1, b"three")];
+        assert_eq!(b.send_batch(&three).unwrap(), 3);
+        assert_eq!(b.connected_peers(), vec![1]);
+        let got = take(&mut a, 3);
+        let want: Vec<_> = ["one", "two", "three"]
+            .iter()
+            .map(|m| (Some(2), m.as_bytes().to_vec(), b.local_addr()))
+            .collect();
+        assert_eq!(got, want);
+        // A stranger still reaches the listener, as a stranger.
+        let mut stranger = bound(0);
+        stranger.add_peer(1, a.local_addr().unwrap()).unwrap();
+        stranger.send_to(1, b"hi").unwrap();
+        assert_eq!(take(&mut a, 1), vec![(None, b"hi".to_vec(), stranger.local_addr())]);
+        // And the connected peer's next datagram comes through its socket.
+        b.send_to(1, b"four").unwrap();
+        assert_eq!(take(&mut a, 1), vec![(Some(2), b"four".to_vec(), b.local_addr())]);
+    }
+
+    /// Another endpoint cannot share a rail's port: the listener's
+    /// `SO_REUSEPORT` is for its own connections only.
+    #[test]
+    fn a_rail_with_connections_keeps_its_port_to_itself() {
+        let (mut a, _b) = pair_with(4);
+        a.send_to(2, b"x").unwrap();
+        assert_eq!(a.connected_peers(), vec![2]);
+        let port = a.local_addr().unwrap();
+        for connected in [0, 4] {
+            let e = UdpTransport::bind_with(port, AddressBook::new(), connected).expect_err("taken");
+            assert_eq!(e, TransportError::AddrInUse { addr: port });
+        }
+    }
+
+    /// Beyond the bound, peers go from the listener; a ranking gives the
+    /// sockets to the busiest, and takes one back only from a peer sent
+    /// less than half as much.
+    #[test]
+    fn the_busiest_peers_hold_the_sockets() {
+        let mut a = bound(2);
+        let sinks: Vec<UdpTransport> = (0..4).map(|_| bound(0)).collect();
+        for (i, s) in sinks.iter().enumerate() {
+            a.add_peer(10 + i as NodeId, s.local_addr().unwrap()).unwrap();
+        }
+        for node in 10..14 {
+            a.send_to(node, b"hello").unwrap();
+        }
+        assert_eq!(a.connected_peers(), vec![10, 11], "the first two sent to");
+        // 13 busiest, then 12; 10 and 11 quiet.
+        let mut sent = 4;
+        while sent < crate::connected::RERANK as usize {
+            let node = if sent % 3 == 0 { 12 } else { 13 };
+            a.send_to(node, b"x").unwrap();
+            sent += 1;
+        }
+        assert_eq!(a.connected_peers(), vec![12, 13]);
+        // Equal traffic after that: nobody trades places.
+        for i in 0..crate::connected::RERANK {
+            a.send_to(10 + (i % 4) as NodeId, b"y").unwrap();
+        }
+        assert_eq!(a.connected_peers(), vec![12, 13]);
+        assert_eq!(a.counters().send_errors, 0);
+        assert_eq!(a.counters().datagrams_sent, 2 * u64::from(crate::connected::RERANK));
+    }
+
+    /// A peer that moves loses the socket connected to where it was; the
+    /// next datagram goes to its new address, from a socket connected there.
+    #[test]
+    fn a_peer_that_moves_is_connected_again_where_it_went() {
+        let (mut a, mut b) = pair_with(4);
+        a.send_to(2, b"old").unwrap();
+        assert_eq!(take(&mut b, 1).len(), 1);
+        let mut moved = bound(0);
+        moved.add_peer(1, a.local_addr().unwrap()).unwrap();
+        a.add_peer(2, moved.local_addr().unwrap()).unwrap();
+        a.send_to(2, b"new").unwrap();
+        assert_eq!(a.connected_peers(), vec![2]);
+        assert_eq!(take(&mut moved, 1), vec![(Some(1), b"new".to_vec(), a.local_addr())]);
+        let mut rx = RecvBatch::new(4, 64);
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 0, "nothing more at the old address");
+    }
+
+    /// A connected peer whose port is closed: the kernel's refusal shows
+    /// as a counted send error or a receive that finds nothing, never as
+    /// a panic or a rail that stops reading its other peers.
+    #[test]
+    fn a_refusing_peer_does_not_stop_the_rail() {
+        let (mut a, mut b) = pair_with(4);
+        let gone = bound(0);
+        a.add_peer(3, gone.local_addr().unwrap()).unwrap();
+        drop(gone);
+        for _ in 0..4 {
+            let _ = a.send_to(3, b"anyone?");
+            let mut rx = RecvBatch::new(4, 64);
+            let _ = a.recv_batch(&mut rx);
+        }
+        assert_eq!(a.connected_peers(), vec![3]);
+        assert!(a.counters().send_errors <= 4, "each refusal counted once at most");
+        b.send_to(1, b"still here").unwrap();
+        assert_eq!(take(&mut a, 1), vec![(Some(2), b"still here".to_vec(), b.local_addr())]);
     }
 }

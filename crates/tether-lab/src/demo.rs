@@ -481,7 +481,7 @@ fn single_rail_endpoints(o: &DemoOpts, plan: &FaultPlan) -> anyhow::Result<Vec<A
     for (node, mut udp) in sockets.into_iter().enumerate() {
         for (peer, &addr) in addrs.iter().enumerate() {
             if peer != node {
-                udp.book_mut().insert(peer as NodeId, addr);
+                udp.add_peer(peer as NodeId, addr)?;
             }
         }
         let options = node_options(plan.clone());

@@ -111,6 +111,11 @@ pub struct NetOpts {
     /// (at most 1 s: longer only burns a core).
     #[arg(long, default_value_t = 50, allow_negative_numbers = true, value_parser = args::int_in::<u64>(0, 1_000_000, "microseconds", ""))]
     pub spin_us: u64,
+    /// Peers per rail that get a socket connected to them (beside the
+    /// rail's listening one), the busiest first; 0: one unconnected socket
+    /// per rail for every peer.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = args::int_in::<usize>(0, tether_io::MAX_CONNECTED as u64, "sockets", ""))]
+    pub connected_peers: usize,
     /// No progress thread: the calling thread drives the protocol (inside
     /// its blocking calls) instead.
     #[arg(long)]
@@ -368,7 +373,7 @@ impl NetOpts {
             book.insert(id, addr);
         }
         // The error names `bind` and the system's reason itself.
-        Ok(UdpTransport::bind(bind, book)?)
+        Ok(UdpTransport::bind_with(bind, book, self.connected_peers)?)
     }
 
     /// A bare UDP transport for the raw baselines, with the fault plan
@@ -401,7 +406,7 @@ impl NetOpts {
         }
         let binds: Vec<SocketAddr> =
             std::iter::once(bind).chain(self.extra_rails.iter().map(|&(local, _)| local)).collect();
-        let ep = udp_rails(node, &binds, self.options()?)?;
+        let ep = udp_rails(node, &binds, self.connected_peers, self.options()?)?;
         for &(id, addr) in peers {
             let addrs: Vec<SocketAddr> =
                 std::iter::once(addr).chain(self.extra_rails.iter().map(|&(_, remote)| remote)).collect();
@@ -421,8 +426,8 @@ impl NetOpts {
             return Ok((rx, tx));
         }
         let binds = vec![loopback(); self.rails];
-        let rx = udp_rails(RECEIVER, &binds, self.options()?)?;
-        let tx = udp_rails(SENDER, &binds, self.options()?)?;
+        let rx = udp_rails(RECEIVER, &binds, self.connected_peers, self.options()?)?;
+        let tx = udp_rails(SENDER, &binds, self.connected_peers, self.options()?)?;
         rx.add_peer_rails(SENDER, &udp_rail_addrs(&tx))?;
         tx.add_peer_rails(RECEIVER, &udp_rail_addrs(&rx))?;
         Ok((rx, tx))
@@ -430,12 +435,18 @@ impl NetOpts {
 }
 
 /// `Endpoint::udp_rails`, binding each rail here so a failure reads as the
-/// transport's own "cannot bind ADDR: reason", without the runtime's prefix.
-pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> anyhow::Result<Endpoint> {
+/// transport's own "cannot bind ADDR: reason", without the runtime's
+/// prefix; up to `connected` peers per rail get a connected socket.
+pub fn udp_rails(
+    node: NodeId,
+    binds: &[SocketAddr],
+    connected: usize,
+    options: Options,
+) -> anyhow::Result<Endpoint> {
     let rails = binds
         .iter()
         .map(|&b| {
-            let udp = UdpTransport::bind(b, AddressBook::new())?;
+            let udp = UdpTransport::bind_with(b, AddressBook::new(), connected)?;
             Ok(Box::new(udp) as Box<dyn Transport + Send>)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -192,6 +192,16 @@ impl Builder {
         self
     }
 
+    /// Give up to `peers` peers per UDP rail a socket connected to them,
+    /// the busiest first (at most `tether_io::MAX_CONNECTED`; default 0:
+    /// one socket per rail for all). docs/ARCHITECTURE.md, "Connected
+    /// sockets", says what it costs and saves.
+    pub fn connected_peers(mut self, peers: usize) -> Self {
+        self.options.connected_peers = peers;
+        self.given.push("endpoint.connected_peers");
+        self
+    }
+
     /// This life's incarnation (default: from the wall clock); a restarted
     /// node must use a larger one than before.
     pub fn incarnation(mut self, incarnation: u64) -> Self {
@@ -343,11 +353,14 @@ impl Builder {
         }
         // Configuration first: nothing is bound for a config that cannot run.
         self.options.config.validate()?;
+        let connected = self.options.connected_peers;
         let rails = self
             .rails
             .into_iter()
             .map(|r| match r {
-                Rail::Udp(addr) => Ok(Box::new(UdpTransport::bind(addr, AddressBook::new())?) as _),
+                Rail::Udp(addr) => {
+                    Ok(Box::new(UdpTransport::bind_with(addr, AddressBook::new(), connected)?) as _)
+                }
                 Rail::Transport(t) => Ok(t),
             })
             .collect::<Result<Vec<Box<dyn Transport + Send>>, Error>>()?;

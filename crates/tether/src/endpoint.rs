@@ -65,7 +65,7 @@ impl Endpoint {
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        let transport = UdpTransport::bind(bind, book)?;
+        let transport = UdpTransport::bind_with(bind, book, options.connected_peers)?;
         Self::with_transport(node, Box::new(transport), options)
     }
 
@@ -81,9 +81,13 @@ impl Endpoint {
     /// Bind one UDP socket per rail (`binds[i]` is rail `i`, e.g. one
     /// address on each network). Peers are added with `add_peer_rails`.
     pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> Result<Self, Error> {
+        let connected = options.connected_peers;
         let rails = binds
             .iter()
-            .map(|&b| Ok(Box::new(UdpTransport::bind(b, AddressBook::new())?) as Box<dyn Transport + Send>))
+            .map(|&b| {
+                let udp = UdpTransport::bind_with(b, AddressBook::new(), connected)?;
+                Ok(Box::new(udp) as Box<dyn Transport + Send>)
+            })
             .collect::<Result<Vec<_>, Error>>()?;
         Self::with_rails(node, rails, options)
     }

@@ -32,6 +32,10 @@ pub struct Options {
     /// a few tens of microseconds catch a reply on a fast network without a
     /// wake-up, at the cost of a core.
     pub spin: Duration,
+    /// Peers per UDP rail that get a socket connected to them, beside the
+    /// rail's listening one, the busiest first (docs/ARCHITECTURE.md,
+    /// "Connected sockets"); 0, the default: one socket per rail for all.
+    pub connected_peers: usize,
     /// `None`: derived from the wall clock, so a restart gets a larger one.
     pub incarnation: Option<u64>,
     /// Faults to inject (empty: none). Each endpoint draws from its own
@@ -74,6 +78,7 @@ impl Default for Options {
             config: Config::default(),
             progress: Progress::Thread,
             spin: Duration::from_micros(50),
+            connected_peers: 0,
             incarnation: None,
             faults: FaultPlan::default(),
             rail_faults: Vec::new(),

@@ -469,6 +469,11 @@ pub fn all() -> &'static [Setting] {
             time("endpoint.spin", "how long a blocked call busy-polls before it sleeps", |t| {
                 &mut t.options.spin
             }),
+            int(
+                "endpoint.connected_peers",
+                "peers per UDP rail with a socket connected to them, the busiest first (0: none)",
+                |t| &mut t.options.connected_peers,
+            ),
             typed(
                 "endpoint.incarnation",
                 "this life's incarnation (none: from the clock)",
