@@ -53,6 +53,7 @@ mod progress;
 mod publish;
 pub mod settings;
 mod shared;
+mod spin_policy;
 mod station;
 mod waiter;
 

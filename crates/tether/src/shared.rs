@@ -30,6 +30,14 @@ use crate::Error;
 /// layer above them.
 pub(crate) type EmbeddedStation = Station<crate::above::Above>;
 
+/// A gap between two turns of a spinning call longer than this was time
+/// off its core (another thread ran), and counts toward the spin as only
+/// this much: measured by the wall clock, a spinner preempted for longer
+/// than its spin stopped spinning the moment it ran again, and slept;
+/// beside processes that block and wake, two such threads made an 8 B
+/// round trip take twice the spin (`spin_policy`).
+const PREEMPTED: Duration = Duration::from_micros(20);
+
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
 const IDLE_SLICE: Duration = Duration::from_millis(20);
@@ -50,6 +58,8 @@ pub(crate) struct Shared {
     app_left_ns: AtomicU64,
     stop: AtomicBool,
     spin: Duration,
+    /// How this endpoint's spins went: whether the next may spin.
+    spins: crate::spin_policy::SpinPolicy,
     /// The transports' fault injectors (one per rail), when the plan has
     /// send or receive rules.
     faults: Vec<FaultHandle>,
@@ -218,6 +228,7 @@ impl Shared {
             app_left_ns: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             spin,
+            spins: Default::default(),
             faults,
             fds,
             released: AtomicBool::new(false),
@@ -492,6 +503,9 @@ pub(crate) fn block_on<R>(
     // Busy-polling only while fewer threads of this process do than it
     // has cores: with more, each spinner's turn is another's delay.
     let mut spinning = None;
+    // The spin's own time: turns' wall time, but a gap between two turns
+    // longer than `PREEMPTED` (the thread was off its core) counts as that.
+    let (mut spun, mut last_turn) = (Duration::ZERO, start);
     // Counted among the calls waiting for the workers while parked.
     let mut waiting: Option<leave::Waiting> = None;
     loop {
@@ -512,13 +526,16 @@ pub(crate) fn block_on<R>(
                 waiting = Some(leave::Waiting::new());
             }
             driving = permit.map(|p| (p, Active::enter(shared)));
-            if driving.is_some() && !shared.spin.is_zero() {
+            if driving.is_some() && !shared.spin.is_zero() && shared.spins.may_spin() {
                 spinning = leave::Permit::take_spin();
             }
         }
         let mut d = shared.lock();
         // What is already queued is served without a system call.
         if let Some(r) = ready(&mut d) {
+            if spinning.is_some() {
+                shared.spins.caught();
+            }
             return Ok(r);
         }
         // One clock reading per turn (it is on the hot path of every
@@ -534,6 +551,9 @@ pub(crate) fn block_on<R>(
             let now = shared.clock.at(wall);
             shared.step(&mut d, now);
             if let Some(r) = ready(&mut d) {
+                if spinning.is_some() {
+                    shared.spins.caught();
+                }
                 return Ok(r);
             }
             sleep = d.idle_for(now).map_or(sleep, |t| t.min(sleep));
@@ -560,11 +580,15 @@ pub(crate) fn block_on<R>(
             continue;
         }
         drop(d);
-        if spinning.is_some() && wall - start < shared.spin {
+        spun += wall.saturating_duration_since(last_turn).min(PREEMPTED);
+        last_turn = wall;
+        if spinning.is_some() && spun < shared.spin {
             std::hint::spin_loop();
             continue;
         }
-        spinning = None;
+        if spinning.take().is_some() {
+            shared.spins.ran_out();
+        }
         shared.waiter.wait(sleep);
     }
 }
