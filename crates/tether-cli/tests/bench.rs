@@ -1,4 +1,4 @@
-//! `tether bench checksum`, `auth`, `shm`, `loss`, `contention` and `calls` end to end: the JSON
+//! `tether bench checksum`, `auth`, `shm`, `loss`, `contention` (also `--external`) and `calls` end to end: the JSON
 //! documents of the bandwidth table (with the model), of the detection
 //! table and of the authentication costs carry every record the issues
 //! name, with figures that could only come from a measurement.
@@ -237,6 +237,41 @@ fn contention_document_has_both_round_trips_under_the_load() {
     positive(&doc["tether_p99_us"], "tether p99");
     let ratio = doc["ratio"].as_f64().expect("ratio");
     assert!((ratio - tether / limit).abs() < 1e-9, "{doc}");
+}
+
+/// `tether bench contention --external`: the same document with the load
+/// other processes make (here processes that sleep and wake, and a
+/// compiler loop), the p99 ratio beside the median's; and none of those
+/// processes outlives the command.
+#[test]
+fn contention_beside_other_processes_names_the_load_and_leaves_none() {
+    let doc = tether_json(&[
+        "bench",
+        "contention",
+        "--external",
+        "wake,build",
+        "--per-kind",
+        "1",
+        "--runs",
+        "1",
+        "--count",
+        "200",
+        "--json",
+    ]);
+    assert_eq!(doc["busy_threads"].as_u64(), Some(0), "no busy threads unless asked: {doc}");
+    assert_eq!(doc["external"], serde_json::json!(["wake", "build"]));
+    assert_eq!(doc["per_kind"].as_u64(), Some(1));
+    let (limit, tether) =
+        (positive(&doc["limit_p99_us"], "limit p99"), positive(&doc["tether_p99_us"], "p99"));
+    let p99 = doc["p99_ratio"].as_f64().expect("p99 ratio");
+    assert!((p99 - tether / limit).abs() < 1e-9, "{doc}");
+    let loops: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("sleep 0.0005") || c.contains("load.c"))
+        .collect();
+    assert!(loops.is_empty(), "the load outlived the command: {loops:?}");
 }
 
 /// `tether bench calls`: the limit's, a message's and a call's round

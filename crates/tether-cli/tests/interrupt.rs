@@ -163,6 +163,7 @@ fn interrupted_commands_leave_nothing() {
         &["demo"],
         &["bench", "engine", "--runs", "2"],
         &["bench", "calls", "--runs", "2"],
+        &["bench", "contention", "--external", "--runs", "2"],
         &["sim", "--mix", "engine_kill", "--seeds", "50"],
         &["stream", "--listen", "127.0.0.1:0", "--peer", "127.0.0.1:9"],
     ];

@@ -30,6 +30,7 @@ pub mod engine_bench;
 pub mod engine_campaign;
 pub mod engine_fault;
 pub mod engine_proc;
+pub mod external_load;
 pub mod fault_hook;
 pub mod flows;
 pub mod group_bench;
