@@ -30,14 +30,6 @@ use crate::Error;
 /// layer above them.
 pub(crate) type EmbeddedStation = Station<crate::above::Above>;
 
-/// A gap between two turns of a spinning call longer than this was time
-/// off its core (another thread ran), and counts toward the spin as only
-/// this much: measured by the wall clock, a spinner preempted for longer
-/// than its spin stopped spinning the moment it ran again, and slept;
-/// beside processes that block and wake, two such threads made an 8 B
-/// round trip take twice the spin (`spin_policy`).
-const PREEMPTED: Duration = Duration::from_micros(20);
-
 /// Longest a blocked call that drives its endpoint sleeps without a
 /// deadline, so a stop request is never left waiting long.
 const IDLE_SLICE: Duration = Duration::from_millis(20);
@@ -503,9 +495,7 @@ pub(crate) fn block_on<R>(
     // Busy-polling only while fewer threads of this process do than it
     // has cores: with more, each spinner's turn is another's delay.
     let mut spinning = None;
-    // The spin's own time: turns' wall time, but a gap between two turns
-    // longer than `PREEMPTED` (the thread was off its core) counts as that.
-    let (mut spun, mut last_turn) = (Duration::ZERO, start);
+
     // Counted among the calls waiting for the workers while parked.
     let mut waiting: Option<leave::Waiting> = None;
     loop {
@@ -580,9 +570,7 @@ pub(crate) fn block_on<R>(
             continue;
         }
         drop(d);
-        spun += wall.saturating_duration_since(last_turn).min(PREEMPTED);
-        last_turn = wall;
-        if spinning.is_some() && spun < shared.spin {
+        if spinning.is_some() && wall - start < shared.spin {
             std::hint::spin_loop();
             continue;
         }
