@@ -36,12 +36,13 @@ pub fn default_count(size: usize) -> u64 {
     }
 }
 
-/// Echo `rounds` messages back to their sender.
-/// Echo `rounds` messages; what the echo side dropped, by reason.
+/// Echo `rounds` messages back to their sender, each the very bytes
+/// received (`send_bytes`: no copy but into the datagrams, as the raw
+/// baseline sends from its buffer); what the echo side dropped, by reason.
 fn reliable_echo(ep: &tether::Endpoint, rounds: u64) -> anyhow::Result<Drops> {
     for _ in 0..rounds {
         let d = ep.recv(Some(TIMEOUT))?;
-        ep.send(d.from, &d.message)?;
+        ep.send_bytes(d.from, d.message)?;
     }
     ep.flush(Some(TIMEOUT))?;
     Ok(drops(&ep.stats()))
@@ -53,7 +54,6 @@ type Far = Option<(SocketAddr, SocketAddr)>;
 
 fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> anyhow::Result<PingpongRun> {
     let size = o.size;
-    let mut buf = vec![0u8; size];
     // Capped: a huge --count grows the vector as it goes instead of
     // reserving gigabytes up front.
     let mut samples = Vec::with_capacity(count.min(1 << 20) as usize);
@@ -62,9 +62,12 @@ fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> 
     // --give-up-after without an acknowledgement.
     let bound = o.give_up_after * 2;
     for i in 0..count + WARMUP {
-        pattern::fill(&mut buf, SENDER, i);
+        // Written into a buffer of the endpoint's pool and handed over
+        // whole, as `tether stream` does: the send copies nothing but into
+        // the datagrams, as the raw baseline sends from its buffer.
+        let msg = ep.seal(pattern::write_message(ep.message_buffer(size), size, SENDER, i));
         let t0 = Instant::now();
-        ep.send(RECEIVER, &buf)?;
+        ep.send_bytes(RECEIVER, msg)?;
         let d = match ep.recv(Some(bound)) {
             Err(tether::Error::TimedOut) => return Err(silent(far, i, count + WARMUP, bound)),
             r => r?,
