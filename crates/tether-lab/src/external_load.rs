@@ -18,8 +18,9 @@
 //!   load `bench contention` always had, as processes.
 //!
 //! Every process is registered with `scratch` when started and reaped on
-//! drop, so an interrupted bench leaves none behind; the compiler's files
-//! live in a scratch directory of the run.
+//! drop, so an interrupted bench leaves none behind, and dies with the
+//! thread that started it, so one killed outright leaves none either; the
+//! compiler's files live in a scratch directory of the run.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,7 +117,7 @@ impl ExternalLoad {
             self.builders.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let mut cc = Command::new("cc");
-                    cc.args(["-O2", "-c", "-o"]).arg(&object).arg(&source).stdin(Stdio::null());
+                    cc.args(["-O2", "-pipe", "-c", "-o"]).arg(&object).arg(&source).stdin(Stdio::null());
                     let Ok(child) = spawned(&mut cc) else { return };
                     let pid = child.id();
                     children.lock().unwrap_or_else(|p| p.into_inner()).push(child);
@@ -151,9 +152,21 @@ impl ExternalLoad {
 }
 
 /// Start `cmd` with nothing on the terminal (its input is the caller's
-/// to set), registered with `scratch`.
+/// to set), registered with `scratch`, and killed by the kernel if the
+/// thread that started it dies (`PR_SET_PDEATHSIG`): a bench killed
+/// outright runs no destructor, and a `yes | cat` pair would spin on.
 fn spawned(cmd: &mut Command) -> anyhow::Result<Child> {
+    use std::os::unix::process::CommandExt;
     let program = cmd.get_program().to_string_lossy().into_owned();
+    // SAFETY: prctl is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let child = cmd
         .stderr(Stdio::null())
         .spawn()
