@@ -18,9 +18,12 @@
 //! then two, four, up to `MAX_SKIP`, trying again after each run of skips,
 //! and a spin that caught its answer starts the count again. An endpoint
 //! whose peer answers within the spin (an idle machine, the same round
-//! trips) always spins; one whose peer takes longer (busy cores, or a peer
-//! that computes before it answers) mostly sleeps at once, which is what
-//! both would do best.
+//! trips) always spins; one whose peer takes longer mostly sleeps at once.
+//! Beside busy cores that is what does best; where the peer computes
+//! before it answers, on idle cores, it costs: the answer's datagrams then
+//! wake the thread one by one (a 256 KiB round trip between a sender that
+//! verifies and fills each message and an echo that copies it: about 8%
+//! slower, docs/RESULTS.md, "Beside other processes").
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
