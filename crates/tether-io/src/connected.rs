@@ -42,8 +42,9 @@ pub const MAX_CONNECTED: usize = 1024;
 /// Datagrams sent between two rankings of the peers.
 pub(crate) const RERANK: u32 = 4096;
 
-/// Readiness reports taken per `epoll_wait`: more than the sockets of a
-/// rail with the default bound, so one call sees every ready one.
+/// Readiness reports taken per `epoll_wait`: a rail with more sockets
+/// ready than this reads the rest at its next turn (the set is
+/// level-triggered, so none is forgotten).
 pub(crate) const EVENTS: usize = 64;
 
 /// The epoll token of the listening socket; a connection's is its slot + 1.

@@ -582,12 +582,8 @@ impl UdpTransport {
             self.counted_sent(run);
             return Ok(1);
         }
-        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
         let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
-        for (i, &(_, data)) in run.iter().enumerate() {
-            iov[i] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
-        }
-        self.send_prepared(fd, &mut msgs[..run.len()], &mut iov[..run.len()], run)
+        self.send_prepared(fd, &mut msgs[..run.len()], run)
     }
 
     /// Send the leading datagrams of `batch` that leave from the listener
@@ -614,10 +610,9 @@ impl UdpTransport {
             self.counted_sent(batch);
             return Ok(1);
         }
-        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
         let mut msgs = [zeroed_mmsg(); MMSG_BATCH];
         let mut n = 0;
-        for &(dst, data) in batch {
+        for &(dst, _) in batch {
             let Some(e) = self.book.by_node.get_mut(&dst).filter(|e| !matches!(e.place, Place::Slot(_)))
             else {
                 // An unknown destination is reported when it is first;
@@ -629,22 +624,24 @@ impl UdpTransport {
                 break;
             };
             e.sent = e.sent.saturating_add(1);
-            iov[n] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
             msgs[n].msg_hdr.msg_name = e.sockaddr.as_ptr() as *mut libc::c_void;
             msgs[n].msg_hdr.msg_namelen = e.sockaddr.len();
             n += 1;
         }
-        self.send_prepared(fd, &mut msgs[..n], &mut iov[..n], &batch[..n])
+        self.send_prepared(fd, &mut msgs[..n], &batch[..n])
     }
 
+    /// `sendmmsg` of `batch` on `fd`, `msgs[i]` carrying datagram `i`'s
+    /// address (or none, on a connected socket).
     fn send_prepared(
         &mut self,
         fd: RawFd,
         msgs: &mut [libc::mmsghdr],
-        iov: &mut [libc::iovec],
         batch: &[(NodeId, &[u8])],
     ) -> Result<usize, TransportError> {
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MMSG_BATCH];
+        for ((m, v), &(_, data)) in msgs.iter_mut().zip(iov.iter_mut()).zip(batch) {
+            *v = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
             m.msg_hdr.msg_iov = v;
             m.msg_hdr.msg_iovlen = 1;
         }
