@@ -495,7 +495,6 @@ pub(crate) fn block_on<R>(
     // Busy-polling only while fewer threads of this process do than it
     // has cores: with more, each spinner's turn is another's delay.
     let mut spinning = None;
-
     // Counted among the calls waiting for the workers while parked.
     let mut waiting: Option<leave::Waiting> = None;
     loop {
@@ -523,10 +522,7 @@ pub(crate) fn block_on<R>(
         let mut d = shared.lock();
         // What is already queued is served without a system call.
         if let Some(r) = ready(&mut d) {
-            if spinning.is_some() {
-                shared.spins.caught();
-            }
-            return Ok(r);
+            return Ok(shared.spins.served(r, spinning.is_some()));
         }
         // One clock reading per turn (it is on the hot path of every
         // spin), taken under the lock: a reading from before a wait for it
@@ -541,10 +537,7 @@ pub(crate) fn block_on<R>(
             let now = shared.clock.at(wall);
             shared.step(&mut d, now);
             if let Some(r) = ready(&mut d) {
-                if spinning.is_some() {
-                    shared.spins.caught();
-                }
-                return Ok(r);
+                return Ok(shared.spins.served(r, spinning.is_some()));
             }
             sleep = d.idle_for(now).map_or(sleep, |t| t.min(sleep));
         } else if shared.help.swap(false, Ordering::SeqCst) {

@@ -53,6 +53,14 @@ impl SpinPolicy {
         false
     }
 
+    /// A wait ends with `r`; `spun`: while spinning, which caught it.
+    pub fn served<R>(&self, r: R, spun: bool) -> R {
+        if spun {
+            self.caught();
+        }
+        r
+    }
+
     /// A spin caught what it waited for.
     pub fn caught(&self) {
         if self.next_skip.load(Ordering::Relaxed) != 0 {
