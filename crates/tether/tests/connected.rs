@@ -78,7 +78,8 @@ fn two_rails_of_connected_sockets_survive_faults() {
 
 /// One node, five peers, two sockets: the peers without one are sent to
 /// from the listening socket, and every peer's messages and answers
-/// arrive, in order, whichever socket carried them.
+/// arrive, in order, whichever socket carried them; the hub's port is
+/// shared by exactly its listener and two connections.
 #[test]
 fn more_peers_than_sockets_all_get_through() {
     let hub = Endpoint::udp(100, loopback(), &[], options(2, 5)).unwrap();
@@ -110,4 +111,17 @@ fn more_peers_than_sockets_all_get_through() {
         }
         assert_eq!(&next[1..], &[rounds; 5]);
     });
+    // The hub's port is held by its listener and its two connections.
+    assert_eq!(sockets_at(hub_addr.port()), 3, "the listener and two connected sockets");
+}
+
+/// UDP sockets of this host bound to local `port` (`/proc/net/udp`).
+fn sockets_at(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/udp").expect("/proc/net/udp");
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|local| local.ends_with(&port)))
+        .count()
 }
