@@ -26,13 +26,16 @@ use tether_fault::FaultCounters;
 
 use crate::counters::EngineCounters;
 use tether_proto::{
-    Assembled, Channel, Delivery, Event, FailReason, FailedMessages, MessageId, MessageState, NodeId,
-    Reassembly, Stats, Unsettled, MAX_RAILS,
+    Assembled, Channel, Delivery, Event, FailReason, FailedMessages, Fragment, MessageId, MessagePool,
+    MessageState, NodeId, Reassembly, Received, SentBatch, Stats, Unsettled, MAX_RAILS, POOL_FROM,
 };
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
 use crate::attach::{self, Doorbell};
-use crate::records::{channel_bit, counter_values, pair_file, Completion, Rails, Submission, Taken};
+use crate::records::{
+    batch_count, channel_bit, counter_values, pair_file, put_batch_message, BatchMessages, Completion, Rails,
+    Submission, Taken,
+};
 use crate::EngineError;
 
 /// How long a wait spins without yielding when the endpoint has direct
@@ -46,6 +49,11 @@ const DIRECT_SPIN: Duration = Duration::from_micros(1);
 /// layer's channel (`Channel::LAYER`: tether's calls). Ids count messages
 /// from zero and never reach it.
 const DIRECT_LAYER: u64 = 1 << 63;
+
+/// The next bit of a direct path's record id: the record is a batch
+/// (`Client::send_batch`), several messages each its length (u32,
+/// little-endian) and bytes, their ids counting up from the record's.
+const DIRECT_BATCH: u64 = 1 << 62;
 
 /// Failure reports kept for `message_state` queries, per peer (as the
 /// core keeps them).
@@ -198,6 +206,10 @@ struct Attachment {
     sleepers: Vec<std::os::fd::RawFd>,
     events: VecDeque<Event>,
     buf: Vec<u8>,
+    /// Where a direct path's batch record is put together.
+    batch: Vec<u8>,
+    /// Buffers for large deliveries, back when the application drops them.
+    messages: MessagePool,
     engine_gone: bool,
     /// New engines this endpoint resumed with.
     recoveries: u64,
@@ -226,20 +238,63 @@ struct Inbox {
     /// come (counted), never left to pile up unread.
     served: [bool; Channel::COUNT],
     dropped: [u64; Channel::COUNT],
+    /// The caller's buffer while a batch receive waits (`recv_batch`):
+    /// the application's messages go straight into it while its queue is
+    /// empty and it has room, with no allocation.
+    sink: Option<Received>,
 }
 
 impl Default for Inbox {
     fn default() -> Self {
         let mut served = [false; Channel::COUNT];
         served[Channel::APP.index()] = true;
-        Inbox { queues: Default::default(), served, dropped: [0; Channel::COUNT] }
+        Inbox { queues: Default::default(), served, dropped: [0; Channel::COUNT], sink: None }
     }
 }
 
 impl Inbox {
+    /// Into the batch receive's buffer, if one waits and the message may
+    /// go there without passing one queued before it.
+    fn sunk(&mut self, from: NodeId, channel: Channel, message: &[u8]) -> bool {
+        let Some(sink) = self.sink.as_mut() else { return false };
+        channel == Channel::APP && self.queues[channel.index()].is_empty() && sink.push(from, message)
+    }
+
+    /// A batch receive's buffer is here and can take no more.
+    fn sink_full(&self) -> bool {
+        self.sink.as_ref().is_some_and(Received::is_full)
+    }
+
+    /// `deliver` of a message not yet copied out of where it came.
+    fn deliver_slice(&mut self, from: NodeId, channel: Channel, message: &[u8]) {
+        if !self.sunk(from, channel, message) {
+            self.deliver(Delivery {
+                from,
+                message: Bytes::copy_from_slice(message),
+                fragment: None,
+                channel,
+            });
+        }
+    }
+
+    /// Move what is queued for the application into `out`, in order, as
+    /// much as fits.
+    fn drain_into(&mut self, out: &mut Received) {
+        let queue = &mut self.queues[Channel::APP.index()];
+        while let Some(d) = queue.front() {
+            if !out.push(d.from, &d.message) {
+                break;
+            }
+            queue.pop_front();
+        }
+    }
+
     /// Queue a delivery on its channel, or drop it if nobody takes from
     /// that channel.
     fn deliver(&mut self, d: Delivery) {
+        if self.sunk(d.from, d.channel, &d.message) {
+            return;
+        }
         let c = d.channel.index();
         if self.served[c] {
             self.queues[c].push_back(d);
@@ -359,6 +414,8 @@ impl Attachment {
             sleepers: Vec::new(),
             events: VecDeque::new(),
             buf: Vec::new(),
+            batch: Vec::new(),
+            messages: MessagePool::new(),
             engine_gone: false,
             recoveries: 0,
             closed: false,
@@ -492,6 +549,19 @@ impl Attachment {
         timeout: Option<Duration>,
         channel: Channel,
     ) -> Result<MessageId, EngineError> {
+        self.send_kept(peer, msg, None, timeout, channel)
+    }
+
+    /// `send`, with `owned` (if given) the message's bytes held already:
+    /// the retained copy is then a reference to them, not a copy.
+    fn send_kept(
+        &mut self,
+        peer: NodeId,
+        msg: &[u8],
+        owned: Option<&Bytes>,
+        timeout: Option<Duration>,
+        channel: Channel,
+    ) -> Result<MessageId, EngineError> {
         let Some(seq) = self.peers.get(&peer).map(|p| p.next) else {
             return Err(EngineError::UnknownPeer(peer));
         };
@@ -512,9 +582,159 @@ impl Attachment {
         let p = self.peers.entry(peer).or_default();
         p.next = seq + 1;
         if self.retain {
-            p.retained.push_back(Unsettled { data: Bytes::copy_from_slice(msg), channel });
+            let data = owned.cloned().unwrap_or_else(|| Bytes::copy_from_slice(msg));
+            p.retained.push_back(Unsettled { data, channel });
         }
         Ok(MessageId { peer, seq })
+    }
+
+    /// Send `msgs` to `peer`, in order, ids counting up from the first's:
+    /// through the engine, each a submission with one doorbell for them
+    /// all; on a direct path, packed into as few records as fit. Waits for
+    /// room up to `timeout` in all; once some are taken, a wait that runs
+    /// out or fails ends the batch short (`SentBatch::count`), and the
+    /// next call reports why.
+    pub fn send_batch<M: AsRef<[u8]>>(
+        &mut self,
+        peer: NodeId,
+        msgs: &[M],
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, EngineError> {
+        let Some(first) = self.peers.get(&peer).map(|p| p.next) else {
+            return Err(EngineError::UnknownPeer(peer));
+        };
+        if peer == self.node {
+            return Err(tether_proto::SendError::SelfSend.into());
+        }
+        let max = self.max_message_len();
+        if let Some(m) = msgs.iter().find(|m| m.as_ref().len() > max) {
+            return Err(tether_proto::SendError::MessageTooLarge { len: m.as_ref().len(), max }.into());
+        }
+        let deadline = timeout.map(|t| self.machine.now() + t);
+        let count = if self.peers[&peer].is_local {
+            self.send_direct_batch(peer, first, msgs, deadline)
+        } else {
+            self.submit_batch(peer, first, msgs, deadline)
+        };
+        match count {
+            Ok(count) => Ok(SentBatch { first: MessageId { peer, seq: first }, count }),
+            Err((0, e)) => Err(e),
+            Err((count, _)) => Ok(SentBatch { first: MessageId { peer, seq: first }, count }),
+        }
+    }
+
+    /// `send_batch` through the engine: how many were taken, or how many
+    /// and the error that stopped the rest.
+    fn submit_batch<M: AsRef<[u8]>>(
+        &mut self,
+        peer: NodeId,
+        first: u64,
+        msgs: &[M],
+        deadline: Option<Duration>,
+    ) -> Result<usize, (usize, EngineError)> {
+        let mut result = Ok(msgs.len());
+        for (i, m) in msgs.iter().enumerate() {
+            let (id, payload) = (first + i as u64, m.as_ref());
+            let s = Submission::Send { id, peer, payload, channel: Channel::APP };
+            if let Err(e) = self.submit_quietly(&s, deadline) {
+                result = Err((i, e));
+                break;
+            }
+            let p = self.peers.get_mut(&peer).expect("a known peer");
+            p.next = id + 1;
+            if self.retain {
+                p.retained
+                    .push_back(Unsettled { data: Bytes::copy_from_slice(payload), channel: Channel::APP });
+            }
+        }
+        self.ring_engine();
+        result
+    }
+
+    /// `send_batch` on a direct path: as many messages a record as fit
+    /// (each its length and bytes after the first's id, `DIRECT_BATCH`),
+    /// the peer woken once a record. One too large for a batch record
+    /// (within 4 bytes of the largest) goes on its own.
+    fn send_direct_batch<M: AsRef<[u8]>>(
+        &mut self,
+        peer: NodeId,
+        first: u64,
+        msgs: &[M],
+        deadline: Option<Duration>,
+    ) -> Result<usize, (usize, EngineError)> {
+        let mut sent = 0;
+        let mut record = std::mem::take(&mut self.batch);
+        let result = loop {
+            if sent == msgs.len() {
+                break Ok(sent);
+            }
+            let seq = first + sent as u64;
+            let p = self.peers.get_mut(&peer).expect("a known peer");
+            let Some(d) = p.direct.as_mut() else {
+                // The path closed (the peer went): the rest fail at once,
+                // as `send_direct`'s messages do.
+                let end = first + msgs.len() as u64;
+                (p.next, p.settled) = (end, end);
+                let failed = FailedMessages { peer, first: seq, end, in_doubt_end: seq };
+                self.on_completion(Completion::Failed { failed, reason: FailReason::PeerUnreachable });
+                break Ok(msgs.len());
+            };
+            let room = d.end.tx.max_record();
+            record.clear();
+            record.extend_from_slice(&(seq | DIRECT_BATCH).to_le_bytes());
+            let mut n = 0;
+            for m in &msgs[sent..] {
+                let m = m.as_ref();
+                if record.len() + 4 + m.len() > room {
+                    break;
+                }
+                put_batch_message(&mut record, m);
+                n += 1;
+            }
+            if n == 0 {
+                let timeout = deadline.map(|d| d.saturating_sub(self.machine.now()));
+                match self.send_direct(peer, seq, msgs[sent].as_ref(), timeout, Channel::APP) {
+                    Ok(_) => sent += 1,
+                    Err(e) => break Err((sent, e)),
+                }
+                continue;
+            }
+            match d.end.tx.push(&record) {
+                Ok(()) => {
+                    p.next = seq + n as u64;
+                    sent += n;
+                    if d.end.peer_needs_waking() {
+                        if let Err(e) = self.submit(&Submission::Wake { peer }, None) {
+                            break Err((sent, e));
+                        }
+                    }
+                }
+                Err(ShmError::Full { .. }) => {
+                    if let Err(e) = self.wait_for_room(deadline) {
+                        break Err((sent, e));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(node = self.node, peer, error = %e, "direct path unusable: closed");
+                    self.close_direct(peer);
+                }
+            }
+        };
+        self.batch = record;
+        result
+    }
+
+    /// Take the inbox's sink for a batch receive into `out`, after moving
+    /// what is queued into `out`: whether it was free to take (no other
+    /// batch receive holds it) and `out` had room left.
+    fn own_sink(&mut self, out: &mut Received) -> bool {
+        self.inbox.drain_into(out);
+        let free =
+            self.inbox.sink.is_none() && !out.is_full() && self.inbox.queues[Channel::APP.index()].is_empty();
+        if free {
+            self.inbox.sink = Some(std::mem::take(out));
+        }
+        free
     }
 
     /// `send` to a peer on the same engine: straight into the direct path's
@@ -574,7 +794,9 @@ impl Attachment {
             let mut broken = None;
             // A closing endpoint takes nothing more: what it never handed
             // its application is not delivered, and the sender is told so.
-            while !self.closed {
+            // A full batch receive leaves the rest in the ring (where it
+            // holds the sender back) rather than queue it.
+            while !self.closed && !self.inbox.sink_full() {
                 match d.end.rx.pop(&mut record) {
                     Ok(true) => {}
                     Ok(false) => break,
@@ -589,16 +811,28 @@ impl Attachment {
                 };
                 let id = u64::from_le_bytes(*id);
                 let channel = channel_bit(id & DIRECT_LAYER != 0);
-                let id = id & !DIRECT_LAYER;
+                let batch = id & DIRECT_BATCH != 0;
+                let id = id & !(DIRECT_LAYER | DIRECT_BATCH);
                 if d.expect.is_some_and(|e| e != id) {
                     broken = Some(format!("message {id} where {:?} was next", d.expect));
                     break;
                 }
-                d.expect = Some(id + 1);
-                d.taken += 1;
+                // A batch is checked whole before any of it is taken.
+                let count = if batch { batch_count(message) } else { Some(1) };
+                let Some(count) = count.filter(|&n| n > 0) else {
+                    broken = Some(format!("batch record at message {id} does not parse"));
+                    break;
+                };
+                d.expect = Some(id + count);
+                d.taken += count;
                 self.progress += 1;
-                let message = Bytes::copy_from_slice(message);
-                self.inbox.deliver(Delivery { from: peer, message, fragment: None, channel });
+                if batch {
+                    for m in BatchMessages(message) {
+                        self.inbox.deliver_slice(peer, channel, m);
+                    }
+                } else {
+                    self.inbox.deliver_slice(peer, channel, message);
+                }
             }
             if d.taken != before {
                 d.end.set_taken(d.taken);
@@ -672,24 +906,35 @@ impl Attachment {
 
     /// Encode and push one submission, waiting for room.
     fn submit(&mut self, s: &Submission<'_>, timeout: Option<Duration>) -> Result<(), EngineError> {
-        let need = match s {
-            Submission::Send { payload, .. } => payload.len() + 32,
-            _ => 256,
-        };
-        let mut record = std::mem::take(&mut self.buf);
-        record.resize(need, 0);
-        let n = s.encode(&mut record)?;
         let deadline = timeout.map(|t| self.machine.now() + t);
+        self.submit_quietly(s, deadline)?;
+        self.ring_engine();
+        Ok(())
+    }
+
+    /// Ring the engine's doorbell if it sleeps: once after what was
+    /// pushed, however many records that was.
+    fn ring_engine(&mut self) {
+        if Control::should_wake(self.region.control.engine_asleep()) {
+            attach::ring(&mut self.conn);
+        }
+    }
+
+    /// Encode and push one submission, waiting for room, without ringing.
+    /// A payload goes into the ring as it is (`push_parts`), not through a
+    /// framing copy.
+    fn submit_quietly(&mut self, s: &Submission<'_>, deadline: Option<Duration>) -> Result<(), EngineError> {
+        let mut record = std::mem::take(&mut self.buf);
+        record.resize(record.len().max(256), 0);
+        let (n, payload) = s.encode_parts(&mut record)?;
         let result = loop {
-            match self.region.submissions.push(&record[..n]) {
-                Ok(()) => {
-                    if Control::should_wake(self.region.control.engine_asleep()) {
-                        attach::ring(&mut self.conn);
-                    }
-                    break Ok(());
-                }
-                // Completions may be what frees the engine: taken while waiting.
+            match self.region.submissions.push_parts(&record[..n], payload) {
+                Ok(()) => break Ok(()),
+                // Completions may be what frees the engine: taken while
+                // waiting. The engine may be asleep before records of a
+                // batch not yet rung for: it is rung before the wait.
                 Err(ShmError::Full { .. }) => {
+                    self.ring_engine();
                     if let Err(e) = self.wait_for_room(deadline) {
                         break Err(e);
                     }
@@ -923,14 +1168,33 @@ impl Attachment {
     fn take_completions_quietly(&mut self) -> Result<(), EngineError> {
         let mut record = std::mem::take(&mut self.buf);
         let result = loop {
-            match self.region.completions.pop(&mut record) {
+            if self.inbox.sink_full() {
+                break Ok(());
+            }
+            // A large delivery is taken into a pooled buffer, which is then
+            // the application's message (no copy to put it together).
+            let pooled = self.region.completions.next_len().filter(|&n| n >= POOL_FROM);
+            let into = match pooled {
+                Some(n) => &mut self.messages.take(n),
+                None => &mut record,
+            };
+            match self.region.completions.pop(into) {
                 Ok(true) => {}
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(EngineError::from(e)),
             }
-            match Completion::decode(&record) {
-                Ok(c) => self.on_completion(c),
+            let c = match Completion::decode(into) {
+                Ok(c) => c,
                 Err(e) => break Err(e.into()),
+            };
+            match c {
+                Completion::Delivery { from, fragment, channel, payload } if pooled.is_some() => {
+                    let at = payload.as_ptr() as usize - into.as_ptr() as usize;
+                    let range = at..at + payload.len();
+                    let message = self.messages.seal(std::mem::take(into)).slice(range);
+                    self.on_delivery(from, &fragment, channel, message);
+                }
+                c => self.on_completion(c),
             }
         };
         self.buf = record;
@@ -940,21 +1204,34 @@ impl Attachment {
         result
     }
 
+    /// A delivery whose payload is already the application's buffer.
+    fn on_delivery(&mut self, from: NodeId, f: &Fragment, channel: Channel, payload: Bytes) {
+        self.progress += 1;
+        let max = self.max_message_len();
+        let p = self.peers.entry(from).or_default();
+        let taken = p.taken.take_bytes(f, channel, payload, max);
+        self.on_assembled(from, taken);
+    }
+
+    /// Fragments taken before (a new engine resent them) are passed over.
+    fn on_assembled(&mut self, from: NodeId, taken: Assembled) {
+        match taken {
+            Assembled::Whole(message, channel) => {
+                self.inbox.deliver(Delivery { from, message, fragment: None, channel })
+            }
+            Assembled::Again | Assembled::Part => {}
+            Assembled::Dropped(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
+        }
+    }
+
     fn on_completion(&mut self, c: Completion<'_>) {
         self.progress += 1;
         match c {
             Completion::Delivery { from, fragment: f, channel, payload } => {
                 let max = self.max_message_len();
                 let p = self.peers.entry(from).or_default();
-                // Fragments taken before (a new engine resent them) are
-                // passed over.
-                match p.taken.take(&f, channel, payload, max) {
-                    Assembled::Whole(message, channel) => {
-                        self.inbox.deliver(Delivery { from, message, fragment: None, channel })
-                    }
-                    Assembled::Again | Assembled::Part => {}
-                    Assembled::Dropped(why) => tracing::warn!(peer = from, "{why}: the message is dropped"),
-                }
+                let taken = p.taken.take(&f, channel, payload, max);
+                self.on_assembled(from, taken);
             }
             Completion::Settled { peer, below } => {
                 // Never past what was sent: the engine's word is checked.
@@ -1033,6 +1310,8 @@ pub struct Client {
     /// take the attachment's lock to find its clock.
     machine: Arc<dyn Machine>,
     inner: Arc<Mutex<Attachment>>,
+    /// The attachment's pool of message buffers (shared with it).
+    messages: MessagePool,
     stop: Arc<AtomicBool>,
     watcher: Option<JoinHandle<()>>,
 }
@@ -1042,7 +1321,9 @@ impl Client {
     pub fn attach(dir: &Path, node: NodeId, options: ClientOptions) -> Result<Self, EngineError> {
         let machine = options.machine.clone();
         let watched = machine.watcher();
-        let inner = Arc::new(Mutex::new(Attachment::attach(dir, node, options)?));
+        let attachment = Attachment::attach(dir, node, options)?;
+        let messages = attachment.messages.clone();
+        let inner = Arc::new(Mutex::new(attachment));
         let stop = Arc::new(AtomicBool::new(false));
         let (weak, flag) = (Arc::downgrade(&inner), stop.clone());
         let watcher = match watched {
@@ -1053,7 +1334,7 @@ impl Client {
             ),
             false => None,
         };
-        Ok(Client { node, machine, inner, stop, watcher })
+        Ok(Client { node, machine, inner, messages, stop, watcher })
     }
 
     /// What the watcher does, for a client whose machine has none (a
@@ -1121,6 +1402,72 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<MessageId, EngineError> {
         self.lock().send(peer, msg, timeout, Channel::APP)
+    }
+
+    /// Send several messages to `peer` in one call (see
+    /// [`SentBatch`]): between two applications on one engine, packed
+    /// into as few ring records as fit.
+    pub fn send_batch<M: AsRef<[u8]>>(
+        &self,
+        peer: NodeId,
+        msgs: &[M],
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, EngineError> {
+        self.lock().send_batch(peer, msgs, timeout)
+    }
+
+    /// Wait up to `timeout` for at least one application message, then
+    /// take as many as have come and fit into `out` (cleared first, its
+    /// memory reused: nothing is allocated for messages taken straight
+    /// from the rings into it). How many it holds.
+    pub fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, EngineError> {
+        out.clear();
+        // With the inbox's sink held for the wait, every look (this
+        // thread's or another's) puts the application's messages straight
+        // into it; without, they are moved from the queue.
+        let owned = self.lock().own_sink(out);
+        let got = self.wait(timeout, |a| match owned {
+            true => a.inbox.sink.as_ref().is_some_and(|s| !s.is_empty()).then_some(()),
+            false => {
+                a.inbox.drain_into(out);
+                (!out.is_empty()).then_some(())
+            }
+        });
+        if owned {
+            *out = self.lock().inbox.sink.take().unwrap_or_default();
+        }
+        // Messages taken are the application's (taking them is the commit
+        // point): returned, and a failure told by the next call.
+        match got {
+            _ if !out.is_empty() => Ok(out.len()),
+            Ok(()) => Ok(out.len()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `send` of a message held as [`Bytes`] (made with `message_buffer`
+    /// and `seal`, say): what the client keeps of it until it is settled
+    /// (the host-side backup) is these bytes, not a copy of them.
+    pub fn send_bytes(
+        &self,
+        peer: NodeId,
+        msg: &Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<MessageId, EngineError> {
+        self.lock().send_kept(peer, msg, Some(msg), timeout, Channel::APP)
+    }
+
+    /// An empty buffer of at least `capacity` bytes for a message, from
+    /// the client's pool (large ones come back when their last `Bytes` is
+    /// dropped: see `seal`).
+    pub fn message_buffer(&self, capacity: usize) -> Vec<u8> {
+        self.messages.take(capacity)
+    }
+
+    /// `buf` as a message for `send_bytes`, its buffer back to the pool
+    /// once the client and the application are done with it.
+    pub fn seal(&self, buf: Vec<u8>) -> Bytes {
+        self.messages.seal(buf)
     }
 
     /// `send` on `channel`, for a layer riding the stream (tether's calls):

@@ -206,6 +206,10 @@ pub fn pair_file(a: NodeId, b: NodeId, generation: u64) -> String {
 /// Most counters a `Counters` record carries.
 pub const MAX_COUNTERS: usize = 256;
 
+/// Bytes a `Send` or `Delivery` record takes before its payload, at most
+/// (`encode_parts`' head; the longer kinds without a payload need more).
+pub const PAYLOAD_HEAD: usize = 48;
+
 /// The counters a `Counters` record carries, in order.
 pub fn counter_values(values: &[u8]) -> impl Iterator<Item = u64> + '_ {
     values.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
@@ -298,10 +302,18 @@ impl<'a> In<'a> {
     }
 }
 
-fn put_bytes(o: &mut Out<'_>, payload: &[u8]) -> Result<(), RecordError> {
+/// The record whose head `encode_parts` wrote into `buf`, with its
+/// payload after the head: its length.
+fn joined(buf: &mut [u8], (n, payload): (usize, &[u8])) -> Result<usize, RecordError> {
+    let mut o = Out { buf, at: n };
+    o.put(payload)?;
+    Ok(o.at)
+}
+
+/// A payload's length (u32); its bytes follow (`encode_parts`).
+fn put_len(o: &mut Out<'_>, payload: &[u8]) -> Result<(), RecordError> {
     let n = u32::try_from(payload.len()).map_err(|_| RecordError::BadField("payload over 4 GiB"))?;
-    o.put(&n.to_le_bytes())?;
-    o.put(payload)
+    o.put(&n.to_le_bytes())
 }
 
 /// An address: family (4 or 6), 16 address bytes (IPv4 in the first 4),
@@ -359,13 +371,23 @@ fn reason(code: u8) -> Result<FailReason, RecordError> {
 impl<'a> Submission<'a> {
     /// Write the record into `buf`; its length.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
-        let mut o = Out { buf, at: 0 };
+        let parts = self.encode_parts(buf)?;
+        joined(buf, parts)
+    }
+
+    /// Write the record into `head` up to its payload, which is returned
+    /// (empty for the kinds without one): `head[..n]` and the payload,
+    /// joined, are the record, and `Ring::push_parts` joins them in the
+    /// ring, so a message is not copied once more to be framed.
+    pub fn encode_parts(&self, head: &mut [u8]) -> Result<(usize, &'a [u8]), RecordError> {
+        let mut o = Out { buf: head, at: 0 };
         match self {
             Submission::Send { id, peer, payload, channel } => {
                 o.put(&[if *channel == Channel::APP { kind::SEND } else { kind::SEND_ON_LAYER }])?;
                 o.put(&id.to_le_bytes())?;
                 o.put(&peer.to_le_bytes())?;
-                put_bytes(&mut o, payload)?;
+                put_len(&mut o, payload)?;
+                return Ok((o.at, payload));
             }
             Submission::AddPeer { node, rails } => {
                 o.put(&[kind::ADD_PEER])?;
@@ -399,7 +421,7 @@ impl<'a> Submission<'a> {
                 o.put(&peer.to_le_bytes())?;
             }
         }
-        Ok(o.at)
+        Ok((o.at, &[]))
     }
 
     /// Parse one record; its payload is borrowed from `record`.
@@ -447,7 +469,14 @@ impl<'a> Submission<'a> {
 impl<'a> Completion<'a> {
     /// Write the record into `buf`; its length.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
-        let mut o = Out { buf, at: 0 };
+        let parts = self.encode_parts(buf)?;
+        joined(buf, parts)
+    }
+
+    /// As `Submission::encode_parts`: the record up to its payload into
+    /// `head`, and the payload (a delivery's; empty for the other kinds).
+    pub fn encode_parts(&self, head: &mut [u8]) -> Result<(usize, &'a [u8]), RecordError> {
+        let mut o = Out { buf: head, at: 0 };
         match self {
             Completion::Delivery { from, fragment: f, channel, payload } => {
                 o.put(&[kind::DELIVERY])?;
@@ -461,7 +490,8 @@ impl<'a> Completion<'a> {
                     | u8::from(*channel != Channel::APP) << 3;
                 o.put(&[flags])?;
                 o.put(&f.total_len.unwrap_or(0).to_le_bytes())?;
-                put_bytes(&mut o, payload)?;
+                put_len(&mut o, payload)?;
+                return Ok((o.at, payload));
             }
             Completion::Settled { peer, below } => {
                 o.put(&[kind::SETTLED])?;
@@ -504,7 +534,7 @@ impl<'a> Completion<'a> {
                 }
             }
         }
-        Ok(o.at)
+        Ok((o.at, &[]))
     }
 
     /// Parse one record; its payload is borrowed from `record`.
@@ -693,4 +723,39 @@ mod tests {
             Err(RecordError::BufferTooSmall)
         );
     }
+}
+
+/// The messages of a direct path's batch record, after its id
+/// (docs/ENGINE.md, "The batch API"): each its length (u32, little-endian)
+/// and bytes. Stops at the first that does not fit what is left
+/// (`batch_count` says whether all did).
+#[derive(Debug, Clone)]
+pub struct BatchMessages<'a>(pub &'a [u8]);
+
+impl<'a> Iterator for BatchMessages<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.0.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return None;
+        }
+        let (m, rest) = rest.split_at(len);
+        self.0 = rest;
+        Some(m)
+    }
+}
+
+/// How many messages a batch record's body holds, if it parses to its end.
+pub fn batch_count(body: &[u8]) -> Option<u64> {
+    let mut it = BatchMessages(body);
+    let n = it.by_ref().count() as u64;
+    it.0.is_empty().then_some(n)
+}
+
+/// Append `m` to a batch record's body.
+pub fn put_batch_message(body: &mut Vec<u8>, m: &[u8]) {
+    body.extend_from_slice(&(m.len() as u32).to_le_bytes());
+    body.extend_from_slice(m);
 }

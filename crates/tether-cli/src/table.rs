@@ -913,9 +913,11 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
         spread(&r.backup_rtt_us, 2)
     );
     println!(
-        "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s",
+        "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s, \
+         {} M msgs/s with the batch API",
         spread(&r.same_node_one_way_us, 2),
-        spread(&r.same_node_m_msgs_s, 3)
+        spread(&r.same_node_m_msgs_s, 3),
+        spread(&r.same_node_batch_m_msgs_s, 3)
     );
     let v = &r.recovery;
     if v.kills + v.hangs == 0 {

@@ -150,6 +150,7 @@ fn engine_document_has_every_cost_and_a_recovery_that_lost_nothing() {
         "small_stream_no_backup_m_msgs_s",
         "same_node_one_way_us",
         "same_node_m_msgs_s",
+        "same_node_batch_m_msgs_s",
     ] {
         positive(&doc[field], field);
     }

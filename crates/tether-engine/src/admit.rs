@@ -79,6 +79,7 @@ impl Engine {
         };
         attach::write_reply(&mut conn, reply).map_err(|e| format!("answering: {e}"))?;
         let (region, path, core, pid, mode) = result?;
+        let pool = core.message_pool();
         let recovered = read_backups(&region);
         let backups = recovered.iter().map(|(&peer, &(slot, _))| (peer, (slot, None))).collect();
         conn.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -91,6 +92,8 @@ impl Engine {
             conn,
             record: Vec::new(),
             stalled: false,
+            pool,
+            spare: Vec::new(),
             held: Vec::new(),
             settled: BTreeMap::new(),
             backups,

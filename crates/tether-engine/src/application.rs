@@ -12,12 +12,14 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tether_attach::records::PAYLOAD_HEAD;
 use tether_attach::{is_probe_node, Completion, EngineCounters, Submission, Taken};
 use tether_driver::Driver;
 use tether_fault::FaultCounters;
 use tether_proto::{
     Channel, Endpoint as Core, Event, FailReason, Instant, MessageId, NodeId, RailId, SendError, Unsettled,
 };
+use tether_proto::{MessagePool, POOL_FROM};
 use tether_shm::{ClientRegion, ShmError, StreamBackup};
 use tracing::{debug, warn};
 
@@ -48,6 +50,11 @@ pub(crate) struct Application {
     /// The submission being handled; `stalled` while the core has no room.
     pub(crate) record: Vec<u8>,
     pub(crate) stalled: bool,
+    /// The core's pool of message buffers: a large submission is taken
+    /// into one, which the send log then keeps as it is (`take_into`).
+    pub(crate) pool: MessagePool,
+    /// The small submissions' buffer while `record` is a pooled one.
+    pub(crate) spare: Vec<u8>,
     /// A completion the ring had no room for, published before any other.
     pub(crate) held: Vec<u8>,
     /// Per peer, the settled mark last published.
@@ -118,6 +125,7 @@ pub(crate) fn take_submissions(
         // the ring before (never re-read from shared memory).
         assert!(!c.stalled || !record.is_empty(), "node {}: stalled on no submission", c.node);
         if !c.stalled {
+            fit_record(c, &mut record);
             match c.region.submissions.pop(&mut record) {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -127,7 +135,7 @@ pub(crate) fn take_submissions(
                 }
             }
         }
-        match take(c, &record, book, driver, own, now, beat) {
+        match take(c, &mut record, book, driver, own, now, beat) {
             Ok(true) => taken += 1,
             Ok(false) => break,
             Err(why) => {
@@ -138,6 +146,26 @@ pub(crate) fn take_submissions(
     }
     c.record = record;
     taken > 0 || c.gone
+}
+
+/// Make `record` the buffer for the next submission: one from the core's
+/// pool for a large one (its length as its header says; `pop` checks the
+/// record), the small submissions' own otherwise. A large submission's
+/// buffer becomes its message in the send log (`take`), so a stream of
+/// large messages is copied once in the engine, out of the ring, and
+/// allocates nothing once the pool is warm.
+fn fit_record(c: &mut Application, record: &mut Vec<u8>) {
+    match c.region.submissions.next_len() {
+        Some(n) if n >= POOL_FROM && record.capacity() < n => {
+            let old = std::mem::replace(record, c.pool.take(n));
+            if (1..POOL_FROM).contains(&old.capacity()) {
+                c.spare = old;
+            }
+        }
+        Some(n) if n >= POOL_FROM => {}
+        _ if record.capacity() == 0 => *record = std::mem::take(&mut c.spare),
+        _ => {}
+    }
 }
 
 /// Queue an application's message on `channel` (a call's envelope rides
@@ -160,7 +188,7 @@ pub(crate) fn send(
 /// stays, `stalled`), an error if the application broke the protocol.
 pub(crate) fn take(
     c: &mut Application,
-    record: &[u8],
+    record: &mut Vec<u8>,
     book: &mut Book,
     driver: &mut Driver,
     own: &[SocketAddr],
@@ -169,6 +197,25 @@ pub(crate) fn take(
 ) -> Result<bool, String> {
     let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
     match s {
+        // A large message in a pooled buffer the core has room for: the
+        // buffer itself goes into the send log, the record's head sliced off.
+        Submission::Send { id, peer, payload, channel }
+            if c.resuming.is_none() && payload.len() >= POOL_FROM && c.core.can_send(peer, payload.len()) =>
+        {
+            let at = payload.as_ptr() as usize - record.as_ptr() as usize;
+            let range = at..at + payload.len();
+            let message = c.pool.seal(std::mem::take(record)).slice(range);
+            let sent = if channel == Channel::APP {
+                c.core.send_bytes(now, peer, message)
+            } else {
+                c.core.send_on(now, peer, channel, message)
+            };
+            match sent {
+                Ok(m) if m.seq == id => c.stalled = false,
+                Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
+                Err(e) => return Err(format!("send {id} to {peer}: {e}")),
+            }
+        }
         Submission::Send { id, peer, payload, channel } if c.resuming.is_some() => {
             if !c.resumed_message(peer, id, payload, channel) {
                 return Err(format!("resuming: message {id} to {peer} out of order"));
@@ -302,12 +349,13 @@ pub(crate) fn publish(c: &mut Application, out: &mut Vec<u8>) -> bool {
             warn!(node = c.node, "a whole message from a core in fragment mode");
             continue;
         };
-        out.resize(d.message.len() + RECORD_OVERHEAD, 0);
-        let n = Completion::Delivery { from: d.from, fragment, channel: d.channel, payload: &d.message }
-            .encode(out)
-            .expect("sized for the fragment");
+        out.resize(PAYLOAD_HEAD, 0);
+        let (n, payload) =
+            Completion::Delivery { from: d.from, fragment, channel: d.channel, payload: &d.message }
+                .encode_parts(out)
+                .expect("a delivery's head fits PAYLOAD_HEAD");
         any = true;
-        if !c.push_or_hold(&out[..n]) {
+        if !c.push_parts_or_hold(&out[..n], payload) {
             return any;
         }
     }
@@ -463,14 +511,21 @@ impl Application {
 
     /// Push a completion, or hold it for the next turn; false if held.
     pub(crate) fn push_or_hold(&mut self, record: &[u8]) -> bool {
+        self.push_parts_or_hold(record, &[])
+    }
+
+    /// `push_or_hold` of the record `head` then `payload` (a delivery,
+    /// pushed without joining them first).
+    pub(crate) fn push_parts_or_hold(&mut self, head: &[u8], payload: &[u8]) -> bool {
         // Completions go out in order: nothing is published past one held
         // back (`publish` stops at a hold, and sends the held one first).
         assert!(self.held.is_empty(), "node {}: a completion published past one held back", self.node);
-        match self.region.completions.push(record) {
+        match self.region.completions.push_parts(head, payload) {
             Ok(()) => true,
             Err(ShmError::Full { .. }) => {
                 self.held.clear();
-                self.held.extend_from_slice(record);
+                self.held.extend_from_slice(head);
+                self.held.extend_from_slice(payload);
                 false
             }
             Err(e) => {

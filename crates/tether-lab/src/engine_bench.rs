@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tether_engine::{Client, ClientOptions, EngineCounters};
+use tether_proto::Received;
 
 use crate::args;
 use crate::engine_proc::{EngineProcess, Line};
@@ -125,6 +126,8 @@ pub struct EngineReport {
     pub same_node_one_way_us: Summary,
     /// ... and 8 B messages a second, millions.
     pub same_node_m_msgs_s: Summary,
+    /// ... and with the batch API (`send_batch` of `BATCH`, `recv_batch`).
+    pub same_node_batch_m_msgs_s: Summary,
     pub recovery: RecoveryReport,
 }
 
@@ -202,7 +205,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
     let bulk = NetOpts { size: STREAM_SIZE, ..net.clone() };
     let (mut raw, mut emb, mut eng, mut ratio) = (vec![], vec![], vec![], vec![]);
     let (mut s_emb, mut s_eng, mut s_ratio) = (vec![], vec![], vec![]);
-    let (mut one_way, mut rate) = (vec![], vec![]);
+    let (mut one_way, mut rate, mut batch_rate) = (vec![], vec![], vec![]);
     let (mut s_quiet, mut st_ratio) = (vec![], vec![]);
     let (mut small_rate, mut small_nb, mut backup_cost) = (vec![], vec![], vec![]);
     let (mut rtt_nb, mut backup_rtt) = (vec![], vec![]);
@@ -243,7 +246,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         let (_, sm) =
             stream_through(&p.a, &p.b, B, 8, o.small_messages).context("8 B stream through two engines")?;
         say(&format!("run {r}/{}: two applications on one engine", o.runs));
-        let (w, m) = same_node(&p.e1, o).with_context(|| {
+        let (w, m, mb) = same_node(&p.e1, o).with_context(|| {
             format!("two applications on one engine ({} engines replaced meanwhile)", p.e1.replacements())
         })?;
         cost_replacements += p.e1.replacements() + p.e2.replacements();
@@ -278,6 +281,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         s_ratio.push(sg / se);
         one_way.push(w);
         rate.push(m);
+        batch_rate.push(mb);
     }
     let mut recovery = if o.kills + o.hangs > 0 {
         say("starting two tether engine processes");
@@ -307,6 +311,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         backup_rtt_us: s(&backup_rtt),
         same_node_one_way_us: s(&one_way),
         same_node_m_msgs_s: s(&rate),
+        same_node_batch_m_msgs_s: s(&batch_rate),
         recovery,
     })
 }
@@ -359,7 +364,7 @@ fn round_trips(a: &Client, b: &Client, peer: u32, count: u64) -> anyhow::Result<
                 if d.message.is_empty() {
                     return Ok(());
                 }
-                b.send(d.from, &d.message, WAIT)?;
+                b.send_bytes(d.from, &d.message, WAIT)?;
             }
             Ok(())
         });
@@ -407,8 +412,17 @@ fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) ->
         let mut buf = vec![0u8; size];
         let start = Instant::now();
         for i in 0..count {
-            pattern::fill(&mut buf, A, i);
-            a.send(peer, &buf, WAIT).with_context(|| format!("sending message {i} of {count}"))?;
+            // As the embedded stream does (`stream::send_one`): a large
+            // message written into a pooled buffer and handed over, so the
+            // client keeps it until settled without a copy.
+            let sent = if size >= stream::HAND_OVER_FROM {
+                let msg = pattern::write_message(a.message_buffer(size), size, A, i);
+                a.send_bytes(peer, &a.seal(msg), WAIT)
+            } else {
+                pattern::fill(&mut buf, A, i);
+                a.send(peer, &buf, WAIT)
+            };
+            sent.with_context(|| format!("sending message {i} of {count}"))?;
         }
         let end = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
         a.flush(WAIT)?;
@@ -417,9 +431,52 @@ fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) ->
     })
 }
 
+/// Messages a `send_batch` call in the batch stream.
+const BATCH: usize = 1024;
+
+/// `count` messages of `size` from `a` to `peer` (`b`, in a thread) in
+/// batches of `BATCH` (`send_batch`), taken with `recv_batch` into one
+/// reused buffer; every one verified. Millions of messages a second.
+fn batch_stream(a: &Client, b: &Client, peer: u32, size: usize, count: u64) -> anyhow::Result<f64> {
+    std::thread::scope(|s| {
+        let receiver = s.spawn(|| -> anyhow::Result<Instant> {
+            let mut got = Received::new(4 * BATCH, 4 * BATCH * size);
+            let mut i = 0;
+            while i < count {
+                b.recv_batch(&mut got, WAIT)
+                    .with_context(|| format!("receiving from message {i} of {count}"))?;
+                for (_, m) in got.iter() {
+                    anyhow::ensure!(
+                        m.len() == size && pattern::verify(m, A, i),
+                        "batch stream message {i} arrived changed or out of order"
+                    );
+                    i += 1;
+                }
+            }
+            Ok(Instant::now())
+        });
+        let mut msgs = vec![vec![0u8; size]; BATCH];
+        let start = Instant::now();
+        let mut i = 0;
+        while i < count {
+            let n = BATCH.min((count - i) as usize);
+            for (k, m) in msgs[..n].iter_mut().enumerate() {
+                pattern::fill(m, A, i + k as u64);
+            }
+            let sent =
+                a.send_batch(peer, &msgs[..n], WAIT).with_context(|| format!("sending from message {i}"))?;
+            i += sent.count as u64;
+        }
+        let end = receiver.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+        a.flush(WAIT)?;
+        Ok(count as f64 / (end - start).as_secs_f64())
+    })
+}
+
 /// Two applications attached to one engine: 8 B one-way latency (us) and
-/// rate (millions of messages a second).
-fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64)> {
+/// rate (millions of messages a second), one message a call and with the
+/// batch API.
+fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64, f64)> {
     const C: u32 = 3;
     const D: u32 = 4;
     let (c, d) = (e.attach(C)?, e.attach(D)?);
@@ -428,9 +485,10 @@ fn same_node(e: &EngineProcess, o: &EngineBenchOpts) -> anyhow::Result<(f64, f64
     // The round trip helper names the sender A in its pattern; C plays it.
     let rtt = round_trips(&c, &d, D, o.round_trips).context("round trips")?;
     let (_, per_s) = stream_through(&c, &d, D, 8, o.small_messages).context("8 B stream")?;
+    let batched = batch_stream(&c, &d, D, 8, o.small_messages).context("8 B stream, batches")?;
     c.close(Duration::from_secs(1))?;
     d.close(Duration::from_secs(1))?;
-    Ok((rtt / 2.0, per_s / 1e6))
+    Ok((rtt / 2.0, per_s / 1e6, batched / 1e6))
 }
 
 /// The verified stream under engine kills and hangs.

@@ -24,7 +24,7 @@ const RECV_TIMEOUT: Duration = Duration::from_secs(10);
 /// the log, no copy before the datagram's, back in the pool once
 /// acknowledged); below it copying the bytes into the log costs less than a
 /// buffer per message, so it reuses one (`send`).
-const HAND_OVER_FROM: usize = 4096;
+pub(crate) const HAND_OVER_FROM: usize = 4096;
 
 /// Send message `i` of the stream as `HAND_OVER_FROM` says, waiting up to
 /// `timeout` for room.

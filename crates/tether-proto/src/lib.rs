@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod aggregate;
+mod batch;
 mod config;
 pub mod congestion;
 mod context;
@@ -56,6 +57,7 @@ mod time;
 mod timer;
 mod unreliable;
 
+pub use batch::{Received, SentBatch};
 pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use congestion::{
     AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,
@@ -73,7 +75,7 @@ pub use endpoint::{
 pub use event::{Event, FailReason, FailedMessages, MessageId, MessageState, NackedFate};
 pub use greeting::{GREETING_ROUNDS, MAX_GREETINGS};
 pub use handshake::{BASE_DATAGRAM, MAX_REPLIES};
-pub use message_pool::MessagePool;
+pub use message_pool::{MessagePool, MAX_POOLED, POOL_FROM};
 pub use paths::{Failover, PathInfo, PathState, PathStats, RailId, RailPolicy, MAX_RAILS};
 pub use reassembly::{Assembled, Reassembly, StreamPosition};
 pub use recv_stream::{

@@ -118,6 +118,24 @@ impl Reassembly {
         self.state = State::Idle;
         Assembled::Whole(Bytes::from(std::mem::take(&mut self.buf)), self.channel)
     }
+
+    /// `take` for a fragment handed over as [`Bytes`]: a fragment that is a
+    /// whole message (first and last) is delivered as it is, without the
+    /// copy into the assembly buffer (an engine's deliveries of messages
+    /// that fit one record, taken straight into pooled buffers).
+    pub fn take_bytes(&mut self, f: &Fragment, channel: Channel, payload: Bytes, max: usize) -> Assembled {
+        if !(f.first && f.last) {
+            return self.take(f, channel, &payload, max);
+        }
+        // The same rules, run on no bytes; the bytes are the message.
+        match self.take(f, channel, &[], max) {
+            Assembled::Whole(..) if payload.len() > max => {
+                Assembled::Dropped("a message beyond the largest allowed")
+            }
+            Assembled::Whole(_, channel) => Assembled::Whole(payload, channel),
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +183,24 @@ mod tests {
         assert!(matches!(take(&mut r, false, true, APP, b"orphan", 10), Assembled::Dropped(_)));
         // And the next message comes whole.
         assert_eq!(take(&mut r, true, true, APP, b"next", 10), Assembled::Whole("next".into(), APP));
+    }
+
+    /// A whole message handed over as `Bytes` is delivered as those very
+    /// bytes, under the same rules as a copied one.
+    #[test]
+    fn a_whole_message_handed_over_is_not_copied() {
+        let mut r = Reassembly::default();
+        let m = Bytes::from(vec![7u8; 100]);
+        match r.take_bytes(&frag(0, true, true), APP, m.clone(), 100) {
+            Assembled::Whole(got, APP) => assert_eq!(got.as_ptr(), m.as_ptr(), "the same memory"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.take_bytes(&frag(0, true, true), APP, m.clone(), 100), Assembled::Again);
+        assert!(matches!(r.take_bytes(&frag(1, true, true), APP, m.clone(), 99), Assembled::Dropped(_)));
+        // Fragments of a longer message are put together as before.
+        assert_eq!(r.take_bytes(&frag(2, true, false), APP, m.slice(..60), 100), Assembled::Part);
+        assert_eq!(r.take_bytes(&frag(3, false, true), APP, m.slice(60..), 100), Assembled::Whole(m, APP));
+        assert_eq!(r.position().map(|p| p.next), Some(4));
     }
 
     /// A restored engine delivers again what was taken: passed over. A new

@@ -306,6 +306,25 @@ impl Ring {
         self.header(at, 0).store(tag(pos), Ordering::Release);
     }
 
+    /// Consumer: the length of the oldest record, if one is published, as
+    /// its header says (past a padding marker): unchecked, for choosing the
+    /// buffer `pop` is to fill, which checks the record.
+    pub fn next_len(&self) -> Option<usize> {
+        let mut head = self.position(HEAD_AT).load(Ordering::Relaxed);
+        for _ in 0..2 {
+            let idx = (head & (self.capacity - 1)) as usize;
+            if !idx.is_multiple_of(16) || self.header(idx, 0).load(Ordering::Acquire) != tag(head) {
+                return None;
+            }
+            let field = self.header(idx, 1).load(Ordering::Relaxed) as u32;
+            if field != PAD {
+                return Some(field.wrapping_sub(1) as usize);
+            }
+            head = head.wrapping_add((self.capacity as usize - idx) as u64);
+        }
+        None
+    }
+
     /// Consumer: take the oldest record into `out` (cleared first); false
     /// if the ring is empty. The consumer polls the tag of the header at its
     /// position, on the same cache line as a small record's payload: a

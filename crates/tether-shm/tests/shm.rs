@@ -49,7 +49,10 @@ fn records_come_out_as_they_went_in_across_the_wrap() {
     // padding wherever a record would not fit before the end.
     for i in 0..10_000u64 {
         let m = record(i % 7);
+        assert_eq!(r.next_len(), None, "nothing published");
         r.push(&m).unwrap();
+        // Past a padding marker too: the length the next pop takes.
+        assert_eq!(r.next_len(), Some(m.len()), "record {i}");
         assert!(r.pop(&mut out).unwrap());
         assert_eq!(out, m, "record {i}");
     }
@@ -325,6 +328,7 @@ proptest! {
                     Err(e) => prop_assert!(false, "{e}"),
                 }
             } else {
+                prop_assert_eq!(r.next_len(), model.front().map(Vec::len));
                 let got = r.pop(&mut out).unwrap();
                 match model.pop_front() {
                     Some(m) => prop_assert!(got && out == m),

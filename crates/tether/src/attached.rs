@@ -105,6 +105,20 @@ impl Attached {
         self.calls.start(&self.client)
     }
 
+    /// Send through the client: an owned message is kept by reference
+    /// until it is settled, a borrowed one copied.
+    fn send_with(
+        &self,
+        peer: NodeId,
+        msg: &Outgoing<'_>,
+        timeout: Option<Duration>,
+    ) -> Result<MessageId, EngineError> {
+        match msg {
+            Outgoing::Borrowed(m) => self.client.send(peer, m, timeout),
+            Outgoing::Owned(m) => self.client.send_bytes(peer, m, timeout),
+        }
+    }
+
     fn handle(&self, id: MessageId) -> SendHandle {
         SendHandle::new(Some(id), None, Owner::Engine(self.client.tracker()))
     }
@@ -159,7 +173,7 @@ impl Backend for Attached {
     /// Never waits: a full submission ring is `WouldBlock`, as a full send
     /// buffer is for an embedded endpoint.
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
-        match self.client.send(peer, msg.bytes(), Some(Duration::ZERO)) {
+        match self.send_with(peer, &msg, Some(Duration::ZERO)) {
             Ok(id) => Ok(self.handle(id)),
             Err(EngineError::Timeout) => Err(Error::Send(SendError::WouldBlock)),
             Err(e) => Err(e.into()),
@@ -172,7 +186,7 @@ impl Backend for Attached {
         msg: Outgoing<'_>,
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
-        Ok(self.handle(self.client.send(peer, msg.bytes(), timeout)?))
+        Ok(self.handle(self.send_with(peer, &msg, timeout)?))
     }
 
     /// An engine gone for good is reported by the blocking calls; here it
@@ -245,13 +259,14 @@ impl Backend for Attached {
         }
     }
 
-    /// The message is copied into the shared ring either way.
+    /// The message is copied into the shared ring either way; a sealed
+    /// one is also what the client keeps until it is settled, not a copy.
     fn message_buffer(&self, capacity: usize) -> Vec<u8> {
-        Vec::with_capacity(capacity)
+        self.client.message_buffer(capacity)
     }
 
     fn seal(&self, buf: Vec<u8>) -> Bytes {
-        Bytes::from(buf)
+        self.client.seal(buf)
     }
 
     /// The client lingers as it goes (`ClientOptions::linger`).

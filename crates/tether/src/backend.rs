@@ -92,14 +92,6 @@ pub(crate) enum Outgoing<'a> {
 }
 
 impl Outgoing<'_> {
-    /// The message's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Outgoing::Borrowed(m) => m,
-            Outgoing::Owned(m) => m,
-        }
-    }
-
     pub fn len(&self) -> usize {
         match self {
             Outgoing::Borrowed(m) => m.len(),
