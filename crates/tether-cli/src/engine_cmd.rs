@@ -46,6 +46,12 @@ pub struct EngineOpts {
     #[arg(long, default_value_t = 5000, allow_negative_numbers = true,
           value_parser = args::int_in::<u64>(100, 60_000_000, "", ""))]
     pub hang_after_us: u64,
+    /// With nothing to do, the engine polls its rings and rails this long
+    /// (yielding the core between looks) before it sleeps; 0 sleeps at
+    /// once (each wake-up then costs a system call on both sides).
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true,
+          value_parser = args::int_in::<u64>(0, 1_000_000, "us", "at most a second"))]
+    pub spin_us: u64,
     /// Run the engine in this process, with no supervisor to replace it.
     #[arg(long)]
     pub unsupervised: bool,
@@ -142,6 +148,7 @@ pub fn configure(o: &mut EngineOpts, m: &clap::ArgMatches) -> anyhow::Result<Con
     }
     for (key, at) in [
         ("engine.hang_after_us", &mut o.hang_after_us),
+        ("engine.spin_us", &mut o.spin_us),
         ("engine.selftest_every_ms", &mut o.selftest_every_ms),
         ("engine.selftest_deadline_ms", &mut o.selftest_deadline_ms),
         ("engine.seed", &mut o.seed),
@@ -168,6 +175,7 @@ fn flag_of(key: &str) -> &'static str {
         "engine.bind" => "binds",
         "engine.metrics" => "metrics",
         "engine.hang_after_us" => "hang_after_us",
+        "engine.spin_us" => "spin_us",
         "engine.selftest_every_ms" => "selftest_every_ms",
         "engine.selftest_deadline_ms" => "selftest_deadline_ms",
         "engine.seed" => "seed",
@@ -210,8 +218,15 @@ pub fn run(o: &EngineOpts, config: Config) -> anyhow::Result<()> {
         every: Duration::from_millis(o.selftest_every_ms),
         deadline: Duration::from_millis(o.selftest_deadline_ms),
     });
-    let options =
-        EngineOptions { config, faults, selftest, fault_hook: o.fault_hook, backup: !o.no_backup, ..options };
+    let options = EngineOptions {
+        config,
+        faults,
+        selftest,
+        fault_hook: o.fault_hook,
+        backup: !o.no_backup,
+        spin: Duration::from_micros(o.spin_us),
+        ..options
+    };
     if o.unsupervised {
         let mut engine = Engine::bind(options)?;
         // An interruption stops the loop as it would the supervisor.

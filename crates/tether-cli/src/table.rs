@@ -913,6 +913,14 @@ pub fn engine(r: &crate::engine_bench::EngineReport, o: &crate::engine_bench::En
         spread(&r.backup_rtt_us, 2)
     );
     println!(
+        "CPU time per 64 KiB message, every wait sleeping: embedded {} us, through engines {} us \
+         (applications and engines; {} x embedded), the engines' supervisors {} us more",
+        spread(&r.cpu_embedded_us, 2),
+        spread(&r.cpu_engine_us, 2),
+        spread(&r.cpu_ratio, 2),
+        spread(&r.cpu_supervisors_us, 2)
+    );
+    println!(
         "two applications on one engine: 8 B one-way {} us (round trip / 2), {} M msgs/s, \
          {} M msgs/s with the batch API",
         spread(&r.same_node_one_way_us, 2),

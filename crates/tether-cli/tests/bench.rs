@@ -151,6 +151,9 @@ fn engine_document_has_every_cost_and_a_recovery_that_lost_nothing() {
         "same_node_one_way_us",
         "same_node_m_msgs_s",
         "same_node_batch_m_msgs_s",
+        "cpu_embedded_us",
+        "cpu_engine_us",
+        "cpu_ratio",
     ] {
         positive(&doc[field], field);
     }

@@ -757,7 +757,12 @@ impl Engine {
     /// or the next deadline.
     fn sleep(&mut self) -> Result<(), EngineError> {
         for c in &mut self.clients {
-            let work = || c.stalled || !c.region.submissions.is_empty();
+            // Submissions behind a stalled one are not work: they wait for
+            // room in the core's send buffer, which ACKs on the rails or a
+            // timer bring, and both end the sleep. (Looking for them kept
+            // a sending engine turning without a sleep, most of a core, as
+            // long as its application was ahead of the network.)
+            let work = || !c.stalled && !c.region.submissions.is_empty();
             if Control::before_sleep(c.region.control.engine_asleep(), work) {
                 self.lower_flags();
                 return Ok(());

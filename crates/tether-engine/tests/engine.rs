@@ -586,6 +586,38 @@ fn exchange_batches(a: &Client, b: &Client, count: usize) {
     assert!(b.try_recv().unwrap().is_none(), "nothing more");
 }
 
+/// An engine whose application is ahead of the network (its peer never
+/// acknowledges: the core's send buffer is full, the submission ring
+/// behind it too) sleeps until an ACK or a timer could change that: it
+/// does not turn over the submissions waiting behind the stalled one.
+#[test]
+fn an_engine_stalled_on_a_full_send_buffer_sleeps() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dir = scratch_dir();
+    let options = EngineOptions {
+        spin: Duration::ZERO,
+        selftest: None,
+        ..EngineOptions::new(dir, vec!["127.0.0.1:0".parse().unwrap()])
+    };
+    let mut e = Running::start_with(options);
+    // Not waiting for a new engine once this one is stopped.
+    let a = Client::attach(&e.dir, 1, ClientOptions { recovery: None, ..ClientOptions::default() }).unwrap();
+    a.add_peer_rails(2, &[silent.local_addr().unwrap()]).unwrap();
+    let m = vec![7u8; 64 * 1024];
+    let mut sent = 0;
+    while a.send(2, &m, Some(Duration::from_millis(20))).is_ok() {
+        sent += 1;
+        assert!(sent < 100_000, "the send buffer never filled");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = e.stop();
+    // Spinning, an engine turns about a million times a second; asleep,
+    // it wakes for its retransmission timer (backing off) and its idle
+    // slice, and for the sends that filled the buffer.
+    assert!(stats.turns < 20_000 + 10 * sent, "{} turns for {sent} messages and 0.5 s stalled", stats.turns);
+    drop(a);
+}
+
 /// The batch API between two applications on one engine (the direct
 /// path, batch records) and between two engines (a submission each): the
 /// same messages, exact and in order.

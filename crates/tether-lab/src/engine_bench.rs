@@ -128,6 +128,13 @@ pub struct EngineReport {
     pub same_node_m_msgs_s: Summary,
     /// ... and with the batch API (`send_batch` of `BATCH`, `recv_batch`).
     pub same_node_batch_m_msgs_s: Summary,
+    /// CPU time per 64 KiB message with every wait sleeping, us: embedded,
+    /// through engines (applications and engines), the engines'
+    /// supervisors besides, and engine over embedded.
+    pub cpu_embedded_us: Summary,
+    pub cpu_engine_us: Summary,
+    pub cpu_supervisors_us: Summary,
+    pub cpu_ratio: Summary,
     pub recovery: RecoveryReport,
 }
 
@@ -206,6 +213,7 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
     let (mut raw, mut emb, mut eng, mut ratio) = (vec![], vec![], vec![], vec![]);
     let (mut s_emb, mut s_eng, mut s_ratio) = (vec![], vec![], vec![]);
     let (mut one_way, mut rate, mut batch_rate) = (vec![], vec![], vec![]);
+    let (mut cpu_emb, mut cpu_eng, mut cpu_sup, mut cpu_ratio) = (vec![], vec![], vec![], vec![]);
     let (mut s_quiet, mut st_ratio) = (vec![], vec![]);
     let (mut small_rate, mut small_nb, mut backup_cost) = (vec![], vec![], vec![]);
     let (mut rtt_nb, mut backup_rtt) = (vec![], vec![]);
@@ -251,6 +259,14 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         })?;
         cost_replacements += p.e1.replacements() + p.e2.replacements();
         drop(p);
+        // Two cores cannot show four busy parties' wall-clock ratio: the
+        // CPU time each message costs, every party sleeping when idle.
+        say(&format!("run {r}/{}: CPU time per 64 KiB message, embedded and through engines", o.runs));
+        let c = cpu_per_message(o, net, r)?;
+        cpu_emb.push(c.embedded_us);
+        cpu_eng.push(c.engine_us);
+        cpu_sup.push(c.supervisors_us);
+        cpu_ratio.push(c.engine_us / c.embedded_us);
         let (gn, mn) = match early {
             Some(v) => v,
             None => without_backup(r, &mut cost_replacements)?,
@@ -312,6 +328,10 @@ pub fn run(o: &EngineBenchOpts, net: &NetOpts, say: &dyn Fn(&str)) -> anyhow::Re
         same_node_one_way_us: s(&one_way),
         same_node_m_msgs_s: s(&rate),
         same_node_batch_m_msgs_s: s(&batch_rate),
+        cpu_embedded_us: s(&cpu_emb),
+        cpu_engine_us: s(&cpu_eng),
+        cpu_supervisors_us: s(&cpu_sup),
+        cpu_ratio: s(&cpu_ratio),
         recovery,
     })
 }
@@ -429,6 +449,66 @@ fn stream_through(a: &Client, b: &Client, peer: u32, size: usize, count: u64) ->
         let secs = (end - start).as_secs_f64();
         Ok((count as f64 * size as f64 / secs / 1e6, count as f64 / secs))
     })
+}
+
+/// CPU time this process has used, every thread's (ended ones too), us.
+fn own_cpu_us() -> f64 {
+    // SAFETY: `getrusage` fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(u.ru_utime) + us(u.ru_stime)
+}
+
+/// CPU time process `pid` has used (user and system, every thread's), us,
+/// from `/proc/PID/stat` (clock ticks).
+fn process_cpu_us(pid: u32) -> anyhow::Result<f64> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("process {pid}"))?;
+    // After the command's closing parenthesis: the state is field 3, so
+    // utime and stime (fields 14 and 15) are the 12th and 13th words.
+    let words: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| words.get(i).and_then(|w| w.parse::<f64>().ok());
+    let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+        anyhow::bail!("/proc/{pid}/stat: no utime and stime in {stat:?}");
+    };
+    // SAFETY: `sysconf` only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((user + system) / hz * 1e6)
+}
+
+/// CPU time a 64 KiB message costs, us, with every wait sleeping rather
+/// than polling (so the time is the work and the wake-ups, not spinning):
+/// embedded (both endpoints in this process), and through two engines
+/// (this process's applications and the two engines; their supervisors'
+/// watch apart, as it runs by the clock, not per message).
+struct CpuCost {
+    embedded_us: f64,
+    engine_us: f64,
+    supervisors_us: f64,
+}
+
+fn cpu_per_message(o: &EngineBenchOpts, net: &NetOpts, r: usize) -> anyhow::Result<CpuCost> {
+    let count = o.stream_messages;
+    let sleeping = NetOpts { size: STREAM_SIZE, spin_us: 0, ..net.clone() };
+    let before = own_cpu_us();
+    stream::reliable_loopback(&sleeping, count).context("64 KiB stream, embedded, sleeping")?;
+    let embedded_us = (own_cpu_us() - before) / count as f64;
+    let client = ClientOptions { spin: Duration::ZERO, ..ClientOptions::default() };
+    let p = engines_with_options(o, &format!("cpu{r}"), &["--spin-us", "0"], client)?;
+    let engines = [p.e1.engine_pid(), p.e2.engine_pid()];
+    let supervisors = [p.e1.supervisor_pid(), p.e2.supervisor_pid()];
+    let cpu = |pids: &[u32]| -> anyhow::Result<f64> { pids.iter().map(|&pid| process_cpu_us(pid)).sum() };
+    let (own0, eng0, sup0) = (own_cpu_us(), cpu(&engines)?, cpu(&supervisors)?);
+    stream_through(&p.a, &p.b, B, STREAM_SIZE, count).context("64 KiB stream through engines, sleeping")?;
+    let (own1, eng1, sup1) = (own_cpu_us(), cpu(&engines)?, cpu(&supervisors)?);
+    anyhow::ensure!(
+        p.e1.engine_pid() == engines[0] && p.e2.engine_pid() == engines[1],
+        "an engine was replaced during the CPU measurement"
+    );
+    let per = |t: f64| t / count as f64;
+    Ok(CpuCost { embedded_us, engine_us: per(own1 - own0 + eng1 - eng0), supervisors_us: per(sup1 - sup0) })
 }
 
 /// Messages a `send_batch` call in the batch stream.

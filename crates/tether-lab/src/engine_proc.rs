@@ -147,6 +147,11 @@ impl EngineProcess {
     }
 
     /// The engine process serving now.
+    /// The supervisor: the `tether engine` process this started.
+    pub fn supervisor_pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn engine_pid(&self) -> u32 {
         self.engine.load(Ordering::Relaxed)
     }

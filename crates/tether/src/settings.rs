@@ -594,6 +594,9 @@ pub fn all() -> &'static [Setting] {
             engine("engine.hang_after_us", "heartbeat silence after which the engine is hung", |s| {
                 parse_int::<u64>(s).map(|_| ())
             }),
+            engine("engine.spin_us", "how long the engine polls before it sleeps", |s| {
+                parse_int::<u64>(s).map(|_| ())
+            }),
             engine("engine.selftest_every_ms", "interval of the self-test's probes (0: off)", |s| {
                 parse_int::<u64>(s).map(|_| ())
             }),
