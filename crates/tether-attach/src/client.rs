@@ -584,13 +584,20 @@ impl Attachment {
             return self.send_direct(peer, seq, msg, timeout, channel);
         }
         self.submit(&Submission::Send { id: seq, peer, payload: msg, channel }, timeout)?;
+        self.submitted(peer, seq, msg, owned, channel);
+        Ok(MessageId { peer, seq })
+    }
+
+    /// Message `seq` to `peer` is in the submission ring: the next id
+    /// moves past it, and it is retained until settled (`owned`'s bytes by
+    /// reference, else a copy of `msg`).
+    fn submitted(&mut self, peer: NodeId, seq: u64, msg: &[u8], owned: Option<&Bytes>, channel: Channel) {
         let p = self.peers.entry(peer).or_default();
         p.next = seq + 1;
         if self.retain {
             let data = owned.cloned().unwrap_or_else(|| Bytes::copy_from_slice(msg));
             p.retained.push_back(Unsettled { data, channel });
         }
-        Ok(MessageId { peer, seq })
     }
 
     /// Send `msgs` to `peer`, in order, ids counting up from the first's:
@@ -645,12 +652,7 @@ impl Attachment {
                 result = Err((i, e));
                 break;
             }
-            let p = self.peers.get_mut(&peer).expect("a known peer");
-            p.next = id + 1;
-            if self.retain {
-                p.retained
-                    .push_back(Unsettled { data: Bytes::copy_from_slice(payload), channel: Channel::APP });
-            }
+            self.submitted(peer, id, payload, None, Channel::APP);
         }
         self.ring_engine();
         result
@@ -900,13 +902,19 @@ impl Attachment {
     /// One look while a ring is full: take what came (which may be what
     /// frees it), then yield; an error past `deadline` or with the engine gone.
     fn wait_for_room(&mut self, deadline: Option<Duration>) -> Result<(), EngineError> {
+        self.look_for_room(deadline)?;
+        self.machine.yield_now();
+        Ok(())
+    }
+
+    /// What every look for room does first: take what came (which may be
+    /// what frees it); an error past `deadline` or with the engine gone.
+    fn look_for_room(&mut self, deadline: Option<Duration>) -> Result<(), EngineError> {
         self.take_completions()?;
         if deadline.is_some_and(|d| self.machine.now() >= d) {
             return Err(EngineError::Timeout);
         }
-        self.check_engine()?;
-        self.machine.yield_now();
-        Ok(())
+        self.check_engine()
     }
 
     /// One look while the submission ring has been full since `start`:
@@ -921,18 +929,13 @@ impl Attachment {
         start: Duration,
         deadline: Option<Duration>,
     ) -> Result<(), EngineError> {
-        let now = self.machine.now();
-        if now.saturating_sub(start) < self.spin {
+        if self.machine.now().saturating_sub(start) < self.spin {
             return self.wait_for_room(deadline);
         }
-        self.take_completions()?;
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(EngineError::Timeout);
-        }
-        self.check_engine()?;
+        self.look_for_room(deadline)?;
         let completions = &self.region.completions;
         if !Control::before_sleep(self.region.control.client_waiting(), || !completions.is_empty()) {
-            let left = deadline.map_or(ROOM_SLEEP, |d| d.saturating_sub(now));
+            let left = deadline.map_or(ROOM_SLEEP, |d| d.saturating_sub(self.machine.now()));
             self.sleep(left.min(ROOM_SLEEP));
         }
         self.region.control.client_waiting().store(0, Ordering::SeqCst);
@@ -1205,8 +1208,11 @@ impl Attachment {
     fn take_completions_quietly(&mut self) -> Result<(), EngineError> {
         // An engine that found the ring full holds what it would publish,
         // and may sleep meanwhile: room made in a ring over half full is
-        // worth ringing for (an atomic load when it is not asleep).
-        let crowded = self.region.completions.len() > self.region.completions.capacity() / 2;
+        // worth ringing for (an atomic load when it is not asleep). The
+        // engine's position is read only when there is something to take,
+        // not on every empty look.
+        let completions = &self.region.completions;
+        let crowded = completions.next_len().is_some() && completions.len() > completions.capacity() / 2;
         let mut record = std::mem::take(&mut self.buf);
         let result = loop {
             if self.inbox.sink_full() {
@@ -1483,9 +1489,8 @@ impl Client {
         // Messages taken are the application's (taking them is the commit
         // point): returned, and a failure told by the next call.
         match got {
-            _ if !out.is_empty() => Ok(out.len()),
-            Ok(()) => Ok(out.len()),
-            Err(e) => Err(e),
+            Err(e) if out.is_empty() => Err(e),
+            _ => Ok(out.len()),
         }
     }
 

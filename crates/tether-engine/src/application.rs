@@ -197,25 +197,6 @@ pub(crate) fn take(
 ) -> Result<bool, String> {
     let s = Submission::decode(record).map_err(|e| format!("submission: {e}"))?;
     match s {
-        // A large message in a pooled buffer the core has room for: the
-        // buffer itself goes into the send log, the record's head sliced off.
-        Submission::Send { id, peer, payload, channel }
-            if c.resuming.is_none() && payload.len() >= POOL_FROM && c.core.can_send(peer, payload.len()) =>
-        {
-            let at = payload.as_ptr() as usize - record.as_ptr() as usize;
-            let range = at..at + payload.len();
-            let message = c.pool.seal(std::mem::take(record)).slice(range);
-            let sent = if channel == Channel::APP {
-                c.core.send_bytes(now, peer, message)
-            } else {
-                c.core.send_on(now, peer, channel, message)
-            };
-            match sent {
-                Ok(m) if m.seq == id => c.stalled = false,
-                Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
-                Err(e) => return Err(format!("send {id} to {peer}: {e}")),
-            }
-        }
         Submission::Send { id, peer, payload, channel } if c.resuming.is_some() => {
             if !c.resumed_message(peer, id, payload, channel) {
                 return Err(format!("resuming: message {id} to {peer} out of order"));
@@ -227,7 +208,21 @@ pub(crate) fn take(
         }
         Submission::ResumeEnd => c.resume(now, beat)?,
         Submission::Send { id, peer, payload, channel } => {
-            match send(&mut c.core, now, peer, payload, channel) {
+            // A large message in a pooled buffer the core has room for: the
+            // buffer itself goes into the send log, the record's head
+            // sliced off; a smaller one is copied into the log's arena.
+            let sent = if payload.len() >= POOL_FROM && c.core.can_send(peer, payload.len()) {
+                let at = payload.as_ptr() as usize - record.as_ptr() as usize;
+                let range = at..at + payload.len();
+                let message = c.pool.seal(std::mem::take(record)).slice(range);
+                match channel {
+                    Channel::APP => c.core.send_bytes(now, peer, message),
+                    _ => c.core.send_on(now, peer, channel, message),
+                }
+            } else {
+                send(&mut c.core, now, peer, payload, channel)
+            };
+            match sent {
                 Ok(m) if m.seq == id => c.stalled = false,
                 Ok(m) => return Err(format!("send id {id} to {peer}, the stream's next is {}", m.seq)),
                 Err(SendError::WouldBlock) => {
