@@ -27,7 +27,7 @@ use tether_fault::FaultCounters;
 use crate::counters::EngineCounters;
 use tether_proto::{
     Assembled, Channel, Delivery, Event, FailReason, FailedMessages, Fragment, MessageId, MessagePool,
-    MessageState, NodeId, Reassembly, Received, SentBatch, Stats, Unsettled, MAX_RAILS, POOL_FROM,
+    MessageState, Messages, NodeId, Reassembly, Received, SentBatch, Stats, Unsettled, MAX_RAILS, POOL_FROM,
 };
 use tether_shm::{ClientHeader, ClientRegion, Control, PairEnd, ShmError, LAYOUT_VERSION};
 
@@ -263,6 +263,14 @@ impl Inbox {
     fn sunk(&mut self, from: NodeId, channel: Channel, message: &[u8]) -> bool {
         let Some(sink) = self.sink.as_mut() else { return false };
         channel == Channel::APP && self.queues[channel.index()].is_empty() && sink.push(from, message)
+    }
+
+    /// A message of `len` bytes on `channel` would go into the batch
+    /// receive's buffer (`sunk`).
+    fn would_sink(&self, channel: Channel, len: usize) -> bool {
+        channel == Channel::APP
+            && self.queues[channel.index()].is_empty()
+            && self.sink.as_ref().is_some_and(|s| s.has_room(len))
     }
 
     /// A batch receive's buffer is here and can take no more.
@@ -606,10 +614,10 @@ impl Attachment {
     /// room up to `timeout` in all; once some are taken, a wait that runs
     /// out or fails ends the batch short (`SentBatch::count`), and the
     /// next call reports why.
-    pub fn send_batch<M: AsRef<[u8]>>(
+    pub fn send_batch<T: Messages + ?Sized>(
         &mut self,
         peer: NodeId,
-        msgs: &[M],
+        msgs: &T,
         timeout: Option<Duration>,
     ) -> Result<SentBatch, EngineError> {
         let Some(first) = self.peers.get(&peer).map(|p| p.next) else {
@@ -619,8 +627,8 @@ impl Attachment {
             return Err(tether_proto::SendError::SelfSend.into());
         }
         let max = self.max_message_len();
-        if let Some(m) = msgs.iter().find(|m| m.as_ref().len() > max) {
-            return Err(tether_proto::SendError::MessageTooLarge { len: m.as_ref().len(), max }.into());
+        if let Some(len) = (0..msgs.count()).map(|i| msgs.message(i).len()).find(|&len| len > max) {
+            return Err(tether_proto::SendError::MessageTooLarge { len, max }.into());
         }
         let deadline = timeout.map(|t| self.machine.now() + t);
         let count = if self.peers[&peer].is_local {
@@ -637,16 +645,16 @@ impl Attachment {
 
     /// `send_batch` through the engine: how many were taken, or how many
     /// and the error that stopped the rest.
-    fn submit_batch<M: AsRef<[u8]>>(
+    fn submit_batch<T: Messages + ?Sized>(
         &mut self,
         peer: NodeId,
         first: u64,
-        msgs: &[M],
+        msgs: &T,
         deadline: Option<Duration>,
     ) -> Result<usize, (usize, EngineError)> {
-        let mut result = Ok(msgs.len());
-        for (i, m) in msgs.iter().enumerate() {
-            let (id, payload) = (first + i as u64, m.as_ref());
+        let mut result = Ok(msgs.count());
+        for i in 0..msgs.count() {
+            let (id, payload) = (first + i as u64, msgs.message(i));
             let s = Submission::Send { id, peer, payload, channel: Channel::APP };
             if let Err(e) = self.submit_quietly(&s, deadline) {
                 result = Err((i, e));
@@ -662,17 +670,17 @@ impl Attachment {
     /// (each its length and bytes after the first's id, `DIRECT_BATCH`),
     /// the peer woken once a record. One too large for a batch record
     /// (within 4 bytes of the largest) goes on its own.
-    fn send_direct_batch<M: AsRef<[u8]>>(
+    fn send_direct_batch<T: Messages + ?Sized>(
         &mut self,
         peer: NodeId,
         first: u64,
-        msgs: &[M],
+        msgs: &T,
         deadline: Option<Duration>,
     ) -> Result<usize, (usize, EngineError)> {
         let mut sent = 0;
         let mut record = std::mem::take(&mut self.batch);
         let result = loop {
-            if sent == msgs.len() {
+            if sent == msgs.count() {
                 break Ok(sent);
             }
             let seq = first + sent as u64;
@@ -680,18 +688,17 @@ impl Attachment {
             let Some(d) = p.direct.as_mut() else {
                 // The path closed (the peer went): the rest fail at once,
                 // as `send_direct`'s messages do.
-                let end = first + msgs.len() as u64;
+                let end = first + msgs.count() as u64;
                 (p.next, p.settled) = (end, end);
                 let failed = FailedMessages { peer, first: seq, end, in_doubt_end: seq };
                 self.on_completion(Completion::Failed { failed, reason: FailReason::PeerUnreachable });
-                break Ok(msgs.len());
+                break Ok(msgs.count());
             };
             let room = d.end.tx.max_record();
             record.clear();
             record.extend_from_slice(&(seq | DIRECT_BATCH).to_le_bytes());
             let mut n = 0;
-            for m in &msgs[sent..] {
-                let m = m.as_ref();
+            for m in (sent..msgs.count()).map(|i| msgs.message(i)) {
                 if record.len() + 4 + m.len() > room {
                     break;
                 }
@@ -700,7 +707,7 @@ impl Attachment {
             }
             if n == 0 {
                 let timeout = deadline.map(|d| d.saturating_sub(self.machine.now()));
-                match self.send_direct(peer, seq, msgs[sent].as_ref(), timeout, Channel::APP) {
+                match self.send_direct(peer, seq, msgs.message(sent), timeout, Channel::APP) {
                     Ok(_) => sent += 1,
                     Err(e) => break Err((sent, e)),
                 }
@@ -1280,6 +1287,15 @@ impl Attachment {
             Completion::Delivery { from, fragment: f, channel, payload } => {
                 let max = self.max_message_len();
                 let p = self.peers.entry(from).or_default();
+                // A whole message a batch receive waits for is copied from
+                // the ring record straight into its buffer.
+                if f.first && f.last && self.inbox.would_sink(channel, payload.len()) {
+                    match p.taken.take_whole(&f, channel, payload.len(), max) {
+                        Assembled::Whole(_, channel) => self.inbox.deliver_slice(from, channel, payload),
+                        other => self.on_assembled(from, other),
+                    }
+                    return;
+                }
                 let taken = p.taken.take(&f, channel, payload, max);
                 self.on_assembled(from, taken);
             }
@@ -1457,10 +1473,10 @@ impl Client {
     /// Send several messages to `peer` in one call (see
     /// [`SentBatch`]): between two applications on one engine, packed
     /// into as few ring records as fit.
-    pub fn send_batch<M: AsRef<[u8]>>(
+    pub fn send_batch<T: Messages + ?Sized>(
         &self,
         peer: NodeId,
-        msgs: &[M],
+        msgs: &T,
         timeout: Option<Duration>,
     ) -> Result<SentBatch, EngineError> {
         self.lock().send_batch(peer, msgs, timeout)

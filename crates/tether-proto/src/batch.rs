@@ -31,6 +31,44 @@ impl SentBatch {
     }
 }
 
+/// The messages handed to a batch send, each by its place, in order:
+/// a slice, an array or a `Vec` of anything that is bytes (`&[u8]`,
+/// `Vec<u8>`, `Bytes`, ...), and a trait object of them, so a batch can
+/// pass through a layer that cannot be generic.
+pub trait Messages {
+    /// How many there are.
+    fn count(&self) -> usize;
+    /// Message `i` (`i < count()`).
+    fn message(&self, i: usize) -> &[u8];
+}
+
+impl<M: AsRef<[u8]>> Messages for [M] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn message(&self, i: usize) -> &[u8] {
+        self[i].as_ref()
+    }
+}
+
+impl<M: AsRef<[u8]>> Messages for Vec<M> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn message(&self, i: usize) -> &[u8] {
+        self[i].as_ref()
+    }
+}
+
+impl<M: AsRef<[u8]>, const N: usize> Messages for [M; N] {
+    fn count(&self) -> usize {
+        N
+    }
+    fn message(&self, i: usize) -> &[u8] {
+        self[i].as_ref()
+    }
+}
+
 /// One message's place in a [`Received`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -143,6 +181,19 @@ mod tests {
         // A message larger than the whole bound still comes, alone.
         assert!(r.push(5, &[0u8; 64]));
         assert!(r.is_full() && !r.push(6, b"x"));
+    }
+
+    #[test]
+    fn messages_are_read_by_place_whatever_holds_them() {
+        fn all<M: Messages + ?Sized>(m: &M) -> Vec<&[u8]> {
+            (0..m.count()).map(|i| m.message(i)).collect()
+        }
+        let v = vec![b"ab".to_vec(), b"c".to_vec()];
+        assert_eq!(all(&v), vec![&b"ab"[..], &b"c"[..]]);
+        assert_eq!(all(&[&b"x"[..]; 3]), vec![&b"x"[..]; 3]);
+        assert_eq!(all(&v[1..]), vec![&b"c"[..]]);
+        let boxed: &dyn Messages = &v;
+        assert_eq!(all(boxed), all(&v));
     }
 
     #[test]

@@ -71,6 +71,14 @@ impl DeliveryQueue {
         self.queue.front().map(|d| d.message.len())
     }
 
+    /// The length of the oldest delivery on `channel`.
+    pub fn front_len_on(&self, channel: Channel) -> Option<usize> {
+        if self.per_channel[channel.index()] == 0 {
+            return None;
+        }
+        self.queue.iter().find(|d| d.channel == channel).map(|d| d.message.len())
+    }
+
     pub fn pop(&mut self) -> Option<Delivery> {
         let d = self.queue.pop_front()?;
         self.taken(&d);

@@ -1562,6 +1562,17 @@ impl Endpoint {
         self.deliveries.front_len()
     }
 
+    /// The length of what `recv_message` would return next: a batch
+    /// receive takes it only if its buffer has room.
+    pub fn next_message_len(&self) -> Option<usize> {
+        match self.config.deliver_fragments {
+            true => {
+                (self.deliveries.front_channel()? == Channel::APP).then(|| self.deliveries.front_len())?
+            }
+            false => self.deliveries.front_len_on(Channel::APP),
+        }
+    }
+
     /// The delivery queue is at its limit: new data waits unacknowledged
     /// until the application reads (the commit point's back-pressure).
     pub fn delivery_queue_full(&self) -> bool {

@@ -57,7 +57,7 @@ mod time;
 mod timer;
 mod unreliable;
 
-pub use batch::{Received, SentBatch};
+pub use batch::{Messages, Received, SentBatch};
 pub use config::{ClusterKey, Config, ConfigError, RetransmitMode};
 pub use congestion::{
     AckSignal, CongestionControl, CongestionInfo, Controller, ControllerFactory, LossSignal,

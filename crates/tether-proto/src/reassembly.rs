@@ -127,12 +127,20 @@ impl Reassembly {
         if !(f.first && f.last) {
             return self.take(f, channel, &payload, max);
         }
-        // The same rules, run on no bytes; the bytes are the message.
-        match self.take(f, channel, &[], max) {
-            Assembled::Whole(..) if payload.len() > max => {
-                Assembled::Dropped("a message beyond the largest allowed")
-            }
+        match self.take_whole(f, channel, payload.len(), max) {
             Assembled::Whole(_, channel) => Assembled::Whole(payload, channel),
+            other => other,
+        }
+    }
+
+    /// `take` for a fragment that is a whole message (first and last) of
+    /// `len` bytes the caller keeps where they are (a batch receive copies
+    /// them straight into its buffer): the same rules, run on no bytes, so
+    /// `Whole` carries none.
+    pub fn take_whole(&mut self, f: &Fragment, channel: Channel, len: usize, max: usize) -> Assembled {
+        debug_assert!(f.first && f.last, "a whole message's fragment");
+        match self.take(f, channel, &[], max) {
+            Assembled::Whole(..) if len > max => Assembled::Dropped("a message beyond the largest allowed"),
             other => other,
         }
     }

@@ -13,7 +13,13 @@
 //! - an operation fault that does not: the message goes, yet its handle
 //!   says it failed (the application cannot tell which, as with a real
 //!   lost completion).
+//!
+//! A batch send is one call, with one verdict for all its messages. An
+//! operation fault on it lets the messages go and reports every one of
+//! them failed (`message_state`): a message's id exists only once the
+//! protocol has it, so a batch's messages cannot be failed unsent.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -22,8 +28,8 @@ use bytes::Bytes;
 use tether_fault::{CallVerdict, FaultCounters, Injector};
 use tether_io::{error_of, FaultHandle};
 use tether_proto::{
-    CongestionInfo, Delivery, Event, FailReason, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo,
-    Stats, Unreliable,
+    CongestionInfo, Delivery, Event, FailReason, Instant, MessageId, MessageState, Messages, Nacked, NodeId,
+    PathInfo, Received, SentBatch, Stats, Unreliable,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -36,12 +42,19 @@ pub(crate) struct ApiFaults<B> {
     inner: B,
     /// The injector, and the time its schedule counts from.
     injector: Mutex<(Injector, Instant)>,
+    /// Batches struck by operation faults, whose messages report failed:
+    /// the latest `STRUCK_BATCHES` (older ones report what the protocol
+    /// says of them).
+    struck_batches: Mutex<VecDeque<SentBatch>>,
 }
+
+/// How many operation-struck batches are remembered.
+const STRUCK_BATCHES: usize = 1024;
 
 impl<B: Backend> ApiFaults<B> {
     /// `inner` with `injector` drawing from `origin` on (the backend's clock).
     pub fn new(inner: B, injector: Injector, origin: Instant) -> Self {
-        ApiFaults { inner, injector: Mutex::new((injector, origin)) }
+        ApiFaults { inner, injector: Mutex::new((injector, origin)), struck_batches: Mutex::default() }
     }
 
     fn verdict(&self) -> CallVerdict {
@@ -85,6 +98,39 @@ impl<B: Backend> Backend for ApiFaults<B> {
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
         self.struck(|| self.inner.send_blocking(peer, msg, timeout))
+    }
+
+    fn send_batch(
+        &self,
+        peer: NodeId,
+        msgs: &dyn Messages,
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, Error> {
+        match self.verdict() {
+            CallVerdict::Proceed => self.inner.send_batch(peer, msgs, timeout),
+            CallVerdict::Invocation(e) => Err(Error::Transport(error_of(e))),
+            CallVerdict::Operation { .. } => {
+                let sent = self.inner.send_batch(peer, msgs, timeout)?;
+                let mut struck = self.struck_batches.lock().unwrap_or_else(|e| e.into_inner());
+                if struck.len() == STRUCK_BATCHES {
+                    struck.pop_front();
+                }
+                struck.push_back(sent);
+                Ok(sent)
+            }
+        }
+    }
+
+    fn message_state(&self, id: MessageId) -> MessageState {
+        let struck = self.struck_batches.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = |b: &SentBatch| {
+            b.first.peer == id.peer && (b.first.seq..b.first.seq + b.count as u64).contains(&id.seq)
+        };
+        if struck.iter().any(hit) {
+            return MessageState::Failed(FailReason::OperationFault);
+        }
+        drop(struck);
+        self.inner.message_state(id)
     }
 
     /// The transports' injectors' counters and this one's.
@@ -157,6 +203,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.recv(timeout)
     }
 
+    fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error> {
+        self.inner.recv_batch(out, timeout)
+    }
+
     fn poll_event(&self) -> Option<Event> {
         self.inner.poll_event()
     }
@@ -171,10 +221,6 @@ impl<B: Backend> Backend for ApiFaults<B> {
 
     fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         self.inner.flush(timeout)
-    }
-
-    fn message_state(&self, id: MessageId) -> MessageState {
-        self.inner.message_state(id)
     }
 
     fn stats(&self) -> Stats {

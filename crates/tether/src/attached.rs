@@ -26,8 +26,8 @@ use bytes::Bytes;
 use tether_attach::{Client, ClientOptions, EngineError};
 use tether_io::FaultHandle;
 use tether_proto::{
-    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo, SendError,
-    Stats, Unreliable,
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Messages, Nacked, NodeId, PathInfo,
+    Received, SendError, SentBatch, Stats, Unreliable,
 };
 
 use crate::attached_calls::AttachedCalls;
@@ -187,6 +187,19 @@ impl Backend for Attached {
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error> {
         Ok(self.handle(self.send_with(peer, &msg, timeout)?))
+    }
+
+    fn send_batch(
+        &self,
+        peer: NodeId,
+        msgs: &dyn Messages,
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, Error> {
+        Ok(self.client.send_batch(peer, msgs, timeout)?)
+    }
+
+    fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error> {
+        Ok(self.client.recv_batch(out, timeout)?)
     }
 
     /// An engine gone for good is reported by the blocking calls; here it

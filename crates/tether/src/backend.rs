@@ -12,8 +12,8 @@ use bytes::Bytes;
 use tether_fault::FaultCounters;
 use tether_io::FaultHandle;
 use tether_proto::{
-    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Nacked, NodeId,
-    PathInfo, SendError, Stats, Unreliable,
+    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Messages, Nacked,
+    NodeId, PathInfo, Received, SendError, SentBatch, Stats, Unreliable,
 };
 
 use crate::call_site::Site;
@@ -41,6 +41,13 @@ pub(crate) trait Backend: Debug + Send + Sync {
         msg: Outgoing<'_>,
         timeout: Option<Duration>,
     ) -> Result<SendHandle, Error>;
+    fn send_batch(
+        &self,
+        peer: NodeId,
+        msgs: &dyn Messages,
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, Error>;
+    fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error>;
     fn message_buffer(&self, capacity: usize) -> Vec<u8>;
     fn seal(&self, buf: Vec<u8>) -> Bytes;
     fn try_recv(&self) -> Option<Delivery>;

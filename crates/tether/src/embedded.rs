@@ -17,8 +17,8 @@ use bytes::Bytes;
 use tether_fault::{FaultCounters, Side};
 use tether_io::{FaultHandle, FaultyTransport, Transport};
 use tether_proto::{
-    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Nacked, NodeId,
-    PathInfo, RailId, SendError, Stats, Unreliable, MAX_RAILS,
+    CongestionInfo, Delivery, Endpoint as Core, Event, Instant, MessageId, MessageState, Messages, Nacked,
+    NodeId, PathInfo, RailId, Received, SendError, SentBatch, Stats, Unreliable, MAX_RAILS,
 };
 
 use crate::backend::{Backend, Outgoing};
@@ -27,7 +27,7 @@ use crate::call_site::Site;
 use crate::clock::Clock;
 use crate::handle::{Owner, SendHandle};
 use crate::options::{Options, Progress};
-use crate::shared::{block_on, Awaits, Shared};
+use crate::shared::{block_on, Awaits, EmbeddedStation, Locked, Shared};
 use crate::station::Station;
 use crate::waiter::Waiter;
 use crate::{leave, progress, Error};
@@ -158,6 +158,24 @@ impl Embedded {
         Ok(())
     }
 
+    /// Put what a send queued on the wire if the window allows, or step
+    /// the endpoint if nobody has for a while (see `send`).
+    fn put_out(&self, d: &mut Locked<'_>, now: Instant) {
+        if self.progress.is_some() && d.unstepped_for(now) >= leave::HANDOVER {
+            // Nobody has stepped it for a while: the worker is late (on two
+            // cores shared with this and other busy threads, by tens of
+            // milliseconds). The thread that keeps sending takes in its
+            // ACKs and handshake answers itself, on its own share of the
+            // CPU: 64 senders filling their buffers at once otherwise held
+            // every handshake until they were done, and the few flows
+            // whose threads drove their own endpoints had finished before
+            // most others had started.
+            self.shared.step(d, now);
+        } else {
+            d.transmit(now);
+        }
+    }
+
     fn stop(&mut self) {
         self.shared.request_stop();
         if let Some(p) = self.progress.take() {
@@ -240,19 +258,7 @@ impl Backend for Embedded {
         let now = self.shared.clock.now();
         d.learn_peer(peer);
         let id = msg.queue(&mut d.core, now, peer)?;
-        if self.progress.is_some() && d.unstepped_for(now) >= leave::HANDOVER {
-            // Nobody has stepped it for a while: the worker is late (on two
-            // cores shared with this and other busy threads, by tens of
-            // milliseconds). The thread that keeps sending takes in its
-            // ACKs and handshake answers itself, on its own share of the
-            // CPU: 64 senders filling their buffers at once otherwise held
-            // every handshake until they were done, and the few flows
-            // whose threads drove their own endpoints had finished before
-            // most others had started.
-            self.shared.step(&mut d, now);
-        } else {
-            d.transmit(now);
-        }
+        self.put_out(&mut d, now);
         Ok(SendHandle::new(Some(id), None, Owner::Embedded(self.shared.clone())))
     }
 
@@ -279,6 +285,61 @@ impl Backend for Embedded {
             Some(r)
         })??;
         Ok(SendHandle::new(Some(id), None, Owner::Embedded(shared.clone())))
+    }
+
+    /// As many as the send buffer takes under one lock, then a wait for
+    /// room (as `send_blocking`'s) for each further share.
+    fn send_batch(
+        &self,
+        peer: NodeId,
+        msgs: &dyn Messages,
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, Error> {
+        let n = msgs.count();
+        let max = self.shared.lock().core.config().max_message_len;
+        if let Some(len) = (0..n).map(|i| msgs.message(i).len()).find(|&len| len > max) {
+            return Err(SendError::MessageTooLarge { len, max }.into());
+        }
+        let deadline = timeout.and_then(|t| StdInstant::now().checked_add(t));
+        let (mut sent, mut first) = {
+            let mut d = self.shared.lock();
+            let now = self.shared.clock.now();
+            let (k, first) = queue_batch(&mut d, now, peer, msgs, 0)?;
+            self.put_out(&mut d, now);
+            (k, first)
+        };
+        while sent < n {
+            let left = deadline.map(|d| d.saturating_duration_since(StdInstant::now()));
+            let more = block_on(&self.shared, left, Awaits::Settled, |d| {
+                let now = self.shared.clock.now();
+                match queue_batch(d, now, peer, msgs, sent) {
+                    Ok((0, _)) => None,
+                    r => {
+                        d.transmit(now);
+                        Some(r)
+                    }
+                }
+            });
+            match more {
+                Ok(Ok((k, id))) => {
+                    sent += k;
+                    first = first.or(id);
+                }
+                Ok(Err(e)) if sent == 0 => return Err(e.into()),
+                Err(e) if sent == 0 => return Err(e),
+                // Some were taken: the batch ends short.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        Ok(SentBatch { first: first.unwrap_or(MessageId { peer, seq: 0 }), count: sent })
+    }
+
+    fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error> {
+        // Fast path: what is queued costs one lock.
+        if take_batch(&mut self.shared.lock(), out).is_none() {
+            block_on(&self.shared, timeout, Awaits::Delivery, |d| take_batch(d, out))?;
+        }
+        Ok(out.len())
     }
 
     fn try_recv(&self) -> Option<Delivery> {
@@ -424,6 +485,45 @@ impl Backend for Embedded {
     fn embedded(&self) -> Option<&Shared> {
         Some(&self.shared)
     }
+}
+
+/// Queue `msgs[from..]` to `peer` while its send buffer has room: how
+/// many went and the first one's id, or the error of the first refused
+/// for another reason than a full buffer (before any went: one refused
+/// for its peer or size refuses them all).
+fn queue_batch(
+    d: &mut EmbeddedStation,
+    now: Instant,
+    peer: NodeId,
+    msgs: &dyn Messages,
+    from: usize,
+) -> Result<(usize, Option<MessageId>), SendError> {
+    d.learn_peer(peer);
+    let mut first = None;
+    for i in from..msgs.count() {
+        match d.core.send(now, peer, msgs.message(i)) {
+            Ok(id) => {
+                first.get_or_insert(id);
+            }
+            Err(SendError::WouldBlock) => return Ok((i - from, first)),
+            Err(e) if i == from => return Err(e),
+            Err(_) => return Ok((i - from, first)),
+        }
+    }
+    Ok((msgs.count() - from, first))
+}
+
+/// Move the application's messages waiting in the core into `out` while
+/// they fit: `Some` once it holds any.
+fn take_batch(d: &mut EmbeddedStation, out: &mut Received) -> Option<()> {
+    while let Some(len) = d.core.next_message_len() {
+        if !out.has_room(len) {
+            break;
+        }
+        let m = d.core.recv_message()?;
+        out.push(m.from, &m.message);
+    }
+    (!out.is_empty()).then_some(())
 }
 
 impl std::fmt::Debug for Embedded {

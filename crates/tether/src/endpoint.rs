@@ -10,8 +10,8 @@ use bytes::Bytes;
 use tether_fault::{FaultCounters, Injector, Side};
 use tether_io::{AddressBook, FaultHandle, Transport, UdpTransport};
 use tether_proto::{
-    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Nacked, NodeId, PathInfo, Stats,
-    Unreliable,
+    CongestionInfo, Delivery, Event, Instant, MessageId, MessageState, Messages, Nacked, NodeId, PathInfo,
+    Received, SentBatch, Stats, Unreliable,
 };
 
 use crate::api_faults::ApiFaults;
@@ -406,6 +406,35 @@ impl Endpoint {
         self.backend.send_blocking(peer, Outgoing::Owned(msg), timeout)
     }
 
+    /// Send `msgs` to `peer`, in order, in one call: their ids count up
+    /// from `SentBatch::first` (follow each with `message_state`). A
+    /// message too large refuses the whole batch, nothing sent. Waits up
+    /// to `timeout` in all for room in the send buffer; once some are
+    /// taken, a wait that runs out ends the batch short
+    /// (`SentBatch::count`). Embedded, the batch takes the endpoint's lock
+    /// and tries the wire once; attached to an engine, it is one doorbell
+    /// for all, and between two applications on one engine the messages
+    /// are packed into as few ring records as fit (docs/ENGINE.md, "The
+    /// batch API").
+    pub fn send_batch<M: Messages + ?Sized>(
+        &self,
+        peer: NodeId,
+        msgs: &M,
+        timeout: Option<Duration>,
+    ) -> Result<SentBatch, Error> {
+        self.backend.send_batch(peer, &Batch(msgs), timeout)
+    }
+
+    /// Wait up to `timeout` for at least one message, then take as many
+    /// as have come and fit into `out` (cleared first; its memory is kept
+    /// from call to call, so a steady stream of receipts allocates
+    /// nothing for them). How many it holds: `out.iter()` gives each
+    /// sender and message, in the order `recv` would have.
+    pub fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error> {
+        out.clear();
+        self.backend.recv_batch(out, timeout)
+    }
+
     /// An empty buffer of at least `capacity` bytes for a message to be
     /// written into and handed over with [`Endpoint::seal`] and
     /// [`Endpoint::send_bytes`]: from the endpoint's pool when the size is
@@ -522,5 +551,18 @@ impl Drop for Endpoint {
         #[cfg(feature = "metrics")]
         self.metrics.take();
         self.backend.drop_lingering(self.linger);
+    }
+}
+
+/// A batch of any kind (a slice is unsized) as the one trait object a
+/// backend takes.
+struct Batch<'a, M: ?Sized>(&'a M);
+
+impl<M: Messages + ?Sized> Messages for Batch<'_, M> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn message(&self, i: usize) -> &[u8] {
+        self.0.message(i)
     }
 }

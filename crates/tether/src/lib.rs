@@ -66,9 +66,9 @@ pub use handle::SendHandle;
 pub use options::{Options, Progress};
 pub use tether_proto::{
     ClusterKey, Config, ConfigError, CongestionControl, CongestionInfo, Controller, ControllerFactory,
-    Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, Nacked,
-    NackedFate, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, Refused,
-    RetransmitMode, SendError, Stats, Unreliable, MAX_PEERS, MAX_RAILS,
+    Delivery, Event, FailReason, FailedMessages, Failover, Instant, MessageId, MessageState, Messages,
+    Nacked, NackedFate, NodeId, PathError, PathInfo, PathState, PathStats, RailId, RailPolicy, Received,
+    Refused, RetransmitMode, SendError, SentBatch, Stats, Unreliable, MAX_PEERS, MAX_RAILS,
 };
 pub use tether_wire::{AuthKind, ChecksumKind, ChecksumSet};
 

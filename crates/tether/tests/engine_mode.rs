@@ -71,6 +71,56 @@ fn msg(i: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 7 + j * 13) as u8).collect()
 }
 
+/// Batches from `a` (node 1) to `to`, taken by `b`'s `recv_batch` into
+/// a 40-message buffer: each message once, in order, exact, its id
+/// delivered.
+fn batches_arrive(a: &Endpoint, b: &Endpoint, to: tether::NodeId, n: usize, path: &str) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (mut out, mut i) = (tether::Received::new(40, 1 << 16), 0);
+            while i < n {
+                b.recv_batch(&mut out, WAIT).unwrap_or_else(|e| panic!("{path}: message {i}: {e}"));
+                for (from, m) in out.iter() {
+                    assert_eq!((from, m), (1, &msg(i)[..]), "{path}: message {i}");
+                    i += 1;
+                }
+            }
+        });
+        let (mut i, mut ids) = (0, Vec::new());
+        for k in 1.. {
+            if i == n {
+                break;
+            }
+            let batch: Vec<Vec<u8>> = (i..n.min(i + k % 90 + 1)).map(msg).collect();
+            let sent = a.send_batch(to, &batch, WAIT).unwrap();
+            assert_eq!(sent.count, batch.len(), "{path}");
+            ids.extend((0..sent.count).map(|j| sent.id(j).unwrap()));
+            i += batch.len();
+        }
+        a.flush(WAIT).unwrap();
+        for id in ids {
+            assert_eq!(a.message_state(id), MessageState::Delivered, "{path}: {id:?}");
+        }
+    });
+    assert!(b.try_recv().is_none(), "{path}: nothing twice");
+}
+
+/// The batch calls of an attached endpoint: through two engines, and
+/// between two applications on one engine (the direct path, where a
+/// batch is packed into ring records).
+#[test]
+fn attached_endpoints_send_and_receive_batches() {
+    let (e1, e2) = (Running::start("batch-a"), Running::start("batch-b"));
+    let a = Endpoint::builder(1).engine(&e1.dir).peer(2, e2.addrs[0]).peer(3, e1.addrs[0]).build().unwrap();
+    let b = Endpoint::builder(2).engine(&e2.dir).peer(1, e1.addrs[0]).build().unwrap();
+    let c = Endpoint::builder(3).engine(&e1.dir).peer(1, e1.addrs[0]).build().unwrap();
+    batches_arrive(&a, &b, 2, 2000, "through engines");
+    batches_arrive(&a, &c, 3, 3000, "direct path");
+    for ep in [a, b, c] {
+        ep.close(Duration::from_secs(1)).unwrap();
+    }
+}
+
 #[test]
 fn endpoints_attached_to_engines_deliver_through_an_engine_restart() {
     let (e1, mut e2) = (Running::start("a"), Running::start("b"));

@@ -219,3 +219,116 @@ fn an_endpoint_refused_for_its_api_plan_leaves_nothing_behind() {
     let again = Endpoint::udp(1, addr, &[], Options::default());
     assert!(again.is_ok(), "the port is free again: {again:?}");
 }
+
+/// `n` messages from `a` to node 2 (`b`) in batches of 1 to 120, taken by
+/// `recv_batch` into a 50-message buffer and, now and then, by `recv`:
+/// each once, in order, exact; the batches' ids count up, and every one is
+/// delivered. What each batch send took is checked against what went.
+fn batched(a: &Endpoint, b: &Endpoint, n: u64, what: &str) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut out = tether::Received::new(50, 64 * 1024);
+            let mut i = 0;
+            while i < n {
+                if i % 7 == 3 {
+                    let d = b.recv(WAIT).unwrap_or_else(|e| panic!("{what}: message {i}: {e}"));
+                    assert_eq!((d.from, d.message.to_vec()), (1, msg(i, size(i))), "{what}: message {i}");
+                    i += 1;
+                    continue;
+                }
+                let got = b.recv_batch(&mut out, WAIT).unwrap_or_else(|e| panic!("{what}: message {i}: {e}"));
+                assert!((1..=50).contains(&got) && got == out.len(), "{what}: {got} taken");
+                for (from, m) in out.iter() {
+                    assert_eq!((from, m), (1, &msg(i, size(i))[..]), "{what}: message {i}");
+                    i += 1;
+                }
+            }
+        });
+        let (mut i, mut k, mut ids) = (0, 1, Vec::new());
+        while i < n {
+            let len = (k * 37 % 120 + 1).min(n - i);
+            k += 1;
+            let batch: Vec<Vec<u8>> = (i..i + len).map(|j| msg(j, size(j))).collect();
+            let sent = a.send_batch(2, &batch, WAIT).unwrap_or_else(|e| panic!("{what}: batch at {i}: {e}"));
+            assert_eq!(sent.count as u64, len, "{what}: the whole batch taken within the wait");
+            if let Some(&last) = ids.last() {
+                assert_eq!(sent.first, tether::MessageId { peer: 2, seq: last + 1 }, "{what}: ids count up");
+            }
+            ids.extend((0..sent.count).map(|j| sent.id(j).unwrap().seq));
+            i += len;
+        }
+        a.flush(WAIT).unwrap();
+        for seq in ids {
+            let id = tether::MessageId { peer: 2, seq };
+            assert_eq!(a.message_state(id), MessageState::Delivered, "{what}: message {id:?}");
+        }
+    });
+    assert!(b.try_recv().is_none(), "{what}: nothing beyond the stream");
+}
+
+#[test]
+fn batches_are_masked_end_to_end() {
+    for rule in ["drop:p=0.05", "duplicate:p=0.05", "reorder:p=0.05,depth=5", "modify:p=0.05,bits=1..4"] {
+        let eps = mesh(2, &[rule], 11);
+        let (a, b) = (&eps[0], &eps[1]);
+        batched(a, b, 3000, rule);
+        assert!(a.fault_counters().total() + b.fault_counters().total() > 0, "{rule}: nothing injected");
+        // One message too large refuses the whole batch: nothing goes.
+        let max = Config::default().max_message_len;
+        let too_large = [vec![1u8; 8], vec![0u8; max + 1]];
+        match a.send_batch(2, &too_large, WAIT) {
+            Err(Error::Send(tether::SendError::MessageTooLarge { len, .. })) => assert_eq!(len, max + 1),
+            other => panic!("{rule}: a batch with a message too large: {other:?}"),
+        }
+        let mut out = tether::Received::new(4, 1024);
+        assert!(b.recv_batch(&mut out, Some(Duration::from_millis(100))).is_err() && out.is_empty());
+    }
+}
+
+/// A batch send is one call: an invocation fault refuses all of it,
+/// nothing sent; an operation fault lets it go and reports each of its
+/// messages failed.
+#[test]
+fn call_faults_strike_whole_batches() {
+    let rules =
+        ["invocation:p=0.2,side=api,error=local_resource", "operation:p=0.2,side=api,error=remote_resource"];
+    let eps = mesh(2, &rules, 5);
+    let (a, b) = (&eps[0], &eps[1]);
+    let (mut expected, mut struck, mut clean, mut refused) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for k in 0..300u64 {
+        let batch: Vec<Vec<u8>> = (0..10).map(|j| msg(k * 10 + j, 64)).collect();
+        match a.send_batch(2, &batch, WAIT) {
+            Ok(sent) => {
+                assert_eq!(sent.count, 10);
+                expected.extend(k * 10..k * 10 + 10);
+                let ids = (0..10).map(|j| sent.id(j).unwrap());
+                match a.message_state(sent.first) {
+                    MessageState::Failed(FailReason::OperationFault) => struck.extend(ids),
+                    _ => clean.extend(ids),
+                }
+            }
+            Err(Error::Transport(TransportError::LocalResource)) => refused += 1,
+            Err(e) => panic!("batch {k}: {e}"),
+        }
+    }
+    let mut out = tether::Received::new(64, 1 << 16);
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        b.recv_batch(&mut out, WAIT).unwrap();
+        got.extend(out.iter().map(|(_, m)| u64::from_le_bytes(m[..8].try_into().unwrap())));
+    }
+    assert_eq!(got, expected, "exactly the batches taken, in order, struck ones too");
+    a.flush(WAIT).unwrap();
+    for id in &clean {
+        assert_eq!(a.message_state(*id), MessageState::Delivered);
+    }
+    for id in &struck {
+        assert_eq!(a.message_state(*id), MessageState::Failed(FailReason::OperationFault));
+    }
+    eprintln!("300 batches: {refused} refused, {} struck, {} clean", struck.len() / 10, clean.len() / 10);
+    assert!(
+        refused > 20 && struck.len() > 200 && !clean.is_empty(),
+        "{refused} refused, {} struck",
+        struck.len()
+    );
+}
