@@ -998,6 +998,9 @@ pub fn engine_campaign(r: &crate::engine_campaign::EngineCampaignReport) {
         "recovery ms median",
         "p99",
         "max",
+        "queue ms",
+        "added ms median",
+        "p99",
     ]);
     let ms = |s: &Option<Summary>, f: fn(&Summary) -> f64| {
         s.as_ref().map_or("-".into(), |s| format!("{:.3}", f(s)))
@@ -1017,6 +1020,9 @@ pub fn engine_campaign(r: &crate::engine_campaign::EngineCampaignReport) {
             ms(&c.recovery_ms, |s| s.median),
             ms(&c.recovery_ms, |s| s.p99),
             ms(&c.recovery_ms, |s| s.max),
+            ms(&c.queue_ms, |s| s.median),
+            ms(&c.added_ms, |s| s.median),
+            ms(&c.added_ms, |s| s.p99),
         ]);
     }
     right(&mut t);
@@ -1024,7 +1030,9 @@ pub fn engine_campaign(r: &crate::engine_campaign::EngineCampaignReport) {
     println!(
         "detected: by crash (the supervisor saw the engine die), watchdog (hung), self-test (failed a probe, or the audit of its own state); \
          coverage = detected / (detected + undetected with effect); detect ms median, recovery from the \
-         strike to the first message submitted after it delivered, over the detected strikes"
+         strike to the first message submitted after it delivered, over the detected strikes; queue ms: median of \
+         how long the message delivered last before each strike had waited since its submission (what a message \
+         submitted at the strike waits with nothing struck: a deep backlog's queue); added ms: recovery less that"
     );
     if r.all.not_struck > 0 {
         let n = r.all.not_struck;

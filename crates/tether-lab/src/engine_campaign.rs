@@ -234,6 +234,12 @@ pub struct StrikeRecord {
     pub detect_ms: Option<f64>,
     /// From the strike to the delivery of the first message submitted after it.
     pub recovery_ms: Option<f64>,
+    /// How long the message delivered last before the strike took from
+    /// submission to delivery: what a message submitted at the strike
+    /// would have waited with nothing struck (a deep backlog's queue).
+    pub queue_ms: Option<f64>,
+    /// `recovery_ms` less `queue_ms`: the delay the strike added.
+    pub added_ms: Option<f64>,
     /// How long the struck engine's supervisor was watched for this strike
     /// (until the next strike was due).
     pub observed_ms: f64,
@@ -263,6 +269,8 @@ pub struct ClassRow {
     /// Over the detected strikes.
     pub detect_ms: Option<Summary>,
     pub recovery_ms: Option<Summary>,
+    pub queue_ms: Option<Summary>,
+    pub added_ms: Option<Summary>,
 }
 
 impl ClassRow {
@@ -291,6 +299,8 @@ impl ClassRow {
             coverage_pct: (judged > 0).then(|| detected.len() as f64 * 100.0 / judged as f64),
             detect_ms: of(|s| s.detect_ms),
             recovery_ms: of(|s| s.recovery_ms),
+            queue_ms: of(|s| s.queue_ms),
+            added_ms: of(|s| s.added_ms),
         }
     }
 }
@@ -600,6 +610,7 @@ impl Campaign<'_> {
         let pid = victim.engine_pid();
         let at = Instant::now();
         let t = p.stamp_of(at);
+        let queue_ms = p.sojourn_at(t).map(|q| ms(Duration::from_nanos(q)));
         let (hit, hook) = match class {
             FaultClass::Kill => match victim.signal_engine(libc::SIGKILL) {
                 Ok(_) => (Hit::Struck, String::new()),
@@ -698,6 +709,8 @@ impl Campaign<'_> {
             detection,
             detect_ms: w.detection.map(|(_, ms)| ms),
             recovery_ms,
+            queue_ms,
+            added_ms: recovery_ms.zip(queue_ms).map(|(r, q)| r - q),
             observed_ms: ms(observed),
             verdict,
             effect: effect.describe(),
@@ -893,6 +906,8 @@ mod tests {
             detection: None,
             detect_ms: recovery_ms.map(|r| r / 2.0),
             recovery_ms,
+            queue_ms: recovery_ms.map(|r| r / 4.0),
+            added_ms: recovery_ms.map(|r| r * 0.75),
             observed_ms: 100.0,
             verdict,
             effect: "-".into(),

@@ -126,6 +126,25 @@ impl Progress {
         }
     }
 
+    /// From submission to delivery, of the message delivered last at or
+    /// before stamp `t`: how long the stream's queue (the send buffers and
+    /// rings ahead of a new message) held a message at `t`, which a
+    /// message submitted then would wait with nothing struck. Messages are
+    /// delivered in order, so this is a binary search too.
+    pub fn sojourn_at(&self, t: u64) -> Option<u64> {
+        let sent = self.sent() as usize;
+        let done = self.delivered[..sent].partition_point(|d| {
+            let d = d.load(Ordering::Acquire);
+            d != 0 && d <= t
+        });
+        let i = done.checked_sub(1)?;
+        Some(
+            self.delivered[i]
+                .load(Ordering::Acquire)
+                .saturating_sub(self.submitted[i].load(Ordering::Acquire)),
+        )
+    }
+
     /// When message `i` was delivered, if it has been.
     pub fn delivered_stamp(&self, i: usize) -> Option<u64> {
         self.delivered.get(i).map(|d| d.load(Ordering::Acquire)).filter(|&t| t != 0)
@@ -388,5 +407,20 @@ mod tests {
         p.delivered[2].store(25, Ordering::Relaxed);
         assert_eq!(p.delivered_stamp(2), Some(25));
         assert_eq!(p.delivered_stamp(99), None);
+    }
+
+    #[test]
+    fn the_queue_at_a_moment_is_the_last_delivered_messages_wait() {
+        let p = Progress::new(4);
+        // Submitted at 10, 20, 30, 40; delivered at 50 and 65, the rest not yet.
+        for (i, (s, d)) in [(10, 50), (20, 65), (30, 0), (40, 0)].into_iter().enumerate() {
+            p.submitted[i].store(s, Ordering::Relaxed);
+            p.delivered[i].store(d, Ordering::Relaxed);
+        }
+        p.sent.store(4, Ordering::Release);
+        assert_eq!(p.sojourn_at(49), None, "nothing delivered yet");
+        assert_eq!(p.sojourn_at(50), Some(40));
+        assert_eq!(p.sojourn_at(64), Some(40));
+        assert_eq!(p.sojourn_at(1000), Some(45), "the last delivered, not one still queued");
     }
 }
