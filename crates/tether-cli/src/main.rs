@@ -14,7 +14,7 @@ use tether_lab::{
     args, async_bench, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign,
     congestion_bench, contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection,
     engine_bench, engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net, pingpong,
-    scratch, shm_bench, stream, summary, timeline,
+    scratch, shm_bench, stream, summary, sweep, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -160,6 +160,12 @@ enum BenchWhat {
     /// The async API (tokio) beside the blocking one, in turns: the 8 B
     /// round trip and a 1 KiB stream.
     Async(async_bench::AsyncOpts),
+    /// The parameter study of Tang and Bilas [TB] (Figures 5-9): stream
+    /// bandwidth against a fixed retransmission timer and against the send
+    /// window, at error rates from none to 1e-2, with selective and
+    /// go-back-N repair; application kernels' run time against the rate;
+    /// the paper's findings beside this run's.
+    Sweep(Box<sweep::SweepOpts>),
 }
 
 fn main() {
@@ -697,6 +703,7 @@ fn run_bench(o: &BenchOpts) -> anyhow::Result<()> {
         Some(BenchWhat::Async(a)) => return async_bench::run(a),
         Some(BenchWhat::Calls(c)) => return calls_bench::run(c, default_net()?),
         Some(BenchWhat::Logp(l)) => return logp_bench::run(l, default_net()?),
+        Some(BenchWhat::Sweep(w)) => return run_bench_sweep(w),
         None => {}
     }
     let sizes = if o.sizes.is_empty() { bench::SIZES.to_vec() } else { o.sizes.clone() };
@@ -881,6 +888,25 @@ fn measured<R: serde::Serialize>(
         return print_json(&report);
     }
     show(&report);
+    Ok(())
+}
+
+fn run_bench_sweep(o: &sweep::SweepOpts) -> anyhow::Result<()> {
+    let mut written = Vec::new();
+    measured(
+        o.json,
+        |say| {
+            let s = sweep::run(o, default_net()?, say)?;
+            if let Some(dir) = &o.out {
+                written = sweep::write(&s, o, dir)?;
+            }
+            Ok(s)
+        },
+        |s| sweep::print(s, o),
+    )?;
+    for path in written {
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 

@@ -362,3 +362,72 @@ fn logp_document_has_loggp_for_messages_and_calls() {
         assert!(datagrams[2] >= 2, "{what}");
     }
 }
+
+/// `tether bench sweep` ([TB] Figures 5-9) on a small grid: a point per
+/// repair mode, setting and rate (the timer sweep at window 32 and the
+/// window sweep at 1 ms sharing their common setting), the error-free
+/// point the unit of its row, drops injected and repaired where the rate
+/// is not zero, every kernel setting at every rate, a finding per claim
+/// and mode, and the CSVs and figures written.
+#[test]
+fn sweep_document_covers_its_grid_and_writes_its_figures() {
+    let out = std::env::temp_dir().join(format!("tether-sweep-test-{}", std::process::id()));
+    let doc = tether_json(&[
+        "bench",
+        "sweep",
+        "--timers",
+        "1ms,10ms",
+        "--windows",
+        "8,32",
+        "--rates",
+        "0,0.02",
+        "--sizes",
+        "16384",
+        "--bytes",
+        "1048576",
+        "--rounds",
+        "20",
+        "--runs",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let points = doc["points"].as_array().expect("points");
+    // Per mode: (1ms, 32), (10ms, 32), (1ms, 8), each at 2 rates.
+    assert_eq!(points.len(), 2 * 3 * 2, "{points:?}");
+    for p in points {
+        let rate = p["rate"].as_f64().unwrap();
+        let (relative, dropped) = (p["relative"].as_f64().unwrap(), p["dropped"].as_u64().unwrap());
+        assert!(p["mb_s"].as_f64().unwrap() > 0.0, "{p}");
+        if rate == 0.0 {
+            assert_eq!((relative, dropped), (1.0, 0), "{p}");
+        } else {
+            assert!(
+                dropped > 0 && p["retransmits"].as_u64().unwrap() > 0,
+                "drops injected and repaired: {p}"
+            );
+        }
+    }
+    let kernels = doc["kernels"].as_array().expect("kernels");
+    assert_eq!(kernels.len(), 2 * 4 * 2, "two kernels, four settings, two rates");
+    assert!(kernels.iter().all(|k| k["seconds"].as_f64().unwrap() > 0.0));
+    assert_eq!(doc["findings"].as_array().expect("findings").len(), 2 * 3);
+    let mut files: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "kernels.csv",
+            "sweep-kernel-all-to-all.png",
+            "sweep-kernel-neighbour.png",
+            "sweep-timer-go-back-n-16384.png",
+            "sweep-timer-selective-16384.png",
+            "sweep-window-go-back-n-16384.png",
+            "sweep-window-selective-16384.png",
+            "sweep.csv",
+        ]
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -10,6 +10,7 @@
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+pub mod app_kernels;
 pub mod args;
 pub mod async_bench;
 pub mod auth_bench;
@@ -48,5 +49,6 @@ pub mod scratch;
 pub mod shm_bench;
 pub mod stream;
 pub mod summary;
+pub mod sweep;
 pub mod timeline;
 pub mod verified_stream;

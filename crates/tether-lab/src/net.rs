@@ -64,6 +64,11 @@ pub struct NetOpts {
     /// the 25 us coalescing delay, at most the 250 ms ceiling).
     #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = rto_min_us())]
     pub rto_min_us: u64,
+    /// A fixed retransmission timer instead of the adaptive one (its
+    /// floor, start and ceiling all this): what `tether bench sweep` varies
+    /// as Tang and Bilas [TB] varied their one timer. Not a flag.
+    #[arg(skip)]
+    pub rto_fixed: Option<Duration>,
     /// Give up on a peer that acknowledged nothing for this long while data
     /// waited for it: its messages fail and the command says who did not
     /// answer (from 250ms, the retransmission ceiling, to 1h).
@@ -302,7 +307,7 @@ impl NetOpts {
 
     pub fn config(&self) -> Config {
         let rto_min = Duration::from_micros(self.rto_min_us);
-        Config {
+        let mut c = Config {
             max_datagram: self.mtu,
             send_window: self.window,
             recv_window: self.window.max(1024),
@@ -328,7 +333,13 @@ impl NetOpts {
             accept_peers: if self.accept { 1 } else { 0 },
             accept_unkeyed: self.accept,
             ..Config::default()
+        };
+        if let Some(t) = self.rto_fixed {
+            (c.rto_min, c.rto_initial, c.rto_max) = (t, t, t);
+            c.abandon_after = c.abandon_after.max(t);
+            c.abandon_limit = c.abandon_limit.map(|l| l.max(t));
         }
+        c
     }
 
     /// The fault plan: the file's rules, then `--fault` rules, then `--loss`.
