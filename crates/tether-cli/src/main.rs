@@ -13,8 +13,8 @@ mod table;
 use tether_lab::{
     args, async_bench, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign,
     congestion_bench, contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection,
-    engine_bench, engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net, pingpong,
-    scratch, shm_bench, stream, summary, sweep, timeline,
+    engine_bench, engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net,
+    performability_bench, pingpong, scratch, shm_bench, stream, summary, sweep, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -61,6 +61,11 @@ enum Command {
     /// A node's counters in the Prometheus text format, served over HTTP
     /// for a Prometheus server to scrape (what `tether stat` reads).
     Metrics(metrics_cmd::MetricsOpts),
+    /// The performability model (Kaur [AMVIA] chapter 4): a round trip as
+    /// a Markov chain with rates measured in this run, its prediction set
+    /// against the round trip measured under the same fault rates, then
+    /// embedded against engine mode and one rail against two.
+    Model(performability_bench::ModelOpts),
     /// A bank server of `tether demo --rpc` (started by the demo).
     #[command(hide = true)]
     BankServer(demo_rpc::BankServerOpts),
@@ -255,6 +260,11 @@ fn main() {
             &engine_cmd::defaults(Cli::command().find_subcommand("engine").expect("the engine command")),
         ),
         Command::Metrics(o) => metrics_cmd::run(&o),
+        Command::Model(o) => measured(
+            o.json,
+            |say| performability_bench::run(&o, default_net()?, say),
+            |r| performability_bench::print(r, &o),
+        ),
         Command::BankServer(o) => demo_rpc::serve(&o),
         Command::ClusterMember(o) => demo_cluster::serve(&o),
     };
@@ -353,6 +363,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
         Command::Stat(_) | Command::Config(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
+        Command::Model(_) => Ok(()),
         Command::ClusterMember(_) => Ok(()),
         Command::Engine(_) => Ok(()),
     }

@@ -431,3 +431,32 @@ fn sweep_document_covers_its_grid_and_writes_its_figures() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// `tether model` ([AMVIA] chapter 4): the chain's round trip beside the
+/// measured one at the rate asked for, with the difference between them
+/// as printed; the what-ifs grow with the failure rate, engine mode costs
+/// more than embedded, and two rails never cost more than one.
+#[test]
+fn model_document_sets_the_chain_against_the_measurement() {
+    let doc = tether_json(&["model", "--rates", "0.05", "--count", "500", "--runs", "1", "--json"]);
+    let checks = doc["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 1);
+    let c = &checks[0];
+    let (p, m) = (c["predicted_us"].as_f64().unwrap(), c["measured_us"].as_f64().unwrap());
+    assert!(p > 0.0 && m > 0.0, "{c}");
+    assert!((c["difference"].as_f64().unwrap() - (p - m) / m).abs() < 1e-9, "{c}");
+    assert!(c["predicted_resent"].as_f64().unwrap() > 0.09, "two legs at 5%: about 0.105 resent: {c}");
+    let response = |w: &serde_json::Value| w["prediction"]["response_us"].as_f64().unwrap();
+    let engine = doc["engine"].as_array().expect("engine");
+    assert_eq!(engine.len(), 12);
+    for loss in engine.chunks(6) {
+        assert_eq!(loss[0]["setting"], "embedded");
+        assert!(loss.windows(2).all(|w| response(&w[0]) < response(&w[1])), "{loss:?}");
+    }
+    let rails = doc["rails"].as_array().expect("rails");
+    assert_eq!(rails.len(), 8);
+    for pair in rails.chunks(2) {
+        assert_eq!((&pair[0]["setting"], &pair[1]["setting"]), (&"one rail".into(), &"two rails".into()));
+        assert!(response(&pair[1]) <= response(&pair[0]), "{pair:?}");
+    }
+}

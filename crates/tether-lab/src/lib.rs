@@ -42,6 +42,8 @@ pub mod model;
 pub mod net;
 pub mod netns;
 pub mod pattern;
+pub mod performability;
+pub mod performability_bench;
 pub mod pingpong;
 pub mod plot;
 pub mod raw;

@@ -21,6 +21,10 @@ pub struct PingpongRun {
     pub rtt_us: Summary,
     pub corrupted: u64,
     pub retransmits: u64,
+    /// The endpoint's smoothed round trip to its peer at the end (what its
+    /// retransmission timer starts from), in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub srtt_us: Option<f64>,
     /// What this side's endpoint dropped, by reason (empty for raw).
     pub drops: Drops,
     /// What the echo side dropped, when this process ran it (loopback).
@@ -87,6 +91,7 @@ fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> 
         rtt_us,
         corrupted,
         retransmits: stats.retransmits,
+        srtt_us: ep.rtt(RECEIVER).map(|d| d.as_secs_f64() * 1e6),
         drops: drops(&stats),
         echo_drops: None,
     })
@@ -203,6 +208,7 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
         rtt_us: Summary::of(&samples).expect("count > 0"),
         corrupted: 0,
         retransmits: 0,
+        srtt_us: None,
         drops: Drops::new(),
         echo_drops: None,
     })
@@ -256,6 +262,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
             rtt_us: Summary::of(&samples).expect("count > 0"),
             corrupted: 0,
             retransmits: 0,
+            srtt_us: None,
             drops: Drops::new(),
             echo_drops: None,
         });
