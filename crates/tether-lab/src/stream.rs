@@ -123,6 +123,9 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
 
 /// Reliable stream over loopback, both endpoints in this process.
 pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
+    // A wait may span several timeouts in a row: a timer pinned at a
+    // second (`tether bench sweep`) takes that long for each.
+    let patience = RECV_TIMEOUT.max(o.config().rto_max * 30);
     let (rx, tx) = o.loopback_pair()?;
     let origin = tx.now();
     let size = o.size;
@@ -131,7 +134,7 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     let receiver = std::thread::spawn(move || -> anyhow::Result<(Tally, Instant, tether::Endpoint)> {
         let mut t = Tally::default();
         for _ in 0..count {
-            let d = rx.recv(Some(RECV_TIMEOUT))?;
+            let d = rx.recv(Some(patience))?;
             t.take(&d.message, size);
         }
         Ok((t, Instant::now(), rx))
@@ -139,7 +142,7 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     let mut buf = vec![0u8; size];
     let start = Instant::now();
     for i in 0..count {
-        send_pattern(&tx, &mut buf, i, RECV_TIMEOUT)?;
+        send_pattern(&tx, &mut buf, i, patience)?;
     }
     // Keep driving the sender until everything is acknowledged, and the
     // receiver once its thread is done: with --polling there is no progress
@@ -158,7 +161,7 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
             Some((_, _, rx)) => rx.progress(),
             None => {}
         }
-        anyhow::ensure!(waiting.elapsed() < RECV_TIMEOUT, "the last messages were never acknowledged");
+        anyhow::ensure!(waiting.elapsed() < patience, "the last messages were never acknowledged");
     }
     let (tally, end, rx) = done.expect("loop ends with the receiver done");
     let mut injected = tx.fault_counters();

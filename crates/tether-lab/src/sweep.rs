@@ -214,7 +214,13 @@ pub fn run(o: &SweepOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<S
                     for run in 0..g.runs {
                         // Each run its own drops.
                         let o = NetOpts { seed: g.seed + run as u64, ..o.clone() };
-                        let r = stream::reliable_loopback(&o, count)?;
+                        let r = stream::reliable_loopback(&o, count).map_err(|e| {
+                            anyhow::anyhow!(
+                                "{} {size} B, timer {}, window {window}, rate {rate}, run {run}: {e}",
+                                mode_name(mode),
+                                tether_fault::format_duration(timer)
+                            )
+                        })?;
                         anyhow::ensure!(
                             r.delivered == r.messages && r.corrupted == 0 && r.out_of_order == 0,
                             "{} {size} B, timer {timer:?}, window {window}, rate {rate}: {} of {} delivered, {} corrupted, {} out of order",
@@ -280,7 +286,10 @@ fn run_kernels(g: &SweepOpts, net: &NetOpts, tell: &dyn Fn(&str)) -> anyhow::Res
                 let rule = (rate > 0.0).then(|| format!("drop:p={rate},side=send"));
                 let (mut seconds, mut retransmits, mut dropped) = (Vec::new(), 0, 0);
                 for run in 0..g.runs {
-                    let r = app_kernels::run(&spec, &config, rule.as_deref(), g.seed + 1000 * run as u64)?;
+                    let r = app_kernels::run(&spec, &config, rule.as_deref(), g.seed + 1000 * run as u64)
+                        .map_err(|e| {
+                            anyhow::anyhow!("{} {setting}, rate {rate}, run {run}: {e}", kernel.name())
+                        })?;
                     seconds.push(r.seconds);
                     retransmits += r.retransmits;
                     dropped += r.dropped;
