@@ -9,6 +9,7 @@ pub mod calls;
 mod checker;
 mod config;
 pub mod engines;
+pub mod fabric;
 mod forger;
 pub mod membership;
 mod nacked;

@@ -1,0 +1,312 @@
+//! A source-routed switched fabric for the simulator: hosts and switches
+//! with numbered ports and the links between them, where a datagram
+//! carries its route (an output port per switch, taken from the head at
+//! each hop, as a Myrinet header does) and goes where the route says or
+//! is dropped on the way. The ground under Tang and Bilas [TB] section
+//! 4.2 (routes found on demand after a host moves or a link dies), whose
+//! design is docs/FABRIC.md; this module is the fabric alone (its
+//! topologies, moves and failures, and where a route leads), with no
+//! protocol in it.
+//!
+//! Switches have no identity a probe could read ([TB]: "unlike hosts,
+//! Myrinet switches do not have identities"): nothing here gives one out
+//! but [`Walk::Switch`], which the simulator's probes answer with and the
+//! mapper never sees directly.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tether_proto::NodeId;
+
+/// A switch's number in its fabric.
+pub type SwitchId = u32;
+
+/// A port's number on its switch.
+pub type Port = u8;
+
+/// What is at the other end of a switch port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Host(NodeId),
+    Switch(SwitchId, Port),
+}
+
+#[derive(Debug, Clone)]
+struct Switch {
+    /// What each port leads to, and whether its link is up.
+    ports: Vec<Option<(End, bool)>>,
+}
+
+/// Where a route from a host leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// Delivered to this host, after this many links.
+    Host(NodeId, usize),
+    /// The route ran out at a switch (a switch probe's turning point).
+    Switch(SwitchId, usize),
+    /// Dropped: the route named a port with nothing on it, a dead link,
+    /// or a host before its end; or the sender is not attached.
+    Dropped(Drop),
+}
+
+/// Why a route did not lead anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drop {
+    NotAttached,
+    NoSuchPort,
+    DeadLink,
+    /// The route reached a host with ports still to take.
+    PastHost,
+}
+
+/// Why a change to the fabric was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FabricError {
+    #[error("no switch {0}")]
+    NoSwitch(SwitchId),
+    #[error("switch {0} has no port {1}")]
+    NoPort(SwitchId, Port),
+    #[error("switch {0} port {1} is taken")]
+    PortTaken(SwitchId, Port),
+    #[error("host {0} is attached already")]
+    HostAttached(NodeId),
+    #[error("host {0} is not attached")]
+    HostNotAttached(NodeId),
+}
+
+/// Hosts and switches, and the links between their ports.
+#[derive(Debug, Clone, Default)]
+pub struct Fabric {
+    switches: Vec<Switch>,
+    /// Where each host is plugged in.
+    hosts: BTreeMap<NodeId, (SwitchId, Port)>,
+}
+
+impl Fabric {
+    /// A switch of `ports` ports, nothing plugged in: its number.
+    pub fn add_switch(&mut self, ports: usize) -> SwitchId {
+        self.switches.push(Switch { ports: vec![None; ports.min(Port::MAX as usize + 1)] });
+        (self.switches.len() - 1) as SwitchId
+    }
+
+    fn free(&self, sw: SwitchId, port: Port) -> Result<(), FabricError> {
+        let s = self.switches.get(sw as usize).ok_or(FabricError::NoSwitch(sw))?;
+        match s.ports.get(port as usize) {
+            None => Err(FabricError::NoPort(sw, port)),
+            Some(Some(_)) => Err(FabricError::PortTaken(sw, port)),
+            Some(None) => Ok(()),
+        }
+    }
+
+    /// Link two switch ports.
+    pub fn link(&mut self, a: (SwitchId, Port), b: (SwitchId, Port)) -> Result<(), FabricError> {
+        self.free(a.0, a.1)?;
+        self.free(b.0, b.1)?;
+        if a == b {
+            return Err(FabricError::PortTaken(a.0, a.1));
+        }
+        self.switches[a.0 as usize].ports[a.1 as usize] = Some((End::Switch(b.0, b.1), true));
+        self.switches[b.0 as usize].ports[b.1 as usize] = Some((End::Switch(a.0, a.1), true));
+        Ok(())
+    }
+
+    /// Plug `host` into a switch port.
+    pub fn attach(&mut self, host: NodeId, at: (SwitchId, Port)) -> Result<(), FabricError> {
+        if self.hosts.contains_key(&host) {
+            return Err(FabricError::HostAttached(host));
+        }
+        self.free(at.0, at.1)?;
+        self.switches[at.0 as usize].ports[at.1 as usize] = Some((End::Host(host), true));
+        self.hosts.insert(host, at);
+        Ok(())
+    }
+
+    /// Unplug `host` and plug it in at `to` ([TB]: a node "re-connected
+    /// to a different location of the system"): where it was.
+    pub fn move_host(&mut self, host: NodeId, to: (SwitchId, Port)) -> Result<(SwitchId, Port), FabricError> {
+        let from = *self.hosts.get(&host).ok_or(FabricError::HostNotAttached(host))?;
+        self.free(to.0, to.1)?;
+        self.switches[from.0 as usize].ports[from.1 as usize] = None;
+        self.hosts.remove(&host);
+        self.attach(host, to)?;
+        Ok(from)
+    }
+
+    /// Set the link at a switch port up or down (both of its ends).
+    pub fn set_link(&mut self, sw: SwitchId, port: Port, up: bool) -> Result<(), FabricError> {
+        let s = self.switches.get_mut(sw as usize).ok_or(FabricError::NoSwitch(sw))?;
+        let slot = s.ports.get_mut(port as usize).ok_or(FabricError::NoPort(sw, port))?;
+        let Some((end, state)) = slot.as_mut() else { return Err(FabricError::NoPort(sw, port)) };
+        *state = up;
+        if let End::Switch(o, op) = *end {
+            if let Some(Some((_, other))) = self.switches[o as usize].ports.get_mut(op as usize) {
+                *other = up;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where `host` is plugged in.
+    pub fn host_at(&self, host: NodeId) -> Option<(SwitchId, Port)> {
+        self.hosts.get(&host).copied()
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.hosts.keys().copied()
+    }
+
+    pub fn switch_count(&self) -> usize {
+        self.switches.len()
+    }
+
+    /// Where a datagram from `from` with `route` goes: the first link is
+    /// the host's own to its switch, then one port of the route a switch.
+    pub fn walk(&self, from: NodeId, route: &[Port]) -> Walk {
+        let Some(&(mut sw, port)) = self.hosts.get(&from) else { return Walk::Dropped(Drop::NotAttached) };
+        if !self.switches[sw as usize].ports[port as usize].is_some_and(|(_, up)| up) {
+            return Walk::Dropped(Drop::DeadLink);
+        }
+        let mut links = 1;
+        for (i, &out) in route.iter().enumerate() {
+            match self.switches[sw as usize].ports.get(out as usize) {
+                None | Some(None) => return Walk::Dropped(Drop::NoSuchPort),
+                Some(Some((_, false))) => return Walk::Dropped(Drop::DeadLink),
+                Some(Some((End::Host(h), true))) => {
+                    return match i + 1 == route.len() {
+                        true => Walk::Host(*h, links + 1),
+                        false => Walk::Dropped(Drop::PastHost),
+                    };
+                }
+                Some(Some((End::Switch(next, _), true))) => {
+                    sw = *next;
+                    links += 1;
+                }
+            }
+        }
+        Walk::Switch(sw, links)
+    }
+
+    /// The shortest route from `from` to `to` over links that are up, by
+    /// breadth-first search with the whole fabric in view: the oracle a
+    /// mapper that sees only probe answers is checked against.
+    pub fn shortest_route(&self, from: NodeId, to: NodeId) -> Option<Vec<Port>> {
+        let &(start, port) = self.hosts.get(&from)?;
+        if !self.switches[start as usize].ports[port as usize].is_some_and(|(_, up)| up) {
+            return None;
+        }
+        let mut seen = vec![false; self.switches.len()];
+        let mut queue = VecDeque::from([(start, Vec::new())]);
+        seen[start as usize] = true;
+        while let Some((sw, route)) = queue.pop_front() {
+            for (p, slot) in self.switches[sw as usize].ports.iter().enumerate() {
+                let mut next = route.clone();
+                next.push(p as Port);
+                match slot {
+                    Some((End::Host(h), true)) if *h == to => return Some(next),
+                    Some((End::Switch(o, _), true)) if !seen[*o as usize] => {
+                        seen[*o as usize] = true;
+                        queue.push_back((*o, next));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// The fabric [TB] mapped in (their Figure 2): two 16-port and two
+    /// 8-port switches in a chain with redundant links, hosts on the
+    /// first `hosts` free ports of the first switch and on the last one.
+    /// Hosts are numbered from 1.
+    pub fn tang_bilas(hosts_per_end: usize) -> Fabric {
+        let mut f = Fabric::default();
+        let s: Vec<SwitchId> = [16, 8, 8, 16].into_iter().map(|n| f.add_switch(n)).collect();
+        // Two links between each neighbouring pair: ports 14-15 of a
+        // 16-port switch, 6-7 of an 8-port one, facing 4-5 of the next.
+        for w in s.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let up = (f.switches[a as usize].ports.len() - 2) as Port;
+            f.link((a, up), (b, 4)).expect("a free port");
+            f.link((a, up + 1), (b, 5)).expect("a free port");
+        }
+        let mut id = 1;
+        for &sw in [s[0], s[3]].iter() {
+            for p in 0..hosts_per_end.min(4) {
+                f.attach(id, (sw, p as Port)).expect("a free port");
+                id += 1;
+            }
+        }
+        f
+    }
+
+    /// A two-level fat tree of `k`-port switches (k even): k leaves, each
+    /// with k/2 hosts below and a link to each of k/2 spines (k^2/2 hosts).
+    /// Hosts are numbered from 1.
+    pub fn fat_tree(k: usize) -> Fabric {
+        let k = k.clamp(2, 254) & !1;
+        let mut f = Fabric::default();
+        let leaves: Vec<SwitchId> = (0..k).map(|_| f.add_switch(k)).collect();
+        let spines: Vec<SwitchId> = (0..k / 2).map(|_| f.add_switch(k)).collect();
+        for (li, &leaf) in leaves.iter().enumerate() {
+            for (si, &spine) in spines.iter().enumerate() {
+                f.link((leaf, (k / 2 + si) as Port), (spine, li as Port)).expect("a free port");
+            }
+        }
+        let mut id = 1;
+        for &leaf in &leaves {
+            for p in 0..k / 2 {
+                f.attach(id, (leaf, p as Port)).expect("a free port");
+                id += 1;
+            }
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_goes_where_its_ports_say_or_is_dropped_on_the_way() {
+        let mut f = Fabric::default();
+        let (a, b) = (f.add_switch(4), f.add_switch(4));
+        f.link((a, 3), (b, 3)).unwrap();
+        f.attach(1, (a, 0)).unwrap();
+        f.attach(2, (b, 1)).unwrap();
+        assert_eq!(f.walk(1, &[3, 1]), Walk::Host(2, 3));
+        assert_eq!(f.walk(1, &[3]), Walk::Switch(b, 2), "a switch probe's turning point");
+        assert_eq!(f.walk(1, &[2]), Walk::Dropped(Drop::NoSuchPort));
+        assert_eq!(f.walk(1, &[9]), Walk::Dropped(Drop::NoSuchPort));
+        assert_eq!(f.walk(1, &[3, 1, 0]), Walk::Dropped(Drop::PastHost));
+        assert_eq!(f.walk(7, &[3]), Walk::Dropped(Drop::NotAttached));
+        f.set_link(b, 3, false).unwrap();
+        assert_eq!(f.walk(1, &[3, 1]), Walk::Dropped(Drop::DeadLink), "down at both ends");
+        assert_eq!(f.shortest_route(1, 2), None);
+        f.set_link(a, 3, true).unwrap();
+        assert_eq!(f.shortest_route(1, 2), Some(vec![3, 1]));
+        // Moved: the old route leads nowhere, a new one does.
+        assert_eq!(f.move_host(2, (a, 1)), Ok((b, 1)));
+        assert_eq!(f.walk(1, &[3, 1]), Walk::Dropped(Drop::NoSuchPort));
+        assert_eq!(f.shortest_route(1, 2), Some(vec![1]));
+        assert_eq!(f.attach(3, (a, 1)), Err(FabricError::PortTaken(a, 1)));
+        assert_eq!(f.move_host(9, (b, 0)), Err(FabricError::HostNotAttached(9)));
+    }
+
+    #[test]
+    fn generated_fabrics_connect_every_host_by_their_shortest_routes() {
+        let f = Fabric::fat_tree(8);
+        assert_eq!((f.hosts().count(), f.switch_count()), (32, 12));
+        for a in f.hosts() {
+            for b in f.hosts().filter(|&b| b != a) {
+                let route = f.shortest_route(a, b).unwrap();
+                let same_leaf = f.host_at(a).unwrap().0 == f.host_at(b).unwrap().0;
+                assert_eq!(route.len(), if same_leaf { 1 } else { 3 }, "{a} to {b}");
+                assert_eq!(f.walk(a, &route), Walk::Host(b, route.len() + 1));
+            }
+        }
+        let t = Fabric::tang_bilas(2);
+        let route = t.shortest_route(1, 3).unwrap();
+        assert_eq!(route.len(), 4, "four switches in a chain");
+        assert_eq!(t.walk(1, &route), Walk::Host(3, 5));
+    }
+}
