@@ -18,7 +18,10 @@
 //! these means has the same mean time to absorption as the real one (mean
 //! value analysis, [AMVIA] section 4.4), which is what the model predicts.
 //! `RTO_k` is tether's timer (`rtt.rs`): `srtt + max(4 rttvar, 100 us)`
-//! doubled `k` times, clamped to the configured floor and ceiling.
+//! doubled `k` times, clamped to the configured floor and ceiling, with
+//! `rttvar` taken as small (a steady path): `srtt + 100 us`. That is the
+//! timer tether should have on a steady path; the one it has under loss
+//! is what `tether model` compares against.
 //!
 //! Two more components fail and are repaired:
 //!
@@ -34,6 +37,17 @@
 //! generator restricted to the transient states), by LU decomposition
 //! (nalgebra); the datagrams sent again solve the same system with the
 //! loss exits' rates as the reward.
+//!
+//! That chain starts with everything up and covers failures that strike
+//! while the round trip is under way. A round trip that begins at a
+//! random moment may also find something down already: a second Markov
+//! reward model, of the components alone (the engine up or down; one rail
+//! up or down; two rails both up, one failing over, one left, none), gives
+//! the stationary probability of each state (`pi Q = 0`, solved the same
+//! way) and, as each state's reward, how long a round trip beginning in
+//! it waits before it can go. The prediction is the sum of the two; the
+//! engine and the rails are taken as independent (their overlap is of
+//! second order in the failure rates).
 
 use nalgebra::{DMatrix, DVector};
 use serde::Serialize;
@@ -65,7 +79,14 @@ pub struct Rates {
 /// What the chain predicts for one round trip.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Prediction {
+    /// The mean round trip: `underway_us + waiting_us`.
     pub response_us: f64,
+    /// Of it, the round trip begun with everything up (failures striking
+    /// while it is under way included).
+    pub underway_us: f64,
+    /// Of it, the mean wait of a round trip begun at a random moment for
+    /// what is down then.
+    pub waiting_us: f64,
     /// One request outstanding at a time: round trips a second.
     pub throughput_per_s: f64,
     /// Datagrams sent again per round trip.
@@ -116,6 +137,18 @@ pub fn predict(r: &Rates) -> anyhow::Result<Prediction> {
     anyhow::ensure!((0.0..1.0).contains(&r.loss), "a loss rate in [0, 1)");
     anyhow::ensure!(r.leg_us > 0.0 && r.rto_min_us > 0.0, "positive times");
     anyhow::ensure!(matches!(r.rails, 1 | 2), "one rail or two");
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    anyhow::ensure!(
+        positive(r.engine_recovery_us) && positive(r.rail_repair_us) && positive(r.failover_us),
+        "positive, finite repair times"
+    );
+    anyhow::ensure!(
+        r.engine_failures_per_s.is_finite()
+            && r.engine_failures_per_s >= 0.0
+            && r.rail_failures_per_s.is_finite()
+            && r.rail_failures_per_s >= 0.0,
+        "failure rates of zero or more"
+    );
     let at = Layout { two_rails: r.rails == 2 };
     let n = at.len();
     let mut q = DMatrix::<f64>::zeros(n, n);
@@ -183,8 +216,62 @@ pub fn predict(r: &Rates) -> anyhow::Result<Prediction> {
     let minus_one = DVector::<f64>::from_element(n, -1.0);
     let m = lu.solve(&minus_one).ok_or_else(|| anyhow::anyhow!("the chain has no absorbing way out"))?;
     let resent = lu.solve(&(-resent_rate)).ok_or_else(|| anyhow::anyhow!("the chain has no way out"))?;
-    let response_us = m[at.leg(0, 0)];
-    Ok(Prediction { response_us, throughput_per_s: 1e6 / response_us, resent: resent[at.leg(0, 0)] })
+    let underway_us = m[at.leg(0, 0)];
+    let waiting_us = waiting(r)?;
+    let response_us = underway_us + waiting_us;
+    Ok(Prediction {
+        response_us,
+        underway_us,
+        waiting_us,
+        throughput_per_s: 1e6 / response_us,
+        resent: resent[at.leg(0, 0)],
+    })
+}
+
+/// The stationary distribution of the generator `q` (`pi q = 0`, summing
+/// to one).
+fn stationary(q: &DMatrix<f64>) -> anyhow::Result<DVector<f64>> {
+    let n = q.nrows();
+    let mut a = q.transpose();
+    // One balance equation is implied by the others: its row becomes the
+    // normalisation.
+    for j in 0..n {
+        a[(n - 1, j)] = 1.0;
+    }
+    let mut b = DVector::<f64>::zeros(n);
+    b[n - 1] = 1.0;
+    a.lu().solve(&b).ok_or_else(|| anyhow::anyhow!("the components' chain has no stationary distribution"))
+}
+
+/// The mean wait, before it can go, of a round trip begun at a random
+/// moment: the components' stationary probabilities times each state's
+/// wait (exponential repairs: what is left of one is its whole mean).
+fn waiting(r: &Rates) -> anyhow::Result<f64> {
+    let (le, lr) = (r.engine_failures_per_s / 1e6, r.rail_failures_per_s / 1e6);
+    let (rec, rep, fo) = (r.engine_recovery_us, r.rail_repair_us, r.failover_us);
+    let mut wait = 0.0;
+    if le > 0.0 {
+        let q = DMatrix::from_row_slice(2, 2, &[-le, le, 1.0 / rec, -1.0 / rec]);
+        wait += stationary(&q)?[1] * rec;
+    }
+    if lr > 0.0 && r.rails == 1 {
+        let q = DMatrix::from_row_slice(2, 2, &[-lr, lr, 1.0 / rep, -1.0 / rep]);
+        wait += stationary(&q)?[1] * rep;
+    } else if lr > 0.0 {
+        // Both up; one failed, the data moving to the other; one left;
+        // none (the first repaired rail takes the data after a failover).
+        let (a, f, t) = (lr, 1.0 / fo, 1.0 / rep);
+        #[rustfmt::skip]
+        let q = DMatrix::from_row_slice(4, 4, &[
+            -2.0 * a, 2.0 * a,       0.0,     0.0,
+            t,        -(f + a + t),  f,       a,
+            t,        0.0,           -(t + a), a,
+            0.0,      2.0 * t,       0.0,     -2.0 * t,
+        ]);
+        let pi = stationary(&q)?;
+        wait += pi[1] * fo + pi[3] * (rep / 2.0 + fo);
+    }
+    Ok(wait)
 }
 
 #[cfg(test)]
@@ -235,13 +322,25 @@ mod tests {
         let base = predict(&rates(0.0)).unwrap().response_us;
         // An engine failing 10 times a second, 3 ms each: a 30 us round trip
         // meets one with probability about 30e-6 * 10 * 2 legs... tiny.
+        // Under way: each leg begins again after a failure, L (1 + lambda R)
+        // each; begun at a random moment: down with probability
+        // lambda R / (1 + lambda R), for R.
         let engine = Rates { engine_failures_per_s: 10.0, ..rates(0.0) };
-        let e = predict(&engine).unwrap().response_us;
-        let expect = base + base * 10.0 / 1e6 * 3000.0;
-        assert!((e - expect).abs() / expect < 0.01, "{e} against about {expect}");
+        let e = predict(&engine).unwrap();
+        let lr = 10.0 / 1e6 * 3000.0;
+        assert!((e.underway_us - base * (1.0 + lr)).abs() < 1e-6, "{e:?}");
+        assert!((e.waiting_us - lr / (1.0 + lr) * 3000.0).abs() < 1e-6, "{e:?}");
+        assert!((e.response_us - e.underway_us - e.waiting_us).abs() < 1e-9);
         let one = Rates { rail_failures_per_s: 100.0, ..rates(0.0) };
         let two = Rates { rails: 2, ..one.clone() };
         let (one, two) = (predict(&one).unwrap().response_us, predict(&two).unwrap().response_us);
         assert!(base < two && two < one, "{base} < {two} < {one}");
+        // One rail failing 100 times a second, each repair a second: down
+        // u / (1 + u) of the time (u = 100); a round trip begun then waits
+        // the repair.
+        let u = 100.0 / 1e6 * 1e6;
+        let want = u / (1.0 + u) * 1e6;
+        let got = predict(&Rates { rail_failures_per_s: 100.0, ..rates(0.0) }).unwrap().waiting_us;
+        assert!((got - want).abs() / want < 1e-9, "{got} against {want}");
     }
 }

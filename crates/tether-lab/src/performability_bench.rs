@@ -167,6 +167,7 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
             srtt.push(s);
         }
         let (p, m) = (Summary::of(&predicted).expect("runs"), Summary::of(&measured).expect("runs"));
+        let free_of_rate = Summary::of(&frees[frees.len() - o.runs..]).expect("runs").median;
         checks.push(Check {
             rate,
             predicted_us: p.median,
@@ -174,7 +175,7 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
             measured_min_us: m.min,
             measured_max_us: m.max,
             difference: (p.median - m.median) / m.median,
-            predicted_resent: predict(&Rates { loss: rate, ..rates(p.median) })?.resent,
+            predicted_resent: predict(&Rates { loss: rate, ..rates(free_of_rate) })?.resent,
             srtt_end_us: Summary::of(&srtt).map_or(f64::NAN, |s| s.median),
         });
     }

@@ -189,7 +189,6 @@ pub fn run(o: &SweepOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<S
     for &mode in &g.modes {
         for &size in &g.sizes {
             for &(timer, window) in &settings {
-                let mut base = None;
                 for &rate in &g.rates {
                     tell(&format!(
                         "{} {size} B, timer {}, window {window}, rate {rate}",
@@ -235,7 +234,6 @@ pub fn run(o: &SweepOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<S
                         dropped += r.injected.dropped;
                     }
                     let m = Summary::of(&mb_s).expect("at least one run");
-                    let free = *base.get_or_insert(if rate == 0.0 { m.median } else { f64::NAN });
                     points.push(Point {
                         mode: mode_name(mode),
                         size,
@@ -245,13 +243,30 @@ pub fn run(o: &SweepOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<S
                         mb_s: m.median,
                         mb_s_min: m.min,
                         mb_s_max: m.max,
-                        relative: m.median / free,
+                        // Set below, once the row's error-free point is in.
+                        relative: f64::NAN,
                         retransmits,
                         dropped,
                     });
                 }
             }
         }
+    }
+    // Each point against its row's error-free one, wherever 0 is in --rates.
+    let free: Vec<Option<f64>> = points
+        .iter()
+        .map(|p| {
+            points
+                .iter()
+                .find(|b| {
+                    b.rate == 0.0
+                        && (b.mode, b.size, b.timer_us, b.window) == (p.mode, p.size, p.timer_us, p.window)
+                })
+                .map(|b| b.mb_s)
+        })
+        .collect();
+    for (p, free) in points.iter_mut().zip(free) {
+        p.relative = free.map_or(f64::NAN, |f| p.mb_s / f);
     }
     let kernels = if g.rounds > 0 { run_kernels(&g, &net, tell)? } else { Vec::new() };
     let findings = findings(&g, &points);
@@ -280,7 +295,6 @@ fn run_kernels(g: &SweepOpts, net: &NetOpts, tell: &dyn Fn(&str)) -> anyhow::Res
                 ..net.clone()
             };
             let config = o.config();
-            let mut base = None;
             for &rate in &g.rates {
                 tell(&format!("{} {setting}, rate {rate}", kernel.name()));
                 let rule = (rate > 0.0).then(|| format!("drop:p={rate},side=send"));
@@ -295,7 +309,6 @@ fn run_kernels(g: &SweepOpts, net: &NetOpts, tell: &dyn Fn(&str)) -> anyhow::Res
                     dropped += r.dropped;
                 }
                 let t = Summary::of(&seconds).expect("at least one run");
-                let free = *base.get_or_insert(if rate == 0.0 { t.median } else { f64::NAN });
                 out.push(KernelPoint {
                     kernel: kernel.name(),
                     setting: setting.clone(),
@@ -303,12 +316,23 @@ fn run_kernels(g: &SweepOpts, net: &NetOpts, tell: &dyn Fn(&str)) -> anyhow::Res
                     seconds: t.median,
                     seconds_min: t.min,
                     seconds_max: t.max,
-                    relative: t.median / free,
+                    relative: f64::NAN,
                     retransmits,
                     dropped,
                 });
             }
         }
+    }
+    let free: Vec<Option<f64>> = out
+        .iter()
+        .map(|k| {
+            out.iter()
+                .find(|b| b.rate == 0.0 && (b.kernel, &b.setting) == (k.kernel, &k.setting))
+                .map(|b| b.seconds)
+        })
+        .collect();
+    for (k, free) in out.iter_mut().zip(free) {
+        k.relative = free.map_or(f64::NAN, |f| k.seconds / f);
     }
     Ok(out)
 }
@@ -355,8 +379,9 @@ fn findings(g: &SweepOpts, points: &[Point]) -> Vec<Finding> {
             .rates
             .iter()
             .map(|&r| {
-                let row: Vec<(usize, f64)> =
+                let mut row: Vec<(usize, f64)> =
                     g.windows.iter().filter_map(|&w| at(fig7_timer, w, r).map(|p| (w, p.mb_s))).collect();
+                row.sort_by_key(|&(w, _)| w);
                 let best = row.iter().map(|&(_, v)| v).fold(0.0, f64::max);
                 let enough = row.iter().find(|&&(_, v)| v >= 0.9 * best).map(|&(w, _)| w.to_string());
                 format!("rate {r}: {}", enough.unwrap_or_else(|| "-".into()))

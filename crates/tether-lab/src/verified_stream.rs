@@ -133,11 +133,14 @@ impl Progress {
     /// delivered in order, so this is a binary search too.
     pub fn sojourn_at(&self, t: u64) -> Option<u64> {
         let sent = self.sent() as usize;
-        let done = self.delivered[..sent].partition_point(|d| {
-            let d = d.load(Ordering::Acquire);
+        // Only a message submitted by `t` can have been delivered by it;
+        // the last of those delivered by `t` (a lost one, never delivered,
+        // is passed over).
+        let by = self.submitted[..sent].partition_point(|s| s.load(Ordering::Acquire) <= t);
+        let i = (0..by).rev().find(|&i| {
+            let d = self.delivered[i].load(Ordering::Acquire);
             d != 0 && d <= t
-        });
-        let i = done.checked_sub(1)?;
+        })?;
         Some(
             self.delivered[i]
                 .load(Ordering::Acquire)
@@ -422,5 +425,11 @@ mod tests {
         assert_eq!(p.sojourn_at(50), Some(40));
         assert_eq!(p.sojourn_at(64), Some(40));
         assert_eq!(p.sojourn_at(1000), Some(45), "the last delivered, not one still queued");
+        // A lost message (never delivered) between two delivered ones.
+        p.delivered[2].store(90, Ordering::Relaxed);
+        p.delivered[3].store(0, Ordering::Relaxed);
+        p.delivered[1].store(0, Ordering::Relaxed);
+        assert_eq!(p.sojourn_at(70), Some(40), "message 1 was lost: message 0 is the last delivered");
+        assert_eq!(p.sojourn_at(95), Some(60));
     }
 }

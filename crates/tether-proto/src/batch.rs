@@ -14,8 +14,11 @@
 use crate::{MessageId, NodeId};
 
 /// What a batch send took: the messages `first.seq .. first.seq + count`
-/// to `first.peer`, in order. Fewer than offered only if the wait for room
-/// ran out after some were taken.
+/// to `first.peer`, in order. Fewer than offered when something stopped
+/// the batch after some were taken: the wait for room ran out, the
+/// protocol refused the next, or (embedded, while waiting for room)
+/// another thread sent to the same peer, whose message would have broken
+/// the run of ids. The next call meets whatever it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SentBatch {
     /// The id of the first message taken.

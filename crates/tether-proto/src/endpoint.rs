@@ -1592,6 +1592,13 @@ impl Endpoint {
         }
     }
 
+    /// The id the next message to `peer` gets (`None`: a peer never
+    /// added): a batch sent in shares checks that nobody else's message
+    /// came between two of them.
+    pub fn next_message_id(&self, peer: NodeId) -> Option<MessageId> {
+        self.peers.get(&peer).map(|p| MessageId { peer, seq: p.send.log().next_msg })
+    }
+
     /// The sequence below which every message sent to `peer` is settled
     /// (acknowledged, or failed and reported by an event first): what an
     /// engine tells its application in one number instead of a state per

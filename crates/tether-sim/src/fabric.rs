@@ -214,9 +214,9 @@ impl Fabric {
     }
 
     /// The fabric [TB] mapped in (their Figure 2): two 16-port and two
-    /// 8-port switches in a chain with redundant links, hosts on the
-    /// first `hosts` free ports of the first switch and on the last one.
-    /// Hosts are numbered from 1.
+    /// 8-port switches in a chain with two links between neighbours,
+    /// `hosts_per_end` hosts (at most 4) on ports 0-3 of the first switch
+    /// and of the last one. Hosts are numbered from 1.
     pub fn tang_bilas(hosts_per_end: usize) -> Fabric {
         let mut f = Fabric::default();
         let s: Vec<SwitchId> = [16, 8, 8, 16].into_iter().map(|n| f.add_switch(n)).collect();

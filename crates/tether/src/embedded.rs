@@ -310,13 +310,20 @@ impl Backend for Embedded {
         };
         while sent < n {
             let left = deadline.map(|d| d.saturating_duration_since(StdInstant::now()));
+            // The ids of a batch count up from its first: a share is
+            // queued only if no other thread's message to the peer came in
+            // since the last (the lock is let go while waiting for room).
+            let expect = first.map(|f| MessageId { peer, seq: f.seq + sent as u64 });
             let more = block_on(&self.shared, left, Awaits::Settled, |d| {
+                if expect.is_some() && d.core.next_message_id(peer) != expect {
+                    return Some(Err(Interleaved));
+                }
                 let now = self.shared.clock.now();
                 match queue_batch(d, now, peer, msgs, sent) {
                     Ok((0, _)) => None,
                     r => {
                         d.transmit(now);
-                        Some(r)
+                        Some(r.map_err(Refused))
                     }
                 }
             });
@@ -325,9 +332,12 @@ impl Backend for Embedded {
                     sent += k;
                     first = first.or(id);
                 }
-                Ok(Err(e)) if sent == 0 => return Err(e.into()),
+                Ok(Err(Refused(e))) if sent == 0 => return Err(e.into()),
                 Err(e) if sent == 0 => return Err(e),
-                // Some were taken: the batch ends short.
+                // Some were taken: the batch ends short, and what stopped
+                // it (another thread's message to the peer between two
+                // shares, a wait that ran out, a refusal) is the next
+                // call's to meet.
                 Ok(Err(_)) | Err(_) => break,
             }
         }
@@ -335,8 +345,15 @@ impl Backend for Embedded {
     }
 
     fn recv_batch(&self, out: &mut Received, timeout: Option<Duration>) -> Result<usize, Error> {
+        let mut d = self.shared.lock();
+        // Fragments would come out as messages of their own.
+        if d.core.config().deliver_fragments {
+            return Err(Error::Unsupported { what: "recv_batch with Config::deliver_fragments" });
+        }
         // Fast path: what is queued costs one lock.
-        if take_batch(&mut self.shared.lock(), out).is_none() {
+        let taken = take_batch(&mut d, out).is_some();
+        drop(d);
+        if !taken {
             block_on(&self.shared, timeout, Awaits::Delivery, |d| take_batch(d, out))?;
         }
         Ok(out.len())
@@ -486,6 +503,15 @@ impl Backend for Embedded {
         Some(&self.shared)
     }
 }
+
+/// Why a share of a batch was not queued.
+enum ShareRefused {
+    /// Another thread's message to the peer took the next id.
+    Interleaved,
+    /// The protocol refused it.
+    Refused(SendError),
+}
+use ShareRefused::{Interleaved, Refused};
 
 /// Queue `msgs[from..]` to `peer` while its send buffer has room: how
 /// many went and the first one's id, or the error of the first refused
