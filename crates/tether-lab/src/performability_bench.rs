@@ -152,7 +152,7 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
     for &rate in &o.rates {
         tell(&format!("round trips at rate {rate}, and without errors"));
         let lossy = NetOpts { faults: vec![format!("drop:p={rate},side=send")], ..net.clone() };
-        let (mut predicted, mut measured, mut srtt) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut predicted, mut measured, mut srtt, mut resent) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
         for run in 0..o.runs {
             let ((free, _), (got, s)) = if run % 2 == 0 {
                 let free = measure(&net, o.count, run)?;
@@ -162,12 +162,14 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
                 (measure(&net, o.count, run)?, got)
             };
             frees.push(free);
-            predicted.push(predict(&Rates { loss: rate, ..rates(free) })?.response_us);
+            let p = predict(&Rates { loss: rate, ..rates(free) })?;
+            predicted.push(p.response_us);
+            // The datagrams resent depend on the loss alone.
+            resent = p.resent;
             measured.push(got);
             srtt.push(s);
         }
         let (p, m) = (Summary::of(&predicted).expect("runs"), Summary::of(&measured).expect("runs"));
-        let free_of_rate = Summary::of(&frees[frees.len() - o.runs..]).expect("runs").median;
         checks.push(Check {
             rate,
             predicted_us: p.median,
@@ -175,7 +177,7 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
             measured_min_us: m.min,
             measured_max_us: m.max,
             difference: (p.median - m.median) / m.median,
-            predicted_resent: predict(&Rates { loss: rate, ..rates(free_of_rate) })?.resent,
+            predicted_resent: resent,
             srtt_end_us: Summary::of(&srtt).map_or(f64::NAN, |s| s.median),
         });
     }

@@ -252,22 +252,7 @@ pub fn run(o: &SweepOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<S
             }
         }
     }
-    // Each point against its row's error-free one, wherever 0 is in --rates.
-    let free: Vec<Option<f64>> = points
-        .iter()
-        .map(|p| {
-            points
-                .iter()
-                .find(|b| {
-                    b.rate == 0.0
-                        && (b.mode, b.size, b.timer_us, b.window) == (p.mode, p.size, p.timer_us, p.window)
-                })
-                .map(|b| b.mb_s)
-        })
-        .collect();
-    for (p, free) in points.iter_mut().zip(free) {
-        p.relative = free.map_or(f64::NAN, |f| p.mb_s / f);
-    }
+    against_error_free(&mut points);
     let kernels = if g.rounds > 0 { run_kernels(&g, &net, tell)? } else { Vec::new() };
     let findings = findings(&g, &points);
     Ok(Sweep { mtu: g.mtu, bytes: g.bytes, points, kernels, findings })
@@ -323,18 +308,59 @@ fn run_kernels(g: &SweepOpts, net: &NetOpts, tell: &dyn Fn(&str)) -> anyhow::Res
             }
         }
     }
-    let free: Vec<Option<f64>> = out
-        .iter()
-        .map(|k| {
-            out.iter()
-                .find(|b| b.rate == 0.0 && (b.kernel, &b.setting) == (k.kernel, &k.setting))
-                .map(|b| b.seconds)
-        })
-        .collect();
-    for (k, free) in out.iter_mut().zip(free) {
-        k.relative = free.map_or(f64::NAN, |f| k.seconds / f);
-    }
+    against_error_free(&mut out);
     Ok(out)
+}
+
+/// A figure of the grid, in a row of settings swept over the error rates.
+trait Cell {
+    fn same_row(&self, other: &Self) -> bool;
+    fn rate(&self) -> f64;
+    fn value(&self) -> f64;
+    fn relative_mut(&mut self) -> &mut f64;
+}
+
+impl Cell for Point {
+    fn same_row(&self, o: &Self) -> bool {
+        (self.mode, self.size, self.timer_us, self.window) == (o.mode, o.size, o.timer_us, o.window)
+    }
+    fn rate(&self) -> f64 {
+        self.rate
+    }
+    fn value(&self) -> f64 {
+        self.mb_s
+    }
+    fn relative_mut(&mut self) -> &mut f64 {
+        &mut self.relative
+    }
+}
+
+impl Cell for KernelPoint {
+    fn same_row(&self, o: &Self) -> bool {
+        (self.kernel, &self.setting) == (o.kernel, &o.setting)
+    }
+    fn rate(&self) -> f64 {
+        self.rate
+    }
+    fn value(&self) -> f64 {
+        self.seconds
+    }
+    fn relative_mut(&mut self) -> &mut f64 {
+        &mut self.relative
+    }
+}
+
+/// Each figure against its row's error-free one, wherever 0 is in
+/// `--rates` (none there: not a number).
+fn against_error_free<T: Cell>(cells: &mut [T]) {
+    let free: Vec<Option<f64>> = cells
+        .iter()
+        .map(|c| cells.iter().find(|b| b.rate() == 0.0 && b.same_row(c)).map(Cell::value))
+        .collect();
+    for (c, free) in cells.iter_mut().zip(free) {
+        let v = c.value();
+        *c.relative_mut() = free.map_or(f64::NAN, |f| v / f);
+    }
 }
 
 /// The paper's three findings, each read off this run's grid for each
