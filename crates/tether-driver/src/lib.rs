@@ -105,11 +105,13 @@ impl std::fmt::Debug for Driver {
 
 impl Driver {
     /// Rails `rails` (rail `i` is `rails[i]`; at least one), for datagrams
-    /// of at most `max_datagram` bytes.
+    /// of at most `max_datagram` bytes. Receive slots are large enough for
+    /// the runs of datagrams a rail's kernel hands over coalesced.
     pub fn new(rails: Vec<Box<dyn Transport + Send>>, max_datagram: usize) -> Self {
         assert!(!rails.is_empty(), "a driver needs at least one rail");
+        let rx_slot = rails.iter().filter_map(|t| t.coalesced_slot()).fold(max_datagram, usize::max);
         Driver {
-            rx: RecvBatch::new(BATCH, max_datagram),
+            rx: RecvBatch::new(BATCH, rx_slot),
             tx: vec![0; BATCH * max_datagram],
             tx_meta: [(0, 0, 0); BATCH],
             tx_start: 0,
@@ -145,8 +147,8 @@ impl Driver {
                 if n > 0 {
                     *heat = HOT_TURNS;
                 }
-                for (i, (from, datagram)) in self.rx.iter().enumerate() {
-                    deliver(rail as RailId, Seen { from, addr: self.rx.addr(i) }, datagram);
+                for (from, addr, datagram) in self.rx.datagrams() {
+                    deliver(rail as RailId, Seen { from, addr }, datagram);
                 }
                 total += n;
                 if !self.rx.may_hold_more() {

@@ -133,13 +133,22 @@ impl Connected {
         self.live < self.bound
     }
 
+    /// The connected sockets' descriptors.
+    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.slots.iter().flatten().map(|c| c.socket.as_raw_fd())
+    }
+
     pub fn socket(&self, slot: u32) -> Option<&Socket> {
         self.slots.get(slot as usize).and_then(|c| c.as_ref()).map(|c| &c.socket)
     }
 
-    /// Connect a socket at `local` to `node` at `peer`, in a free slot.
-    pub fn open(&mut self, local: SocketAddr, peer: SocketAddr) -> std::io::Result<u32> {
+    /// Connect a socket at `local` to `node` at `peer`, in a free slot;
+    /// `coalesce`: taking runs whole, as the rail's other sockets do.
+    pub fn open(&mut self, local: SocketAddr, peer: SocketAddr, coalesce: bool) -> std::io::Result<u32> {
         let socket = rail_socket(local)?;
+        if coalesce {
+            crate::offload::set_coalescing(socket.as_raw_fd(), true)?;
+        }
         socket.bind(&local.into())?;
         socket.connect(&peer.into())?;
         let slot = match self.slots.iter().position(Option::is_none) {

@@ -109,12 +109,15 @@ impl<T: Transport> FaultyTransport<T> {
     /// a run its own seed derived from the run's).
     pub fn new(inner: T, plan: &FaultPlan, seed: u64) -> Result<Self, PlanError> {
         let injector = Injector::with_seed(plan, seed)?;
+        // Runs the inner transport coalesces are taken whole, then handed
+        // on one datagram at a time.
+        let slot = inner.coalesced_slot().unwrap_or(0).max(MAX_DATAGRAM);
         Ok(FaultyTransport {
             inner,
             sends: injector.touches(Side::Send),
             injector,
             start: Instant::now(),
-            inner_batch: RecvBatch::new(32, MAX_DATAGRAM),
+            inner_batch: RecvBatch::new(32, slot),
             control: FaultHandle::default(),
             enabled: true,
         })
@@ -221,8 +224,8 @@ impl<T: Transport> Transport for FaultyTransport<T> {
                 Err(TransportError::WouldBlock) => 0,
                 Err(e) => return Err(e),
             };
-            for (i, (from, d)) in self.inner_batch.iter().enumerate() {
-                self.injector.on_recv(now, from, self.inner_batch.addr(i), d);
+            for (from, addr, d) in self.inner_batch.datagrams() {
+                self.injector.on_recv(now, from, addr, d);
             }
             if n > 0 {
                 self.publish();

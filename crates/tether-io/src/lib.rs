@@ -3,8 +3,9 @@
 //! non-blocking send to a node, receive into caller-owned buffers, typed
 //! errors from Li et al. [CI] Table 1. Nothing here looks inside a datagram.
 //!
-//! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching, and
-//!   connected sockets for the busiest peers where asked for.
+//! * [`UdpTransport`]: UDP sockets with `sendmmsg`/`recvmmsg` batching,
+//!   runs of datagrams segmented and coalesced by the kernel where it can,
+//!   and connected sockets for the busiest peers where asked for.
 //! * [`MemNetwork`]: an in-memory network for tests.
 //! * [`FaultyTransport`]: any transport with a seeded fault plan (Li et al.
 //!   [CI]).
@@ -17,6 +18,7 @@ mod connected;
 mod error;
 mod faulty;
 mod mem;
+mod offload;
 mod path_mtu;
 mod udp;
 
@@ -24,10 +26,11 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-pub use batch::RecvBatch;
+pub use batch::{Datagrams, RecvBatch};
 pub use error::TransportError;
 pub use faulty::{error_of, FaultHandle, FaultyTransport};
 pub use mem::{MemNetwork, MemTransport};
+pub use offload::COALESCED_SLOT;
 pub use path_mtu::max_datagram_to;
 pub use tether_fault::{FaultCounters, FaultPlan};
 /// A node's identity: the one type the wire format and the core use too.
@@ -46,6 +49,10 @@ pub struct TransportCounters {
     pub dropped: u64,
     /// System calls made for sending and receiving.
     pub syscalls: u64,
+    /// Runs of datagrams sent as one buffer the kernel segmented.
+    pub runs_sent: u64,
+    /// Runs of datagrams the kernel handed over coalesced.
+    pub runs_received: u64,
 }
 
 /// An unreliable, non-blocking datagram service addressed by node.
@@ -96,8 +103,17 @@ pub trait Transport {
         Ok(batch.len())
     }
 
+    /// The receive slot size in which this transport hands over runs of
+    /// datagrams coalesced by the kernel, if it can (`COALESCED_SLOT`): a
+    /// receiver that wants them gives batches of slots this large. Smaller
+    /// slots get one datagram each.
+    fn coalesced_slot(&self) -> Option<usize> {
+        None
+    }
+
     /// Receive what is waiting into `batch` (cleared first), without
-    /// blocking. Returns how many datagrams were received; 0 when none.
+    /// blocking. Returns how many datagrams were received (`batch.len()`);
+    /// 0 when none.
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError>;
 
     /// Block until a datagram may be waiting or `timeout` passes; true if readable.
@@ -137,6 +153,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) -> Result<usize, TransportError> {
         (**self).send_batch(batch)
+    }
+    fn coalesced_slot(&self) -> Option<usize> {
+        (**self).coalesced_slot()
     }
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         (**self).recv_batch(batch)

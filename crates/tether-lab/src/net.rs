@@ -121,6 +121,10 @@ pub struct NetOpts {
     /// per rail for every peer.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = args::int_in::<usize>(0, tether_io::MAX_CONNECTED as u64, "sockets", ""))]
     pub connected_peers: usize,
+    /// Send and receive every datagram alone: no runs segmented or
+    /// coalesced by the kernel (UDP GSO/GRO), for measuring what they bring.
+    #[arg(long)]
+    pub no_offload: bool,
     /// No progress thread: the calling thread drives the protocol (inside
     /// its blocking calls) instead.
     #[arg(long)]
@@ -374,6 +378,7 @@ impl NetOpts {
             spin: Duration::from_micros(self.spin_us),
             progress,
             faults: self.plan()?,
+            offload: !self.no_offload,
             ..Options::default()
         })
     }
@@ -384,7 +389,8 @@ impl NetOpts {
             book.insert(id, addr);
         }
         // The error names `bind` and the system's reason itself.
-        Ok(UdpTransport::bind_with(bind, book, self.connected_peers)?)
+        let udp = UdpTransport::bind_with(bind, book, self.connected_peers)?;
+        Ok(if self.no_offload { udp.without_offload() } else { udp })
     }
 
     /// A bare UDP transport for the raw baselines, with the fault plan
@@ -458,6 +464,7 @@ pub fn udp_rails(
         .iter()
         .map(|&b| {
             let udp = UdpTransport::bind_with(b, AddressBook::new(), connected)?;
+            let udp = if options.offload { udp } else { udp.without_offload() };
             Ok(Box::new(udp) as Box<dyn Transport + Send>)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -70,6 +70,18 @@ pub struct StreamRun {
     pub sender_drops: Option<Drops>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver_drops: Option<Drops>,
+    /// Runs of datagrams the sender's kernel segmented, and the receiver's
+    /// handed over coalesced (UDP GSO/GRO; `--no-offload`: none). `None`:
+    /// this process did not run that side, or ran the raw path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_received: Option<u64>,
+}
+
+/// Runs of datagrams segmented and coalesced over all of `e`'s rails.
+fn runs(e: &tether::Endpoint) -> (u64, u64) {
+    e.rail_counters().iter().fold((0, 0), |(s, r), c| (s + c.runs_sent, r + c.runs_received))
 }
 
 pub fn default_count(size: usize) -> u64 {
@@ -118,6 +130,8 @@ fn run_from(t: Tally, messages: u64, seconds: f64, retransmits: u64, injected: F
         rails: Timeline::default(),
         sender_drops: None,
         receiver_drops: None,
+        runs_sent: None,
+        runs_received: None,
     }
 }
 
@@ -171,6 +185,7 @@ pub fn reliable_loopback(o: &NetOpts, count: u64) -> anyhow::Result<StreamRun> {
     run.max_datagram = tx.max_datagram_to(RECEIVER);
     run.sender_drops = Some(drops(&tx.stats()));
     run.receiver_drops = Some(drops(&rx.stats()));
+    (run.runs_sent, run.runs_received) = (Some(runs(&tx).0), Some(runs(&rx).1));
     Ok(run)
 }
 
@@ -291,6 +306,7 @@ pub fn listen(o: &NetOpts, addr: SocketAddr, peer: Sender, count: u64) -> anyhow
     }
     let mut run = run_from(tally, count, (end - start).as_secs_f64().max(1e-9), 0, rx.fault_counters());
     run.receiver_drops = Some(drops(&rx.stats()));
+    run.runs_received = Some(runs(&rx).1);
     Ok(run)
 }
 
@@ -362,5 +378,6 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
     run.rails = Timeline::collect(&tx, RECEIVER, origin);
     run.max_datagram = tx.max_datagram_to(RECEIVER);
     run.sender_drops = Some(drops(&s));
+    run.runs_sent = Some(runs(&tx).0);
     Ok(run)
 }

@@ -187,6 +187,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.rail_addrs()
     }
 
+    fn rail_counters(&self) -> Vec<tether_io::TransportCounters> {
+        self.inner.rail_counters()
+    }
+
     fn message_buffer(&self, capacity: usize) -> Vec<u8> {
         self.inner.message_buffer(capacity)
     }

@@ -170,6 +170,10 @@ impl Backend for Attached {
         Vec::new()
     }
 
+    fn rail_counters(&self) -> Vec<tether_io::TransportCounters> {
+        Vec::new()
+    }
+
     /// Never waits: a full submission ring is `WouldBlock`, as a full send
     /// buffer is for an embedded endpoint.
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {

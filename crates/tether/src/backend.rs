@@ -34,6 +34,7 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn aggregate(&self) -> Option<CongestionInfo>;
     fn max_datagram_to(&self, peer: NodeId) -> Option<usize>;
     fn rail_addrs(&self) -> Vec<Option<SocketAddr>>;
+    fn rail_counters(&self) -> Vec<tether_io::TransportCounters>;
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error>;
     fn send_blocking(
         &self,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tether_attach::ClientOptions;
 use tether_fault::FaultPlan;
-use tether_io::{AddressBook, Transport, UdpTransport};
+use tether_io::{AddressBook, Transport};
 use tether_proto::{Config, NodeId, RailId, MAX_RAILS};
 
 use crate::{Endpoint, Error, Options, Progress};
@@ -202,6 +202,15 @@ impl Builder {
         self
     }
 
+    /// Let the kernel segment runs of equal datagrams and hand them over
+    /// coalesced (UDP GSO/GRO; default: on where the kernel has them).
+    /// docs/ARCHITECTURE.md, "Segmentation offload".
+    pub fn offload(mut self, on: bool) -> Self {
+        self.options.offload = on;
+        self.given.push("endpoint.offload");
+        self
+    }
+
     /// This life's incarnation (default: from the wall clock); a restarted
     /// node must use a larger one than before.
     pub fn incarnation(mut self, incarnation: u64) -> Self {
@@ -353,13 +362,12 @@ impl Builder {
         }
         // Configuration first: nothing is bound for a config that cannot run.
         self.options.config.validate()?;
-        let connected = self.options.connected_peers;
         let rails = self
             .rails
             .into_iter()
             .map(|r| match r {
                 Rail::Udp(addr) => {
-                    Ok(Box::new(UdpTransport::bind_with(addr, AddressBook::new(), connected)?) as _)
+                    Ok(Box::new(crate::endpoint::udp(addr, AddressBook::new(), &self.options)?) as _)
                 }
                 Rail::Transport(t) => Ok(t),
             })

@@ -248,6 +248,11 @@ impl Backend for Embedded {
         (0..d.rail_count()).map(|r| d.rail(r as RailId).and_then(|t| t.local_addr())).collect()
     }
 
+    fn rail_counters(&self) -> Vec<tether_io::TransportCounters> {
+        let d = self.shared.lock();
+        (0..d.rail_count()).map(|r| d.rail(r as RailId).map(|t| t.counters()).unwrap_or_default()).collect()
+    }
+
     fn send(&self, peer: NodeId, msg: Outgoing<'_>) -> Result<SendHandle, Error> {
         let mut d = self.shared.lock();
         // A small message joining others that wait to share a datagram:

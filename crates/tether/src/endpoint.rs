@@ -22,6 +22,13 @@ use crate::handle::SendHandle;
 use crate::options::Options;
 use crate::Error;
 
+/// A UDP rail at `bind` as `options` ask: its connected sockets, and
+/// offload unless turned off.
+pub(crate) fn udp(bind: SocketAddr, book: AddressBook, options: &Options) -> Result<UdpTransport, Error> {
+    let udp = UdpTransport::bind_with(bind, book, options.connected_peers)?;
+    Ok(if options.offload { udp } else { udp.without_offload() })
+}
+
 /// One node's tether endpoint: send to and receive from its peers over one
 /// or more rails, with a progress thread (or the application) driving the
 /// protocol.
@@ -65,7 +72,7 @@ impl Endpoint {
         for &(id, addr) in peers {
             book.insert(id, addr);
         }
-        let transport = UdpTransport::bind_with(bind, book, options.connected_peers)?;
+        let transport = udp(bind, book, &options)?;
         Self::with_transport(node, Box::new(transport), options)
     }
 
@@ -81,11 +88,10 @@ impl Endpoint {
     /// Bind one UDP socket per rail (`binds[i]` is rail `i`, e.g. one
     /// address on each network). Peers are added with `add_peer_rails`.
     pub fn udp_rails(node: NodeId, binds: &[SocketAddr], options: Options) -> Result<Self, Error> {
-        let connected = options.connected_peers;
         let rails = binds
             .iter()
             .map(|&b| {
-                let udp = UdpTransport::bind_with(b, AddressBook::new(), connected)?;
+                let udp = udp(b, AddressBook::new(), &options)?;
                 Ok(Box::new(udp) as Box<dyn Transport + Send>)
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -366,6 +372,13 @@ impl Endpoint {
     /// The local address of each rail.
     pub fn rail_addrs(&self) -> Vec<Option<SocketAddr>> {
         self.backend.rail_addrs()
+    }
+
+    /// What each rail's transport did (datagrams, system calls, runs the
+    /// kernel segmented and coalesced), rail `i` at `i`; empty for an
+    /// endpoint attached to an engine, whose rails are the engine's.
+    pub fn rail_counters(&self) -> Vec<crate::transport::TransportCounters> {
+        self.backend.rail_counters()
     }
 
     /// Queue a message and put it on the wire at once if the window allows.

@@ -36,6 +36,12 @@ pub struct Options {
     /// rail's listening one, the busiest first (docs/ARCHITECTURE.md,
     /// "Connected sockets"); 0, the default: one socket per rail for all.
     pub connected_peers: usize,
+    /// Let the kernel segment runs of equal datagrams on the way out and
+    /// hand them over coalesced on the way in (UDP GSO and GRO, where it
+    /// has them; docs/ARCHITECTURE.md, "Segmentation offload"). On by
+    /// default; off only to measure what it brings or for a kernel that
+    /// misbehaves.
+    pub offload: bool,
     /// `None`: derived from the wall clock, so a restart gets a larger one.
     pub incarnation: Option<u64>,
     /// Faults to inject (empty: none). Each endpoint draws from its own
@@ -79,6 +85,7 @@ impl Default for Options {
             progress: Progress::Thread,
             spin: Duration::from_micros(50),
             connected_peers: 0,
+            offload: true,
             incarnation: None,
             faults: FaultPlan::default(),
             rail_faults: Vec::new(),

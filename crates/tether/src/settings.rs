@@ -474,6 +474,11 @@ pub fn all() -> &'static [Setting] {
                 "peers per UDP rail with a socket connected to them, the busiest first (0: none)",
                 |t| &mut t.options.connected_peers,
             ),
+            flag(
+                "endpoint.offload",
+                "let the kernel segment and coalesce runs of datagrams (UDP GSO/GRO) where it can",
+                |t| &mut t.options.offload,
+            ),
             typed(
                 "endpoint.incarnation",
                 "this life's incarnation (none: from the clock)",
