@@ -37,7 +37,12 @@ pub const BATCH: usize = 32;
 /// while a hundred peers kept it full (Mogul and Ramakrishnan's receive
 /// livelock): no ACKs and no handshake answers went out for seconds, the
 /// peers retransmitted, and the input grew. The rest waits for the next
-/// turn, which a readable socket brings at once.
+/// turn, which a readable socket brings at once. A turn stops at the first
+/// receive call that reaches the budget: one call of `BATCH` slots takes
+/// at most `BATCH` datagrams, or, where the kernel coalesces runs, up to
+/// 64 KiB of datagrams a slot (2 MiB in all, which the kernel queued as
+/// 32 buffers, so a sender's runs cannot starve the turn's sends longer
+/// than copying them takes).
 pub const RECV_BUDGET: usize = 8 * BATCH;
 
 /// Receive turns a rail stays busy after it last brought a datagram.

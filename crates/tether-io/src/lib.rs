@@ -45,7 +45,9 @@ pub struct TransportCounters {
     pub datagrams_received: u64,
     pub bytes_received: u64,
     pub send_errors: u64,
-    /// Datagrams dropped by this transport itself (a full in-memory inbox).
+    /// Datagrams dropped by this transport itself: a full in-memory inbox,
+    /// or (one count each) runs of datagrams cut by a receive slot too
+    /// small for them, of which the whole ones that fit were kept.
     pub dropped: u64,
     /// System calls made for sending and receiving.
     pub syscalls: u64,

@@ -109,6 +109,16 @@ pub(crate) fn put_segment_size(hdr: &mut libc::msghdr, control: &mut Control, si
     }
 }
 
+/// Of a run received into a slot too small for it (the kernel cut it:
+/// `truncated`), the bytes of its whole segments, and whether any was
+/// cut; a run that fit, or one datagram (`stride` 0), as it came.
+pub(crate) fn cut_to_whole(len: usize, stride: usize, truncated: bool) -> (usize, bool) {
+    if !truncated || stride == 0 {
+        return (len, false);
+    }
+    (len / stride * stride, true)
+}
+
 /// Point `hdr` at `control` for whatever the kernel says of a receive.
 pub(crate) fn expect_control(hdr: &mut libc::msghdr, control: &mut Control) {
     hdr.msg_control = control.as_mut_ptr().cast();
@@ -159,6 +169,14 @@ mod tests {
         let batch: Vec<(NodeId, &[u8])> = vec![(1, &small); 100];
         assert_eq!(run_length(&batch), MAX_SEGMENTS);
         assert_eq!(run_length(&[]), 0);
+    }
+
+    #[test]
+    fn a_cut_run_keeps_its_whole_segments() {
+        assert_eq!(cut_to_whole(2048, 1400, true), (1400, true));
+        assert_eq!(cut_to_whole(2048, 3000, true), (0, true), "not one segment fits");
+        assert_eq!(cut_to_whole(2048, 0, true), (2048, false), "one datagram is cut as before");
+        assert_eq!(cut_to_whole(3000, 1400, false), (3000, false));
     }
 
     #[test]

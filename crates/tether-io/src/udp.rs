@@ -107,8 +107,11 @@ pub struct UdpTransport {
 pub(crate) enum Coalesce {
     /// The kernel cannot, or the transport was asked not to.
     Unable,
-    /// Able, and off: the last batch's slots were too small for a run.
+    /// Able, and off until a batch with room for runs comes.
     Off,
+    /// On, for good: turning it off would not split the runs already
+    /// queued, and a receive that no longer asked for their segment size
+    /// would take a run for one datagram.
     On,
 }
 
@@ -219,10 +222,14 @@ impl UdpTransport {
     /// Neither segment runs of datagrams nor take them coalesced: every
     /// datagram walks the stack alone, as before Linux 4.18 (for
     /// measuring what offload brings, and for kernels that misbehave).
+    ///
+    /// Receive offload that a receive has turned on already stays on
+    /// (runs may be queued), so call this before the first receive.
     pub fn without_offload(mut self) -> Self {
-        self.set_coalescing(false);
         self.segment = false;
-        self.coalesce = Coalesce::Unable;
+        if self.coalesce == Coalesce::Off {
+            self.coalesce = Coalesce::Unable;
+        }
         self
     }
 
@@ -231,31 +238,21 @@ impl UdpTransport {
         (self.segment, self.coalesce == Coalesce::On)
     }
 
-    /// Turn receive offload on or off on every socket of the rail. A
-    /// socket that refuses leaves the rail without it.
-    fn set_coalescing(&mut self, on: bool) {
-        if self.coalesce == Coalesce::Unable {
+    /// Turn receive offload on, on every socket of the rail. Every
+    /// receive asks for segment sizes from then on, so a socket that
+    /// refused (which the probe at bind makes unlikely) only hands over
+    /// its datagrams one by one.
+    fn start_coalescing(&mut self) {
+        if self.coalesce != Coalesce::Off {
             return;
         }
-        let mut fds = vec![self.socket.as_raw_fd()];
+        self.coalesce = Coalesce::On;
+        let _ = offload::set_coalescing(self.socket.as_raw_fd(), true);
         if let Some(c) = self.conns.as_ref() {
-            fds.extend(c.fds());
-        }
-        let ok = fds.into_iter().all(|fd| offload::set_coalescing(fd, on).is_ok());
-        self.coalesce = match (ok, on) {
-            (true, true) => Coalesce::On,
-            (true, false) => Coalesce::Off,
-            (false, _) => {
-                // Whatever took it, none may keep it.
-                let _ = offload::set_coalescing(self.socket.as_raw_fd(), false);
-                if let Some(c) = self.conns.as_ref() {
-                    for fd in c.fds() {
-                        let _ = offload::set_coalescing(fd, false);
-                    }
-                }
-                Coalesce::Unable
+            for fd in c.fds() {
+                let _ = offload::set_coalescing(fd, true);
             }
-        };
+        }
     }
 
     pub fn book(&self) -> &AddressBook {
@@ -481,11 +478,10 @@ impl Transport for UdpTransport {
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
-        // Runs only into slots that hold them: a smaller slot would cut one.
-        match (self.coalesce, batch.slot() >= COALESCED_SLOT) {
-            (Coalesce::Off, true) => self.set_coalescing(true),
-            (Coalesce::On, false) => self.set_coalescing(false),
-            _ => {}
+        // Runs on once a batch can hold them (a smaller slot cuts a run:
+        // `cut_to_whole`).
+        if batch.slot() >= COALESCED_SLOT {
+            self.start_coalescing();
         }
         let listener = self.socket.as_raw_fd();
         let Some(conns) = self.conns.as_mut().filter(|c| c.live() > 0) else {
@@ -619,6 +615,8 @@ impl UdpTransport {
             let hdr = &rx.msgs[i].msg_hdr;
             let (len, name_len) = (rx.msgs[i].msg_len as usize, hdr.msg_namelen);
             let stride = if runs { offload::segment_size(hdr).unwrap_or(0) } else { 0 };
+            let (len, cut) = offload::cut_to_whole(len, stride, hdr.msg_flags & libc::MSG_TRUNC != 0);
+            self.counters.dropped += u64::from(cut);
             taken(&self.book, &mut self.counters, batch, start + i, len, stride, &rx.names[i], name_len);
         }
         batch.set_filled(start + got);
@@ -692,7 +690,9 @@ impl UdpTransport {
         }
         self.idle = 0;
         let (stride, name_len) = (offload::segment_size(hdr).unwrap_or(0), hdr.msg_namelen);
-        taken(&self.book, &mut self.counters, batch, start, got as usize, stride, &rx.names[0], name_len);
+        let (got, cut) = offload::cut_to_whole(got as usize, stride, hdr.msg_flags & libc::MSG_TRUNC != 0);
+        self.counters.dropped += u64::from(cut);
+        taken(&self.book, &mut self.counters, batch, start, got, stride, &rx.names[0], name_len);
         batch.set_filled(start + 1);
         batch.set_partial();
         Ok(1)
@@ -788,7 +788,9 @@ impl UdpTransport {
             let (name, namelen) = (hdr.msg_name, hdr.msg_namelen);
             let hdr = &mut msgs[k].msg_hdr;
             (hdr.msg_name, hdr.msg_namelen) = (name, namelen);
-            hdr.msg_iov = &mut iov[at];
+            // SAFETY: `at < batch.len() <= MMSG_BATCH`, within `iov`; the
+            // kernel reads `len` entries from there, all inside it.
+            hdr.msg_iov = unsafe { iov.as_mut_ptr().add(at) };
             hdr.msg_iovlen = len as _;
             if len > 1 {
                 offload::put_segment_size(hdr, &mut control[k], batch[at].1.len() as u16);
@@ -1009,6 +1011,30 @@ mod tests {
                 assert_eq!(b.counters().datagrams_received, 91);
             }
         }
+    }
+
+    /// Receive offload stays on once on: a run taken into slots too small
+    /// for it keeps the whole datagrams that fit, never a cut one, and
+    /// the cut is counted.
+    #[test]
+    fn a_run_in_a_small_slot_keeps_its_whole_datagrams() {
+        let (mut a, mut b) = pair();
+        b.recv_batch(&mut RecvBatch::new(1, COALESCED_SLOT)).unwrap();
+        if !(a.offload().0 && b.offload().1) {
+            eprintln!("\n*** SKIPPED: this kernel lacks UDP_SEGMENT or UDP_GRO ***\n");
+            return;
+        }
+        let run: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 1000]).collect();
+        let batch: Vec<(NodeId, &[u8])> = run.iter().map(|d| (2, &d[..])).collect();
+        assert_eq!(a.send_batch(&batch).unwrap(), 10);
+        assert_eq!(a.counters().runs_sent, 1);
+        let mut rx = RecvBatch::new(8, 2048);
+        assert!(b.wait_readable(Some(Duration::from_secs(2))).unwrap());
+        assert_eq!(b.recv_batch(&mut rx).unwrap(), 2, "two whole datagrams fit a slot");
+        assert!(b.offload().1, "still on");
+        let got: Vec<_> = rx.iter().map(|(f, d)| (f, d.to_vec())).collect();
+        assert_eq!(got, vec![(Some(1), run[0].clone()), (Some(1), run[1].clone())]);
+        assert_eq!(b.counters().dropped, 1, "the cut counted");
     }
 
     /// Without offload every datagram goes alone, and arrives alone.
