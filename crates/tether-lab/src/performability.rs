@@ -20,8 +20,9 @@
 //! `RTO_k` is tether's timer (`rtt.rs`): `srtt + max(4 rttvar, 100 us)`
 //! doubled `k` times, clamped to the configured floor and ceiling, with
 //! `rttvar` taken as small (a steady path): `srtt + 100 us`. That is the
-//! timer tether should have on a steady path; the one it has under loss
-//! is what `tether model` compares against.
+//! timer tether should have on a steady path; `tether model` also
+//! predicts with the timer each lossy run ended with (`Rates::timer_us`),
+//! which tells how much of the difference is the timer's.
 //!
 //! Two more components fail and are repaired:
 //!
@@ -59,6 +60,10 @@ pub struct Rates {
     pub leg_us: f64,
     /// The smoothed round trip the timer starts from.
     pub srtt_us: f64,
+    /// The timer as measured instead (an endpoint's `base_rto`, variance
+    /// and clamp included), when the prediction takes it from a run;
+    /// `None`: `srtt + 100 us`, a steady path's.
+    pub timer_us: Option<f64>,
     /// The timer's floor and ceiling (`Config::rto_min`, `rto_max`).
     pub rto_min_us: f64,
     pub rto_max_us: f64,
@@ -103,7 +108,7 @@ const MIN_VARIANCE_US: f64 = 100.0;
 impl Rates {
     /// The timer before attempt `k + 1`, after `k` expiries.
     pub fn rto_us(&self, k: usize) -> f64 {
-        let estimate = self.srtt_us + MIN_VARIANCE_US;
+        let estimate = self.timer_us.unwrap_or(self.srtt_us + MIN_VARIANCE_US);
         (estimate * 2f64.powi(k.min(16) as i32)).clamp(self.rto_min_us, self.rto_max_us)
     }
 }
@@ -282,6 +287,7 @@ mod tests {
         Rates {
             leg_us: 15.0,
             srtt_us: 30.0,
+            timer_us: None,
             rto_min_us: 1000.0,
             rto_max_us: 250_000.0,
             loss,

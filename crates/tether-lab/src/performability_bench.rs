@@ -89,6 +89,12 @@ pub struct Check {
     /// The measuring endpoint's smoothed round trip at the end of the
     /// lossy runs (median): what its timer started from by then.
     pub srtt_end_us: f64,
+    /// Its timer without back-off at the end of the lossy runs (median).
+    pub timer_end_us: f64,
+    /// The prediction with each run's own end timer in place of the
+    /// steady path's (median over runs), and its difference.
+    pub predicted_with_timer_us: f64,
+    pub difference_with_timer: f64,
 }
 
 /// A what-if: the setting, the failure rate, and the prediction.
@@ -114,13 +120,13 @@ pub struct ModelReport {
     pub rails: Vec<WhatIf>,
 }
 
-/// One pingpong of `o` (its `run`-th seed): its mean round trip and the
-/// endpoint's smoothed round trip at the end.
-fn measure(o: &NetOpts, count: u64, run: usize) -> anyhow::Result<(f64, f64)> {
+/// One pingpong of `o` (its `run`-th seed): its mean round trip, and the
+/// endpoint's smoothed round trip and timer at the end.
+fn measure(o: &NetOpts, count: u64, run: usize) -> anyhow::Result<(f64, f64, f64)> {
     let o = NetOpts { seed: o.seed + run as u64, ..o.clone() };
     let r = pingpong::reliable_loopback(&o, count)?;
     anyhow::ensure!(r.corrupted == 0, "{} round trips came back corrupted", r.corrupted);
-    Ok((r.rtt_us.mean, r.srtt_us.unwrap_or(f64::NAN)))
+    Ok((r.rtt_us.mean, r.srtt_us.unwrap_or(f64::NAN), r.rto_us.unwrap_or(f64::NAN)))
 }
 
 pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<ModelReport> {
@@ -135,6 +141,7 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
     let rates = |free_us: f64| Rates {
         leg_us: free_us / 2.0,
         srtt_us: free_us,
+        timer_us: None,
         rto_min_us: config.rto_min.as_secs_f64() * 1e6,
         rto_max_us: config.rto_max.as_secs_f64() * 1e6,
         loss: 0.0,
@@ -153,8 +160,9 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
         tell(&format!("round trips at rate {rate}, and without errors"));
         let lossy = NetOpts { faults: vec![format!("drop:p={rate},side=send")], ..net.clone() };
         let (mut predicted, mut measured, mut srtt, mut resent) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
+        let (mut timers, mut with_timer) = (Vec::new(), Vec::new());
         for run in 0..o.runs {
-            let ((free, _), (got, s)) = if run % 2 == 0 {
+            let ((free, _, _), (got, s, timer)) = if run % 2 == 0 {
                 let free = measure(&net, o.count, run)?;
                 (free, measure(&lossy, o.count, run)?)
             } else {
@@ -168,7 +176,13 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
             resent = p.resent;
             measured.push(got);
             srtt.push(s);
+            if timer.is_finite() {
+                timers.push(timer);
+                with_timer
+                    .push(predict(&Rates { loss: rate, timer_us: Some(timer), ..rates(free) })?.response_us);
+            }
         }
+        let t = Summary::of(&with_timer);
         let (p, m) = (Summary::of(&predicted).expect("runs"), Summary::of(&measured).expect("runs"));
         checks.push(Check {
             rate,
@@ -179,6 +193,9 @@ pub fn run(o: &ModelOpts, net: NetOpts, tell: &dyn Fn(&str)) -> anyhow::Result<M
             difference: (p.median - m.median) / m.median,
             predicted_resent: resent,
             srtt_end_us: Summary::of(&srtt).map_or(f64::NAN, |s| s.median),
+            timer_end_us: Summary::of(&timers).map_or(f64::NAN, |s| s.median),
+            predicted_with_timer_us: t.as_ref().map_or(f64::NAN, |t| t.median),
+            difference_with_timer: t.map_or(f64::NAN, |t| (t.median - m.median) / m.median),
         });
     }
     let free = Summary::of(&frees).expect("at least one rate");
@@ -232,18 +249,27 @@ pub fn print(r: &ModelReport, o: &ModelOpts) {
     );
     println!("\npredicted against measured (each datagram dropped as it is sent with the rate's probability; {} round trips a run):", r.count);
     println!(
-        "{:>8}  {:>14}  {:>26}  {:>10}  {:>14}  {:>14}",
-        "rate", "predicted us", "measured us (min-max)", "difference", "resent / trip", "srtt at end us"
+        "{:>8}  {:>14}  {:>26}  {:>10}  {:>14}  {:>14}  {:>14}  {:>22}",
+        "rate",
+        "predicted us",
+        "measured us (min-max)",
+        "difference",
+        "resent / trip",
+        "srtt at end us",
+        "timer at end us",
+        "with that timer us (%)"
     );
     for c in &r.checks {
         println!(
-            "{:>8}  {:>14.2}  {:>26}  {:>9.1}%  {:>14.4}  {:>14.1}",
+            "{:>8}  {:>14.2}  {:>26}  {:>9.1}%  {:>14.4}  {:>14.1}  {:>15.1}  {:>22}",
             c.rate,
             c.predicted_us,
             format!("{:.2} ({:.2}-{:.2})", c.measured_us, c.measured_min_us, c.measured_max_us),
             c.difference * 100.0,
             c.predicted_resent,
-            c.srtt_end_us
+            c.srtt_end_us,
+            c.timer_end_us,
+            format!("{:.2} ({:+.1}%)", c.predicted_with_timer_us, c.difference_with_timer * 100.0)
         );
     }
     println!(

@@ -25,6 +25,10 @@ pub struct PingpongRun {
     /// retransmission timer starts from), in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub srtt_us: Option<f64>,
+    /// Its retransmission timer to the peer at the end, without back-off,
+    /// in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rto_us: Option<f64>,
     /// What this side's endpoint dropped, by reason (empty for raw).
     pub drops: Drops,
     /// What the echo side dropped, when this process ran it (loopback).
@@ -92,6 +96,7 @@ fn reliable_client(ep: &tether::Endpoint, o: &NetOpts, count: u64, far: Far) -> 
         corrupted,
         retransmits: stats.retransmits,
         srtt_us: ep.rtt(RECEIVER).map(|d| d.as_secs_f64() * 1e6),
+        rto_us: ep.base_rto(RECEIVER).map(|d| d.as_secs_f64() * 1e6),
         drops: drops(&stats),
         echo_drops: None,
     })
@@ -209,6 +214,7 @@ pub fn raw_loopback(o: &NetOpts, count: u64) -> anyhow::Result<PingpongRun> {
         corrupted: 0,
         retransmits: 0,
         srtt_us: None,
+        rto_us: None,
         drops: Drops::new(),
         echo_drops: None,
     })
@@ -263,6 +269,7 @@ pub fn connect(o: &NetOpts, addr: SocketAddr, bind: SocketAddr, count: u64) -> a
             corrupted: 0,
             retransmits: 0,
             srtt_us: None,
+            rto_us: None,
             drops: Drops::new(),
             echo_drops: None,
         });

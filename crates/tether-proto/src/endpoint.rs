@@ -1688,6 +1688,14 @@ impl Endpoint {
         self.peers.get(&peer).and_then(|p| p.send.rtt.smoothed())
     }
 
+    /// The retransmission timer to `peer` without back-off (the smoothed
+    /// round trip plus its variance term, clamped), once a round trip was
+    /// measured.
+    pub fn base_rto(&self, peer: NodeId) -> Option<core::time::Duration> {
+        let p = self.peers.get(&peer)?;
+        p.send.rtt.smoothed().map(|_| p.send.rtt.base_rto())
+    }
+
     /// Messages accepted and neither acknowledged nor failed yet.
     pub fn unsettled(&self) -> u64 {
         // From the counters, in constant time: `flush` asks at every

@@ -243,6 +243,10 @@ impl<B: Backend> Backend for ApiFaults<B> {
         self.inner.rtt(peer)
     }
 
+    fn base_rto(&self, peer: NodeId) -> Option<Duration> {
+        self.inner.base_rto(peer)
+    }
+
     fn close(&mut self, linger: Duration) -> Result<(), Error> {
         self.inner.close(linger)
     }

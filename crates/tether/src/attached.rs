@@ -266,6 +266,10 @@ impl Backend for Attached {
         None
     }
 
+    fn base_rto(&self, _peer: NodeId) -> Option<Duration> {
+        None
+    }
+
     /// The calls' pump stops first: it holds the client too.
     fn close(&mut self, linger: Duration) -> Result<(), Error> {
         self.calls.stop(&self.client);

@@ -67,6 +67,7 @@ pub(crate) trait Backend: Debug + Send + Sync {
     fn fault_handle(&self) -> Option<FaultHandle>;
     fn buffered(&self) -> (usize, usize);
     fn rtt(&self, peer: NodeId) -> Option<Duration>;
+    fn base_rto(&self, peer: NodeId) -> Option<Duration>;
     /// Settle what was accepted, up to `linger`, and stop.
     fn close(&mut self, linger: Duration) -> Result<(), Error>;
     /// Dropped without `close`: give what was accepted its chance to

@@ -442,6 +442,10 @@ impl Backend for Embedded {
         self.shared.lock().core.rtt(peer)
     }
 
+    fn base_rto(&self, peer: NodeId) -> Option<Duration> {
+        self.shared.lock().core.base_rto(peer)
+    }
+
     fn message_buffer(&self, capacity: usize) -> Vec<u8> {
         self.messages.take(capacity)
     }

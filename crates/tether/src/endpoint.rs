@@ -540,6 +540,14 @@ impl Endpoint {
     pub fn rtt(&self, peer: NodeId) -> Option<Duration> {
         self.backend.rtt(peer)
     }
+
+    /// The retransmission timer to `peer` without back-off: the smoothed
+    /// round trip plus four times its variation (at least 100 us),
+    /// clamped to `Config::rto_min` and `rto_max`; `None` before a round
+    /// trip was measured, and through an engine (whose core keeps it).
+    pub fn base_rto(&self, peer: NodeId) -> Option<Duration> {
+        self.backend.base_rto(peer)
+    }
 }
 
 impl Endpoint {
