@@ -94,6 +94,13 @@ struct SimOpts {
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true,
           value_parser = args::int_in::<u32>(2, 10_000, "members", ""))]
     members: Vec<u32>,
+    /// Instead of the mixes: Tang and Bilas's Table 3 (a host moved 1 to 4
+    /// switches away in a source-routed fabric, and the probes and time
+    /// its peer's search took to find it again), on the paper's four
+    /// switches and on a chain of 1,000 hosts, and the probe count's
+    /// growth with the fabric's size.
+    #[arg(long)]
+    fabric_table: bool,
     /// Print one JSON document (a record per mix) instead of a table.
     #[arg(long)]
     json: bool,
@@ -634,6 +641,9 @@ fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
 }
 
 fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
+    if o.fabric_table {
+        return fabric_table(o.json);
+    }
     let mixes: Vec<tether_sim::FaultMix> = if o.mix.is_empty() {
         tether_sim::FaultMix::ALL.to_vec()
     } else {
@@ -979,5 +989,103 @@ fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
     if let Some(m) = &model {
         table::model(m);
     }
+    Ok(())
+}
+
+/// `tether sim --fabric-table`: [TB] Table 3 beside the search's figures
+/// here (`tether_sim::fabric`; docs/FABRIC.md).
+fn fabric_table(json: bool) -> anyhow::Result<()> {
+    use tether_sim::fabric::{Fabric, Mapped, MoveRow};
+    // [TB] Table 3: host probes, switch probes, total, ms, for 1-4 hops.
+    const PAPER: [(u64, u64, u64, f64); 4] =
+        [(28, 0, 28, 3.054), (53, 20, 73, 25.855), (83, 41, 124, 48.488), (113, 73, 186, 83.567)];
+    let record = |r: &MoveRow| {
+        serde_json::json!({
+            "hops": r.hops,
+            "hosts": r.hosts,
+            "found": matches!(r.run.outcome, Mapped::Found(_)),
+            "shortest": r.shortest,
+            "host_probes": r.run.counts.host,
+            "switch_probes": r.run.counts.switch,
+            "probes": r.run.counts.total(),
+            "rounds": r.run.counts.rounds,
+            "ms": r.run.time_ns as f64 / 1e6,
+        })
+    };
+    // The paper's fabric: hosts 1-2 on the first switch, 3-4 on the last;
+    // host 4 moved to port 3 of each switch in turn.
+    let paper = Fabric::tang_bilas(2).moves(1, 4, 3, 4);
+    // A thousand hosts: four 256-port switches of 250 hosts each; the last
+    // host moved to port 250 of each.
+    let thousand = Fabric::chain(4, 256, 250).moves(1, 1000, 250, 4);
+    // Growth: four switches of each size, the last host moved 4 hops.
+    let growth: Vec<MoveRow> = [16, 32, 64, 128, 256]
+        .into_iter()
+        .map(|ports| {
+            let f = Fabric::chain(4, ports, ports - 6);
+            let last = f.hosts().max().expect("hosts");
+            f.moves(1, last, (ports - 6) as u8, 4).pop().expect("four hops")
+        })
+        .collect();
+    let per_host: Vec<f64> = growth.iter().map(|r| r.run.counts.total() as f64 / r.hosts as f64).collect();
+    if json {
+        return print_json(&serde_json::json!({
+            "paper": PAPER.iter().enumerate().map(|(i, p)| serde_json::json!({
+                "hops": i + 1, "host_probes": p.0, "switch_probes": p.1, "probes": p.2, "ms": p.3
+            })).collect::<Vec<_>>(),
+            "tang_bilas": paper.iter().map(record).collect::<Vec<_>>(),
+            "thousand_hosts": thousand.iter().map(record).collect::<Vec<_>>(),
+            "growth": growth.iter().map(record).collect::<Vec<_>>(),
+        }));
+    }
+    println!("Tang and Bilas [TB] Table 3: a host moved 1-4 switches away, found again by breadth-first host and switch probes");
+    println!("(times are virtual: 1 us a link, 100 us before a probe is given up; the paper's are its Myrinet cluster's)\n");
+    let table = |title: &str, rows: &[MoveRow], paper: bool| {
+        println!("{title}");
+        println!(
+            "{:>5} {:>6} {:>6} {:>12} {:>14} {:>7} {:>7} {:>9}{}",
+            "hops",
+            "hosts",
+            "found",
+            "host probes",
+            "switch probes",
+            "total",
+            "rounds",
+            "ms",
+            if paper { "   paper: host, switch, total, ms" } else { "" }
+        );
+        for (i, r) in rows.iter().enumerate() {
+            let found = if matches!(r.run.outcome, Mapped::Found(ref route) if route.len() == r.shortest) {
+                "yes"
+            } else {
+                "NO"
+            };
+            let p = PAPER[i.min(3)];
+            println!(
+                "{:>5} {:>6} {:>6} {:>12} {:>14} {:>7} {:>7} {:>9.3}{}",
+                r.hops,
+                r.hosts,
+                found,
+                r.run.counts.host,
+                r.run.counts.switch,
+                r.run.counts.total(),
+                r.run.counts.rounds,
+                r.run.time_ns as f64 / 1e6,
+                if paper { format!("   {}, {}, {}, {}", p.0, p.1, p.2, p.3) } else { String::new() }
+            );
+        }
+        println!();
+    };
+    table(
+        "the paper's fabric (two 16-port and two 8-port switches in a chain, two links between neighbours):",
+        &paper,
+        true,
+    );
+    table("1,000 hosts (four 256-port switches in a chain, 250 hosts on each):", &thousand, false);
+    table("growth: four switches of 16 to 256 ports, the last host moved 4 hops:", &growth, false);
+    println!(
+        "probes per host at 4 hops: {}",
+        per_host.iter().map(|p| format!("{p:.2}")).collect::<Vec<_>>().join(", ")
+    );
     Ok(())
 }

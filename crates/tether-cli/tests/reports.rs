@@ -43,3 +43,27 @@ fn stream_reports_what_each_side_dropped_with_a_key() {
     assert!(text.contains("the sender dropped"), "{text}");
     std::fs::remove_file(key).unwrap();
 }
+
+/// `tether sim --fabric-table`: [TB] Table 3's rows, each host moved 1-4
+/// hops found again by a route as short as the oracle's, on the paper's
+/// fabric and at 1,000 hosts; the table names the paper's figures.
+#[test]
+fn the_fabric_table_finds_every_moved_host() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&tether(&["sim", "--fabric-table", "--json"])).expect("one JSON document");
+    for (section, rows, hosts) in [("tang_bilas", 4, 4), ("thousand_hosts", 4, 1000), ("growth", 5, 0)] {
+        let rows_got = doc[section].as_array().unwrap_or_else(|| panic!("{section}: {doc}"));
+        assert_eq!(rows_got.len(), rows, "{section}");
+        for r in rows_got {
+            assert_eq!(r["found"], true, "{section}: {r}");
+            assert_eq!(r["shortest"], r["hops"], "{section}: {r}");
+            assert!(r["probes"].as_u64().unwrap() > 0);
+            if hosts > 0 {
+                assert_eq!(r["hosts"].as_u64(), Some(hosts));
+            }
+        }
+    }
+    assert_eq!(doc["paper"][3]["probes"].as_u64(), Some(186));
+    let text = tether(&["sim", "--fabric-table"]);
+    assert!(text.contains("Table 3") && text.contains("113, 73, 186, 83.567"), "{text}");
+}

@@ -38,6 +38,7 @@ mod greeting;
 mod handshake;
 mod landing;
 mod loss;
+pub mod mapper;
 mod message_pool;
 pub mod nacked;
 mod paths;

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use tether_proto::mapper::{Answer, Mapped, Mapper, Probe, ProbeCounts};
 use tether_proto::NodeId;
 
 /// A switch's number in its fabric.
@@ -262,6 +263,130 @@ impl Fabric {
     }
 }
 
+/// How the simulator times a search: [TB] gives no link figures, so these
+/// are assumed (a switch hop of a microsecond, as Myrinet's were, and a
+/// probe given up after a tenth of a millisecond).
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeTiming {
+    pub link_ns: u64,
+    pub timeout_ns: u64,
+}
+
+impl Default for ProbeTiming {
+    fn default() -> Self {
+        ProbeTiming { link_ns: 1_000, timeout_ns: 100_000 }
+    }
+}
+
+/// One search's end, probes and (virtual) time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapRun {
+    pub outcome: Mapped,
+    pub counts: ProbeCounts,
+    /// Each round takes as long as its slowest probe: an answer's round
+    /// trip, or the timeout.
+    pub time_ns: u64,
+}
+
+/// A row of [TB] Table 3's analogue: a host moved so many switches away,
+/// and what finding it again cost.
+#[derive(Debug, Clone)]
+pub struct MoveRow {
+    pub hops: usize,
+    pub hosts: usize,
+    pub run: MapRun,
+    /// The oracle's shortest route's length, in switches.
+    pub shortest: usize,
+}
+
+impl Fabric {
+    /// The most ports any switch has: what a mapper probes on each.
+    pub fn max_ports(&self) -> usize {
+        self.switches.iter().map(|s| s.ports.len()).max().unwrap_or(0)
+    }
+
+    /// What comes back to `from` for `probe`, and after how long.
+    pub fn answer(&self, from: NodeId, probe: &Probe, t: ProbeTiming) -> (Answer, u64) {
+        let back_and_forth = |links: usize| 2 * links as u64 * t.link_ns;
+        match probe {
+            Probe::Host(route) => match self.walk(from, route) {
+                Walk::Host(h, links) => (Answer::Host(h), back_and_forth(links)),
+                _ => (Answer::Nothing, t.timeout_ns),
+            },
+            Probe::Switch(route) => match self.walk(from, route) {
+                Walk::Switch(_, links) => (Answer::Switch, back_and_forth(links)),
+                _ => (Answer::Nothing, t.timeout_ns),
+            },
+        }
+    }
+
+    /// `from` searches for `to` with [`Mapper`], its probes answered by
+    /// this fabric, at most `budget` probes.
+    pub fn map(&self, from: NodeId, to: NodeId, budget: u64, t: ProbeTiming) -> MapRun {
+        let mut mapper = Mapper::new(to, self.max_ports(), budget);
+        let mut time_ns = 0;
+        let mut answers = Vec::new();
+        loop {
+            let round = mapper.next_round();
+            if round.is_empty() {
+                break;
+            }
+            answers.clear();
+            let mut slowest = 0;
+            for probe in &round {
+                let (a, took) = self.answer(from, probe, t);
+                answers.push(a);
+                slowest = slowest.max(took);
+            }
+            time_ns += slowest;
+            mapper.answered(&answers);
+        }
+        let outcome = mapper.outcome().cloned().unwrap_or(Mapped::Unreachable);
+        MapRun { outcome, counts: mapper.counts(), time_ns }
+    }
+
+    /// A chain of switches of `ports` ports each (at least 8), two links
+    /// between neighbours (each switch's last four ports: two back, two
+    /// on), and `hosts` hosts on ports `0..hosts` of every switch (at most
+    /// ports - 6: two ports stay free for hosts moved there). Hosts are
+    /// numbered from 1, switch by switch.
+    pub fn chain(switches: usize, ports: usize, hosts: usize) -> Fabric {
+        let ports = ports.clamp(8, Port::MAX as usize + 1);
+        let mut f = Fabric::default();
+        let s: Vec<SwitchId> = (0..switches.max(1)).map(|_| f.add_switch(ports)).collect();
+        for w in s.windows(2) {
+            let on = (ports - 2) as Port;
+            let back = (ports - 4) as Port;
+            f.link((w[0], on), (w[1], back)).expect("a free port");
+            f.link((w[0], on + 1), (w[1], back + 1)).expect("a free port");
+        }
+        let mut id = 1;
+        for &sw in &s {
+            for p in 0..hosts.min(ports - 6) {
+                f.attach(id, (sw, p as Port)).expect("a free port");
+                id += 1;
+            }
+        }
+        f
+    }
+
+    /// [TB] Table 3's experiment on `fabric` (a chain, switch 0 first):
+    /// host `from` stays on switch 0; host `moved` is unplugged and
+    /// plugged into `free_port` of the switch `hops - 1` along the chain,
+    /// for 1 to `max_hops` hops, and `from` searches for it.
+    pub fn moves(&self, from: NodeId, moved: NodeId, free_port: Port, max_hops: usize) -> Vec<MoveRow> {
+        let t = ProbeTiming::default();
+        (1..=max_hops.min(self.switch_count()))
+            .map(|hops| {
+                let mut f = self.clone();
+                f.move_host(moved, ((hops - 1) as SwitchId, free_port)).expect("a free port there");
+                let shortest = f.shortest_route(from, moved).map_or(0, |r| r.len());
+                MoveRow { hops, hosts: f.hosts().count(), run: f.map(from, moved, 1 << 20, t), shortest }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +433,78 @@ mod tests {
         let route = t.shortest_route(1, 3).unwrap();
         assert_eq!(route.len(), 4, "four switches in a chain");
         assert_eq!(t.walk(1, &route), Walk::Host(3, 5));
+    }
+
+    fn found(run: &MapRun) -> &[Port] {
+        match &run.outcome {
+            Mapped::Found(r) => r,
+            Mapped::Unreachable => panic!("not found: {run:?}"),
+        }
+    }
+
+    /// The mapper, seeing only probe answers, finds a route as short as
+    /// the oracle's between every pair of hosts, and the route leads there.
+    #[test]
+    fn the_mapper_finds_a_shortest_route_between_every_pair() {
+        let t = ProbeTiming::default();
+        for f in [Fabric::fat_tree(8), Fabric::tang_bilas(4), Fabric::chain(3, 16, 5)] {
+            for a in f.hosts() {
+                for b in f.hosts().filter(|&b| b != a) {
+                    let run = f.map(a, b, 100_000, t);
+                    let route = found(&run);
+                    assert_eq!(route.len(), f.shortest_route(a, b).unwrap().len(), "{a} to {b}");
+                    assert_eq!(f.walk(a, route), Walk::Host(b, route.len() + 1));
+                    assert!(run.time_ns > 0 && run.counts.rounds > 0);
+                }
+            }
+        }
+    }
+
+    /// After a host moves, and around a dead link, the search finds where
+    /// it is now; a host with no way to it is unreachable, within the
+    /// probe budget whatever the budget.
+    #[test]
+    fn moves_and_dead_links_are_mapped_around_and_the_budget_holds() {
+        let t = ProbeTiming::default();
+        let mut tree = Fabric::fat_tree(8);
+        let leaf0 = tree.host_at(1).unwrap().0;
+        tree.set_link(leaf0, 4, false).unwrap();
+        let run = tree.map(1, 32, 100_000, t);
+        assert_eq!(found(&run).len(), 3, "around the dead uplink");
+        assert_ne!(found(&run)[0], 4);
+        // A chain of three 16-port switches, five hosts each (1-5, 6-10,
+        // 11-15): host 15 moves from the last switch to the first.
+        let mut f = Fabric::chain(3, 16, 5);
+        assert_eq!(found(&f.map(1, 15, 100_000, t)).len(), 3);
+        f.move_host(15, (0, 5)).unwrap();
+        assert_eq!(found(&f.map(1, 15, 100_000, t)), &[5], "found where it went");
+        // Both links from the first switch on cut: the others are gone.
+        f.set_link(0, 14, false).unwrap();
+        f.set_link(0, 15, false).unwrap();
+        assert_eq!(f.map(1, 11, 100_000, t).outcome, Mapped::Unreachable);
+        assert_eq!(found(&f.map(1, 15, 100_000, t)), &[5]);
+        for budget in [1, 7, 50, 200] {
+            let run = tree.map(1, 999, budget, t);
+            assert_eq!(run.outcome, Mapped::Unreachable, "no host 999");
+            assert!(run.counts.total() <= budget, "{budget}: {:?}", run.counts);
+        }
+    }
+
+    /// [TB] Table 3's experiment: a host moved 1 to 4 switches away is
+    /// found by a shortest route, at more probes the further it is, on the
+    /// paper's four switches and on a chain of 1,000 hosts.
+    #[test]
+    fn a_host_moved_one_to_four_hops_away_is_found() {
+        for (f, moved, port) in [(Fabric::tang_bilas(2), 4, 3), (Fabric::chain(4, 256, 250), 1000, 250)] {
+            let rows = f.moves(1, moved, port, 4);
+            assert_eq!(rows.len(), 4);
+            for w in rows.windows(2) {
+                assert!(w[1].run.counts.total() > w[0].run.counts.total(), "{:?}", rows);
+            }
+            for r in &rows {
+                assert_eq!(found(&r.run).len(), r.hops, "{r:?}");
+                assert_eq!(r.shortest, r.hops);
+            }
+        }
     }
 }
