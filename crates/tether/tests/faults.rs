@@ -297,17 +297,26 @@ fn call_faults_strike_whole_batches() {
     let (mut expected, mut struck, mut clean, mut refused) = (Vec::new(), Vec::new(), Vec::new(), 0);
     for k in 0..300u64 {
         let batch: Vec<Vec<u8>> = (0..10).map(|j| msg(k * 10 + j, 64)).collect();
+        // Which batches were struck, from the injector's own count, not
+        // from the states this test asserts.
+        let before = a.fault_counters();
         match a.send_batch(2, &batch, WAIT) {
             Ok(sent) => {
                 assert_eq!(sent.count, 10);
                 expected.extend(k * 10..k * 10 + 10);
                 let ids = (0..10).map(|j| sent.id(j).unwrap());
-                match a.message_state(sent.first) {
-                    MessageState::Failed(FailReason::OperationFault) => struck.extend(ids),
-                    _ => clean.extend(ids),
+                let after = a.fault_counters();
+                assert_eq!(after.invocation, before.invocation, "a batch taken was not refused");
+                match after.operation - before.operation {
+                    0 => clean.extend(ids),
+                    1 => struck.extend(ids),
+                    n => panic!("batch {k} struck {n} times: a batch is one call"),
                 }
             }
-            Err(Error::Transport(TransportError::LocalResource)) => refused += 1,
+            Err(Error::Transport(TransportError::LocalResource)) => {
+                assert_eq!(a.fault_counters().invocation, before.invocation + 1, "refused by one fault");
+                refused += 1;
+            }
             Err(e) => panic!("batch {k}: {e}"),
         }
     }
