@@ -12,7 +12,16 @@ use std::time::Duration;
 
 use tether::{Endpoint, Error};
 
-fn main() -> Result<(), Error> {
+fn main() {
+    // An error is printed as its message ("no engine serves DIR: start one
+    // with ..."), not as the `Debug` form `main` returning `Err` would print.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(dir), Some(engine_addr)) = (args.get(1), args.get(2).and_then(|a| a.parse().ok())) else {
         eprintln!(

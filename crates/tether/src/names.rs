@@ -348,6 +348,7 @@ mod tests {
             FileNames::new(std::env::temp_dir().join(format!("tether-names-wild-{}", std::process::id())))
                 .unwrap();
         let err = register(&names, "wild", &ep).unwrap_err();
+        eprintln!("registering an endpoint bound at 0.0.0.0: {err}");
         assert!(matches!(err, NameError::Unspecified { rail: 0, .. }), "{err}");
         assert!(err.to_string().contains("bind the endpoint to the address peers reach it at"), "{err}");
         assert!(names.resolve("wild").unwrap().is_none(), "nothing registered");
