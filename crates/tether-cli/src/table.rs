@@ -497,6 +497,85 @@ pub struct SimRow {
     pub calls: Option<tether_sim::calls::CallsReport>,
     /// The membership mix's crashes and removals, over its runs.
     pub membership: Option<MembershipRow>,
+    /// The fabric mixes' moves and route searches, over their runs.
+    pub fabric: Option<FabricRow>,
+}
+
+/// What the fabric mixes' runs came to: how the moved node was found
+/// again by its peers, by how far it moved ([TB] Table 3's columns).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FabricRow {
+    pub hosts: usize,
+    pub switches: usize,
+    pub searches: u64,
+    pub host_probes: u64,
+    pub switch_probes: u64,
+    /// Datagrams held while their route was searched for, then sent.
+    pub held: u64,
+    /// Refused for an older route generation than heard.
+    pub stale_generation: u64,
+    /// Lost at an empty port (a route to where a moved node was).
+    pub no_such_port: u64,
+    pub by_hops: Vec<FabricHops>,
+}
+
+/// The peers' searches for the moved node, at one distance.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FabricHops {
+    pub hops: usize,
+    pub searches: usize,
+    pub host_probes: f64,
+    pub switch_probes: f64,
+    /// Virtual time a search took, mean.
+    pub us: f64,
+    /// The move to the search's start, mean: the core judging the paths
+    /// down.
+    pub noticed_ms: f64,
+}
+
+impl FabricRow {
+    fn of(reports: &[tether_sim::SimReport]) -> Option<FabricRow> {
+        let f: Vec<_> = reports.iter().filter_map(|r| r.fabric.as_ref()).collect();
+        let first = f.first()?;
+        let mut by: std::collections::BTreeMap<usize, Vec<(&tether_sim::routed::Search, f64)>> =
+            Default::default();
+        for r in &f {
+            for &(mover, hops, at_ms) in &r.moves {
+                // Each peer's last search for the mover, on each rail.
+                let mut last = std::collections::BTreeMap::new();
+                for s in r.searches.iter().filter(|s| s.peer == mover && s.hops > 0 && s.at_ms >= at_ms) {
+                    last.insert((s.node, s.rail), s);
+                }
+                by.entry(hops).or_default().extend(last.into_values().map(|s| (s, s.at_ms - at_ms)));
+            }
+        }
+        let mean = |v: &[(&tether_sim::routed::Search, f64)],
+                    g: &dyn Fn(&tether_sim::routed::Search, f64) -> f64| {
+            v.iter().map(|(s, d)| g(s, *d)).sum::<f64>() / v.len().max(1) as f64
+        };
+        let sum = |g: &dyn Fn(&tether_sim::routed::FabricReport) -> u64| f.iter().map(|r| g(r)).sum::<u64>();
+        Some(FabricRow {
+            hosts: first.hosts,
+            switches: first.switches,
+            searches: sum(&|r| r.books.searches),
+            host_probes: sum(&|r| r.books.host_probes),
+            switch_probes: sum(&|r| r.books.switch_probes),
+            held: sum(&|r| r.held),
+            stale_generation: sum(&|r| r.books.stale_generation),
+            no_such_port: sum(&|r| r.no_such_port),
+            by_hops: by
+                .iter()
+                .map(|(&hops, v)| FabricHops {
+                    hops,
+                    searches: v.len(),
+                    host_probes: mean(v, &|s, _| s.host_probes as f64),
+                    switch_probes: mean(v, &|s, _| s.switch_probes as f64),
+                    us: mean(v, &|s, _| s.us),
+                    noticed_ms: mean(v, &|_, d| d),
+                })
+                .collect(),
+        })
+    }
 }
 
 /// What the membership mix's runs came to.
@@ -581,6 +660,7 @@ impl SimRow {
                 unknown: a.unknown + b.unknown,
             }),
             membership: MembershipRow::of(reports),
+            fabric: FabricRow::of(reports),
         }
     }
 }
@@ -638,6 +718,26 @@ pub fn sim(rows: &[SimRow]) {
             println!(
                 "{} ({} members): after the start-up a member sends and receives {:.0} messages a second (busiest {:.0}), the busiest replica {:.0}; in the start-up second (all joining at once) a member {:.0}, the busiest replica {:.0}; {:.2} view-change messages per change a member applies; simulated {:.1}x faster than real time (median run; slowest {:.1}x)",
                 r.mix, m.members, m.load.member, m.load.member_max, m.load.manager_max, m.load.startup_member, m.load.startup_manager_max, m.load.changes_per_change, m.speed_median, m.speed_min
+            );
+        }
+    }
+    for r in rows {
+        let Some(f) = &r.fabric else { continue };
+        println!(
+            "{} ({} hosts, {} switches a rail): {} route searches, {} host and {} switch probes; {} datagrams held for a route, {} lost at the empty port a moved node left, {} refused for an older generation",
+            r.mix, f.hosts, f.switches, f.searches, f.host_probes, f.switch_probes, f.held, f.no_such_port, f.stale_generation
+        );
+        println!("  the moved node found again by each peer on each rail ([TB] Table 3: 28 / 73 / 124 / 186 probes for 1-4 hops):");
+        for h in &f.by_hops {
+            println!(
+                "  {} hops: {} searches, {:.1} host + {:.1} switch = {:.1} probes, {:.1} us virtual, started {:.2} ms after the move",
+                h.hops,
+                h.searches,
+                h.host_probes,
+                h.switch_probes,
+                h.host_probes + h.switch_probes,
+                h.us,
+                h.noticed_ms
             );
         }
     }

@@ -48,6 +48,7 @@ mod reassembly;
 mod recv_stream;
 mod refused;
 mod replay;
+pub mod routes;
 mod rtt;
 mod send_stream;
 #[cfg(feature = "serde")]

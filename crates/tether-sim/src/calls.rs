@@ -174,7 +174,8 @@ impl Link<Ev> for Wire {
         }
         for (dst, bytes) in out {
             let latency = Duration::from_micros(self.rng.gen_range(LATENCY_US));
-            timeline.send(sent.now + latency, Datagram { src: sent.src, dst, rail: sent.rail, bytes });
+            timeline
+                .send(sent.now + latency, Datagram { src: sent.src, dst, rail: sent.rail, bytes, tag: 0 });
         }
     }
 

@@ -29,6 +29,20 @@ pub struct LinkCut {
     pub one_way: bool,
 }
 
+/// The network as a source-routed fabric (`crate::routed`): a chain of
+/// `switches` switches of `ports` ports, `hosts_per_switch` hosts on each
+/// (the run's nodes are the first ones on switch 0, the rest bystanders),
+/// one such fabric per rail; and nodes moved mid-run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricPlan {
+    pub switches: usize,
+    pub ports: usize,
+    pub hosts_per_switch: usize,
+    /// (node, to the switch this many hops from switch 0 counted as [TB]
+    /// Table 3 does (1: switch 0 itself), when).
+    pub moves: Vec<(NodeId, usize, Duration)>,
+}
+
 /// What the simulated applications do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -95,6 +109,9 @@ pub struct SimConfig {
     /// to replay a world pinned before they existed, whose every datagram
     /// they would move.
     pub unreliable: bool,
+    /// The network as a source-routed fabric, and the moves in it
+    /// (`None`: every node reaches every other directly).
+    pub fabric: Option<FabricPlan>,
     pub mix: &'static str,
 }
 
@@ -122,6 +139,7 @@ impl SimConfig {
             forgeries: 0,
             forge_within: 0,
             unreliable: true,
+            fabric: None,
             mix: "custom",
         }
     }
@@ -160,6 +178,9 @@ impl fmt::Display for SimConfig {
         )?;
         if !self.engine_kills.is_empty() {
             write!(f, " engine_kills={:?}", self.engine_kills)?;
+        }
+        if let Some(fabric) = &self.fabric {
+            write!(f, " fabric={fabric:?}")?;
         }
         Ok(())
     }
@@ -259,10 +280,20 @@ pub enum FaultMix {
     /// (talking among themselves), a replica perhaps replaced; the same
     /// checks, and every member's messages a second counted.
     Membership1000,
+    /// Two rails, each a source-routed fabric (Tang and Bilas [TB]
+    /// section 4.2): a chain of four 16-port switches, four hosts on each,
+    /// the three nodes on the first. Mid-stream node 1 is unplugged and
+    /// plugged in 1 to 4 hops away (by seed) on both rails, under 2% loss:
+    /// its routes and its peers' routes to it lead nowhere until the
+    /// core's path layer judges the paths down and the route books find
+    /// new ones by probing. Nothing may be lost.
+    FabricMove,
+    /// The same at 1,000 hosts: 40 switches of 32 ports, 25 hosts each.
+    FabricMove1000,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 28] = [
+    pub const ALL: [FaultMix; 30] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -291,6 +322,8 @@ impl FaultMix {
         FaultMix::EngineKill,
         FaultMix::Membership,
         FaultMix::Membership1000,
+        FaultMix::FabricMove,
+        FaultMix::FabricMove1000,
     ];
 
     pub fn name(self) -> &'static str {
@@ -323,6 +356,8 @@ impl FaultMix {
             FaultMix::EngineKill => "engine_kill",
             FaultMix::Membership => "membership",
             FaultMix::Membership1000 => "membership_1000",
+            FaultMix::FabricMove => "fabric_move",
+            FaultMix::FabricMove1000 => "fabric_move_1000",
         }
     }
 
@@ -506,6 +541,19 @@ impl FaultMix {
                 c.safety_phase = Duration::from_millis(40);
                 c.engine_kills = engine_kills(seed, c.safety_phase);
                 c.time_limit = Duration::from_secs(5);
+            }
+            FaultMix::FabricMove | FaultMix::FabricMove1000 => {
+                c.rails = 2;
+                // Enough that the streams are under way at the move and
+                // long after it.
+                c.messages_per_stream = 120;
+                rules(&mut c, &["drop:p=0.02"]);
+                let (switches, ports, hosts_per_switch) =
+                    if self == FaultMix::FabricMove { (4, 16, 4) } else { (40, 32, 25) };
+                let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0xFAB2_1C00_4D0E_5EED);
+                let hops = 1 + (seed % 4) as usize;
+                let at = Duration::from_micros(rng.gen_range(300..=1_500));
+                c.fabric = Some(FabricPlan { switches, ports, hosts_per_switch, moves: vec![(1, hops, at)] });
             }
             FaultMix::Membership | FaultMix::Membership1000 => {
                 c.workload = Workload::Membership;

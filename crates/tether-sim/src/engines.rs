@@ -571,6 +571,7 @@ pub(crate) fn run(cfg: &SimConfig) -> SimReport {
         events,
         calls: None,
         membership: None,
+        fabric: None,
     };
     for h in &mut w.hosts {
         h.engine = None;

@@ -98,6 +98,11 @@ impl Fabric {
         }
     }
 
+    /// Nothing is plugged into `port` of `sw`.
+    pub fn is_free(&self, sw: SwitchId, port: Port) -> bool {
+        self.free(sw, port).is_ok()
+    }
+
     /// Link two switch ports.
     pub fn link(&mut self, a: (SwitchId, Port), b: (SwitchId, Port)) -> Result<(), FabricError> {
         self.free(a.0, a.1)?;

@@ -15,11 +15,12 @@ pub mod membership;
 mod nacked;
 pub mod net;
 mod report;
+pub mod routed;
 mod sim;
 mod unreliable;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};
-pub use config::{plan, FaultMix, LinkCut, SimConfig, Workload};
+pub use config::{plan, FabricPlan, FaultMix, LinkCut, SimConfig, Workload};
 pub use net::{Fate, Link, Sent, VirtualNet};
 pub use report::{LinkCounters, SimReport};
 pub use sim::run;

@@ -35,6 +35,9 @@ pub struct Datagram {
     pub dst: NodeId,
     pub rail: RailId,
     pub bytes: Vec<u8>,
+    /// A word the link carries beside the bytes, out of band (a fabric
+    /// route's generation, `crate::routed`); 0 for other links.
+    pub tag: u32,
 }
 
 /// Something scheduled on the timeline.
@@ -172,8 +175,13 @@ pub trait Link<U = NoEvent> {
 impl<U, F: FnMut(&mut Sent<'_>) -> Fate> Link<U> for F {
     fn transmit(&mut self, timeline: &mut Timeline<U>, mut sent: Sent<'_>) {
         if let Fate::Deliver(latency) = self(&mut sent) {
-            let datagram =
-                Datagram { src: sent.src, dst: sent.dst, rail: sent.rail, bytes: sent.bytes.to_vec() };
+            let datagram = Datagram {
+                src: sent.src,
+                dst: sent.dst,
+                rail: sent.rail,
+                bytes: sent.bytes.to_vec(),
+                tag: 0,
+            };
             timeline.send(sent.now + latency, datagram);
         }
     }

@@ -56,6 +56,8 @@ pub struct SimReport {
     pub calls: Option<crate::calls::CallsReport>,
     /// The membership mix (`Workload::Membership`): what it came to.
     pub membership: Option<crate::membership::MembershipReport>,
+    /// The fabric mixes (`SimConfig::fabric`): moves, searches, drops.
+    pub fabric: Option<crate::routed::FabricReport>,
 }
 
 impl SimReport {
@@ -90,6 +92,7 @@ impl SimReport {
             events: 0,
             calls: None,
             membership: None,
+            fabric: None,
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::forger::Forger;
 use crate::nacked::NackedCheck;
 use crate::net::{self, Datagram, Link, Sent, Step, Timeline, VirtualNet};
 use crate::report::{LinkCounters, SimReport};
+use crate::routed::{Carried, FabricNet, RoundDue};
 use crate::unreliable::UnreliableCheck;
 
 /// The simulator's own events; datagrams in flight and endpoint wake-ups
@@ -50,6 +51,13 @@ enum Ev {
     /// A slow application's turn to read.
     Read {
         node: NodeId,
+    },
+    /// A route search's round is due (`crate::routed`).
+    Round(RoundDue),
+    /// A node is unplugged and plugged in elsewhere in the fabric.
+    Move {
+        node: NodeId,
+        hops: usize,
     },
 }
 
@@ -91,6 +99,8 @@ struct Links<'a> {
     trace: bool,
     /// The attacker on the path, in the `forged_epochs` mix.
     forger: Option<Forger>,
+    /// The network as a source-routed fabric, in the `fabric_move` mixes.
+    fabric: Option<FabricNet>,
 }
 
 struct World<'a> {
@@ -131,6 +141,7 @@ impl<'a> World<'a> {
             release_at: vec![None; cfg.nodes as usize * rails(cfg)],
             trace: std::env::var_os("TETHER_SIM_TRACE").is_some(),
             forger: None,
+            fabric: cfg.fabric.as_ref().map(|plan| FabricNet::new(plan, cfg.nodes, rails(cfg))),
         };
         let origin = Instant::from_nanos(ORIGIN_NS);
         if cfg.forgeries > 0 {
@@ -159,6 +170,10 @@ impl<'a> World<'a> {
         }
         for &(node, at) in &cfg.soft_losses {
             net.timeline_mut().schedule(origin + at, Ev::SoftLoss { node });
+        }
+        let moves = net.link.fabric.as_ref().map(|f| f.moves().to_vec()).unwrap_or_default();
+        for (node, hops, at) in moves {
+            net.timeline_mut().schedule(origin + at, Ev::Move { node, hops });
         }
         World {
             cfg,
@@ -208,6 +223,26 @@ impl<'a> World<'a> {
                 }
                 Step::User(Ev::SoftLoss { node }) => {
                     self.lose_soft_state(node);
+                    node
+                }
+                Step::User(Ev::Round(due)) => {
+                    let (now, origin) = (self.net.now(), self.net.timeline().origin());
+                    let (links, timeline, _) = self.net.parts(due.node);
+                    let fabric = links.fabric.as_mut().expect("rounds only in a fabric");
+                    let done = fabric.round(now, origin, due);
+                    if let Some((at, next)) = done.next {
+                        timeline.schedule(at, Ev::Round(next));
+                    }
+                    // What waited for the route found goes on it now.
+                    for bytes in done.released {
+                        links.carry(timeline, due.node, due.peer, due.rail, &bytes);
+                    }
+                    due.node
+                }
+                Step::User(Ev::Move { node, hops }) => {
+                    let elapsed = self.net.timeline().elapsed();
+                    let fabric = self.net.link.fabric.as_mut().expect("moves only in a fabric");
+                    fabric.move_node(elapsed, node, hops);
                     node
                 }
                 Step::User(Ev::Read { node }) => {
@@ -354,6 +389,7 @@ impl<'a> World<'a> {
         let (cfg, checker, node) = (self.cfg, &mut self.checker, &mut self.nodes[id as usize]);
         let unreliable = &mut self.unreliable;
         let nacked = &mut self.nacked;
+        let mut down = Vec::new();
         // Under a cluster key a copy never arrives twice; without one the
         // network may duplicate a datagram, as it may UDP's.
         let once = cfg.proto.key.is_some();
@@ -381,11 +417,23 @@ impl<'a> World<'a> {
                     Event::Nacked { peer, first, end, fate } => {
                         nacked.on_fate(id, node.incarnation, peer, first, end, fate)
                     }
+                    // In a fabric, a path judged down has its route
+                    // searched for again.
+                    Event::PathChanged { peer, rail, to: tether_proto::PathState::Down, .. } => {
+                        down.push((peer, rail))
+                    }
                     // Reachability, paths and failovers change no guarantee.
                     _ => {}
                 }
             }
         });
+        if let Some(fabric) = self.net.link.fabric.as_mut() {
+            let due: Vec<RoundDue> =
+                down.into_iter().filter_map(|(peer, rail)| fabric.path_down(now, rail, id, peer)).collect();
+            for due in due {
+                self.net.timeline_mut().schedule(now, Ev::Round(due));
+            }
+        }
     }
 
     fn report(mut self, events: u64) -> SimReport {
@@ -434,6 +482,7 @@ impl<'a> World<'a> {
             events,
             calls: None,
             membership: None,
+            fabric: self.net.link.fabric.take().map(FabricNet::report),
         }
     }
 }
@@ -512,6 +561,22 @@ impl Links<'_> {
     }
 }
 
+impl Links<'_> {
+    /// A datagram into the fabric: the route decides where it goes (or
+    /// it waits for one); faults strike on the way in.
+    fn carry(&mut self, timeline: &mut Timeline<Ev>, src: NodeId, dst: NodeId, rail: RailId, bytes: &[u8]) {
+        let fabric = self.fabric.as_mut().expect("a fabric");
+        match fabric.carry(timeline.now(), src, dst, rail, bytes) {
+            Carried::To(to, took, tag) => {
+                let at = timeline.now() + self.cfg.latency + took;
+                timeline.send(at, Datagram { src, dst: to, rail, bytes: bytes.to_vec(), tag });
+            }
+            Carried::Held(Some(due)) => timeline.schedule(timeline.now(), Ev::Round(due)),
+            Carried::Held(None) | Carried::Lost => {}
+        }
+    }
+}
+
 impl Link<Ev> for Links<'_> {
     fn transmit(&mut self, timeline: &mut Timeline<Ev>, sent: Sent<'_>) {
         let Sent { src, dst, rail, bytes: datagram, .. } = sent;
@@ -521,13 +586,17 @@ impl Link<Ev> for Links<'_> {
             eprintln!("{:>12} {src}->{dst} rail {rail} {}", ns(elapsed), describe(datagram));
         }
         let arrive = timeline.now() + self.cfg.latency;
+        if self.fabric.is_some() {
+            self.carry(timeline, src, dst, rail, datagram);
+            return;
+        }
         if let Some(forger) = &mut self.forger {
             if let Some((from, to, bytes)) = forger.on_pass(&mut self.rng, src, dst, datagram) {
                 self.counters.forged += 1;
-                timeline.send(arrive, Datagram { src: from, dst: to, rail, bytes });
+                timeline.send(arrive, Datagram { src: from, dst: to, rail, bytes, tag: 0 });
             }
         }
-        let arrival = |dst, bytes| Datagram { src, dst, rail, bytes };
+        let arrival = |dst, bytes| Datagram { src, dst, rail, bytes, tag: 0 };
         if self.cfg.rails > 1 {
             // Rail faults last the whole run: a lossy rail stays lossy.
             let loss = self.cfg.rail_loss.iter().find(|(r, _)| *r == rail).map_or(0.0, |(_, p)| *p);
@@ -562,8 +631,13 @@ impl Link<Ev> for Links<'_> {
     }
 
     fn arrive(&mut self, timeline: &mut Timeline<Ev>, ep: &mut Endpoint, datagram: Datagram) {
-        let Datagram { src, rail, bytes, .. } = datagram;
+        let Datagram { src, rail, bytes, tag, .. } = datagram;
         let elapsed = timeline.elapsed();
+        if let Some(fabric) = &mut self.fabric {
+            if !fabric.accept(rail, src, ep.node(), tag) {
+                return; // by a route its sender gave up
+            }
+        }
         if self.through_injector(elapsed) {
             let i = self.nic(ep.node(), rail);
             self.injectors[i].on_recv(elapsed, Some(src), None, &bytes);

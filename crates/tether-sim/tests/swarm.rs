@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use tether_sim::{replay_line, swarm, FaultMix, SimReport};
 
-/// Seeds per mix: 27 mixes x 100, and the thousand-member mix at 4 (a
+/// Seeds per mix: 29 mixes x 100, and the thousand-member mix at 4 (a
 /// run takes it about 3 s; `tether sim --mix membership_1000 --seeds
 /// 1000` is its full check).
 const SEEDS: u64 = 100;
@@ -302,6 +302,7 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
                 );
             }
         }
+        FaultMix::FabricMove | FaultMix::FabricMove1000 => fabric_moves(r),
         FaultMix::EngineKill => {
             // Every run killed an engine and started another, and the
             // applications there resumed with it (a host serves one or two
@@ -318,4 +319,62 @@ fn expect(mix: FaultMix, r: &[SimReport]) {
             assert!(sum(&|r| r.duplicates_discarded) > 0);
         }
     }
+}
+
+/// The fabric mixes: the move struck (datagrams lost on routes that led
+/// nowhere), and afterwards every pair around the mover found a route
+/// again on both rails, each the shortest there is, the peers' to the
+/// mover as many switches long as the move took it; the probes a search
+/// sent grow linearly with those hops ([TB] Table 3: "linear").
+fn fabric_moves(r: &[SimReport]) {
+    let mut probes_by_hops = std::collections::BTreeMap::<usize, Vec<u64>>::new();
+    for run in r {
+        let f = run.fabric.as_ref().expect("a fabric report");
+        let &[(mover, hops, at_ms)] = &f.moves[..] else {
+            panic!("seed {}: one move: {:?}", run.seed, f.moves)
+        };
+        assert!(f.no_such_port + f.books.no_route > 0, "seed {}: the move struck: {f:?}", run.seed);
+        for rail in 0..2 {
+            for (a, b) in [(0, mover), (2, mover), (mover, 0), (mover, 2)] {
+                let after = f
+                    .searches
+                    .iter()
+                    .filter(|s| s.at_ms >= at_ms && (s.node, s.peer, s.rail) == (a, b, rail));
+                let found: Vec<_> = after.filter(|s| s.hops > 0).collect();
+                let last = found.last().unwrap_or_else(|| {
+                    panic!(
+                        "seed {}: {a} found no route to {b} on rail {rail} after the move: {:?}",
+                        run.seed, f.searches
+                    )
+                });
+                assert_eq!(last.hops, last.shortest, "seed {}: a shortest route: {last:?}", run.seed);
+                if a != mover {
+                    assert_eq!(last.hops, hops, "seed {}: {hops} hops away: {last:?}", run.seed);
+                    probes_by_hops.entry(hops).or_default().push(last.host_probes + last.switch_probes);
+                }
+            }
+        }
+    }
+    let mean = |h: usize| {
+        let v = &probes_by_hops[&h];
+        v.iter().sum::<u64>() as f64 / v.len() as f64
+    };
+    eprintln!(
+        "{:>14}  probes to find the moved node, by hops: {:?}",
+        "",
+        probes_by_hops.keys().map(|&h| (h, mean(h))).collect::<Vec<_>>()
+    );
+    assert_eq!(probes_by_hops.len(), 4, "moves of 1 to 4 hops");
+    // Linear: a straight line through the four means explains nearly all
+    // their spread (R^2 >= 0.97; the paper's 28/73/124/186 give 0.995,
+    // a doubling per hop as on a fabric of host-less switches, 8/38/118/
+    // 326, gives 0.87), and each hop adds probes.
+    let points: Vec<(f64, f64)> = (1..=4).map(|h| (h as f64, mean(h))).collect();
+    let (mx, my) = (2.5, points.iter().map(|p| p.1).sum::<f64>() / 4.0);
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    let syy: f64 = points.iter().map(|(_, y)| (y - my).powi(2)).sum();
+    let r2 = sxy * sxy / (sxx * syy);
+    assert!(r2 >= 0.97, "probes linear in hops: R^2 {r2:.3} for {points:?}");
+    assert!(points.windows(2).all(|w| w[1].1 > w[0].1), "each hop adds probes: {points:?}");
 }
