@@ -63,6 +63,11 @@ pub struct CongestionOpts {
     /// The tether streams' congestion control.
     #[arg(long, value_enum, default_value_t = Congestion::Delay)]
     pub congestion: Congestion,
+    /// Send each datagram alone, without UDP segmentation offload (GSO)
+    /// and receive offload (GRO): how the streams do through the queue
+    /// without offload's bursts of up to 64 KiB.
+    #[arg(long)]
+    pub no_offload: bool,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -136,7 +141,7 @@ pub fn run(o: &CongestionOpts) -> anyhow::Result<()> {
     let mut port = 7600;
     let mut pair = |ns: &Netns| -> anyhow::Result<(Endpoint, Endpoint)> {
         port += 1;
-        endpoints(ns, &config, port)
+        endpoints(ns, &config, port, o.no_offload)
     };
     let latency = latency(&ns, &dev, o, pair(&ns)?)?;
     let mut tether_flows = Vec::new();
@@ -227,13 +232,19 @@ fn measure(ns: &Netns, dev: &str, o: &CongestionOpts, flows: Vec<flows::Flow>) -
 }
 
 /// A sender in `a` and a receiver in `b` on `port`, each knowing the other.
-fn endpoints(ns: &Netns, config: &Config, port: u16) -> anyhow::Result<(Endpoint, Endpoint)> {
+fn endpoints(
+    ns: &Netns,
+    config: &Config,
+    port: u16,
+    no_offload: bool,
+) -> anyhow::Result<(Endpoint, Endpoint)> {
     let (a, b) = (SocketAddr::new(Netns::host(0, 0), port), SocketAddr::new(Netns::host(1, 0), port));
     let options = Options { config: config.clone(), linger: Duration::ZERO, ..Options::default() };
     let make = |node, bind, peer, peer_addr| -> anyhow::Result<Endpoint> {
         let mut book = AddressBook::new();
         book.insert(peer, peer_addr);
         let udp = UdpTransport::bind(bind, book)?;
+        let udp = if no_offload { udp.without_offload() } else { udp };
         Ok(Endpoint::with_transport(node, Box::new(udp), options.clone())?)
     };
     let rx = ns.within(1, || make(RECEIVER, b, SENDER, a))??;
