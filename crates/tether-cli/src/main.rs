@@ -14,7 +14,7 @@ use tether_lab::{
     args, async_bench, auth_bench, bandwidth, bench, calls_bench, campaign, cluster_campaign,
     congestion_bench, contention_bench, demo, demo_cluster, demo_engine, demo_rpc, detect_bench, detection,
     engine_bench, engine_campaign, flows, group_bench, limit, logp_bench, loss_bench, model, net,
-    performability_bench, pingpong, scratch, shm_bench, stream, summary, sweep, timeline,
+    performability_bench, pingpong, report, scratch, shm_bench, stream, summary, sweep, timeline,
 };
 
 use clap::parser::ValueSource;
@@ -66,6 +66,8 @@ enum Command {
     /// against the round trip measured under the same fault rates, then
     /// embedded against engine mode and one rail against two.
     Model(performability_bench::ModelOpts),
+    /// Every experiment of the five papers run again, each figure beside the paper's, written into docs/RESULTS.md with the command, date and machine (--quick: minutes)
+    Report(report::ReportOpts),
     /// A bank server of `tether demo --rpc` (started by the demo).
     #[command(hide = true)]
     BankServer(demo_rpc::BankServerOpts),
@@ -272,6 +274,7 @@ fn main() {
             |say| performability_bench::run(&o, default_net()?, say),
             |r| performability_bench::print(r, &o),
         ),
+        Command::Report(o) => report::run(&o),
         Command::BankServer(o) => demo_rpc::serve(&o),
         Command::ClusterMember(o) => demo_cluster::serve(&o),
     };
@@ -371,6 +374,7 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
         Command::Stat(_) | Command::Config(_) | Command::Metrics(_) | Command::BankServer(_) => Ok(()),
         Command::Model(_) => Ok(()),
+        Command::Report(_) => Ok(()),
         Command::ClusterMember(_) => Ok(()),
         Command::Engine(_) => Ok(()),
     }

@@ -47,6 +47,7 @@ pub mod performability_bench;
 pub mod pingpong;
 pub mod plot;
 pub mod raw;
+pub mod report;
 pub mod scratch;
 pub mod shm_bench;
 pub mod stream;
