@@ -1033,10 +1033,10 @@ fn amvia_loggp(v: &Value) -> anyhow::Result<String> {
     let lg = |what: &str| {
         let l = &v[what];
         format!(
-            "{}: L {} us, G {} us/byte",
+            "{}: L {}, G {}",
             what,
-            l["l_us"].as_f64().map_or("not determined".into(), |x| format!("{x:.2}")),
-            l["big_g_us_per_byte"].as_f64().map_or("not determined".into(), |x| format!("{x:.6}"))
+            l["l_us"].as_f64().map_or("not determined".into(), |x| format!("{x:.2} us")),
+            l["big_g_us_per_byte"].as_f64().map_or("not determined".into(), |x| format!("{x:.6} us/byte"))
         )
     };
     let first =
