@@ -17,6 +17,7 @@
 //! `scripts/fuzz`, then minimise and copy: see `seeds/README.md`).
 
 pub mod datagram;
+pub mod fabric_file;
 pub mod fault_plan;
 pub mod groups;
 pub mod handshake;
@@ -57,5 +58,6 @@ pub const TARGETS: &[(&str, Run)] = targets![
     nacked,
     members,
     groups,
-    launch
+    launch,
+    fabric_file
 ];

@@ -103,6 +103,12 @@ struct SimOpts {
     /// growth with the fabric's size.
     #[arg(long)]
     fabric_table: bool,
+    /// A fabric for the fabric mixes (their moves kept), or for one more
+    /// Table 3 with --fabric-table: tang-bilas, chain:SWITCHES[,PORTS[,HOSTS]],
+    /// fat-tree:K[,HOSTS], torus:WxH[,HOSTS], random:SWITCHES[,PORTS[,HOSTS[,SEED]]],
+    /// or file:PATH, a fabric file (docs/FABRIC.md, "Topologies").
+    #[arg(long, value_name = "TOPOLOGY")]
+    topology: Option<tether_sim::topology::Topology>,
     /// Print one JSON document (a record per mix) instead of a table.
     #[arg(long)]
     json: bool,
@@ -369,6 +375,24 @@ fn refuse(command: &Command, m: &ArgMatches) -> anyhow::Result<()> {
                 o.first_seed,
                 o.seeds
             );
+            // Options that size or shape only some mixes, given others.
+            let named: Vec<tether_sim::FaultMix> = match o.mix.is_empty() {
+                true => tether_sim::FaultMix::ALL.to_vec(),
+                false => o.mix.iter().filter_map(|m| tether_sim::FaultMix::from_name(m)).collect(),
+            };
+            if !o.fabric_table {
+                let membership =
+                    |m: &tether_sim::FaultMix| m.config(0).workload == tether_sim::Workload::Membership;
+                if let Some(m) = named.iter().find(|m| !o.members.is_empty() && !membership(m)) {
+                    anyhow::bail!("--members sizes the membership mixes; `{}` is not one", m.name());
+                }
+                if let Some(m) = named.iter().find(|m| o.topology.is_some() && m.config(0).fabric.is_none()) {
+                    anyhow::bail!(
+                        "--topology gives the fabric mixes their fabric; `{}` is not one",
+                        m.name()
+                    );
+                }
+            }
             Ok(())
         }
         Command::Campaign(o) => campaign::check(o, |id| given(m, id)),
@@ -646,7 +670,7 @@ fn run_stream(o: &NetOpts) -> anyhow::Result<()> {
 
 fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
     if o.fabric_table {
-        return fabric_table(o.json);
+        return fabric_table(o.topology.as_ref(), o.json);
     }
     let mixes: Vec<tether_sim::FaultMix> = if o.mix.is_empty() {
         tether_sim::FaultMix::ALL.to_vec()
@@ -656,9 +680,11 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
             .map(|m| tether_sim::FaultMix::from_name(m).ok_or_else(|| anyhow::anyhow!("unknown mix `{m}`")))
             .collect::<anyhow::Result<_>>()?
     };
-    let membership = |m: &tether_sim::FaultMix| m.config(0).workload == tether_sim::Workload::Membership;
-    if let Some(m) = mixes.iter().find(|m| !o.members.is_empty() && !membership(m)) {
-        anyhow::bail!("--members sizes the membership mixes; `{}` is not one", m.name());
+    if let Some(t) = &o.topology {
+        // Refused now, with the reason, rather than in every run.
+        let c = mixes[0].config(o.first_seed);
+        tether_sim::FabricPlan::moving(t.clone(), c.nodes, 1, 1, std::time::Duration::ZERO)
+            .map_err(|e| anyhow::anyhow!("--topology {t}: {e}"))?;
     }
     // Each mix at each size asked for (none: the mix's own).
     let sizes: Vec<Option<u32>> =
@@ -680,6 +706,15 @@ fn run_sim(o: &SimOpts) -> anyhow::Result<()> {
             let adjust = |c: &mut tether_sim::SimConfig| {
                 if let Some(n) = size {
                     c.nodes = n;
+                }
+                // The mix's move, on the fabric asked for (as far as it
+                // has room: checked above for one hop).
+                if let (Some(t), Some(plan)) = (&o.topology, &mut c.fabric) {
+                    if let [(node, hops, at)] = plan.moves[..] {
+                        if let Ok(p) = tether_sim::FabricPlan::moving(t.clone(), c.nodes, node, hops, at) {
+                            *plan = p;
+                        }
+                    }
                 }
             };
             let reports = tether_sim::swarm_with(mix, seeds, threads, adjust, |r| {
@@ -998,7 +1033,7 @@ fn run_bench_checksum(o: &bandwidth::ChecksumOpts) -> anyhow::Result<()> {
 
 /// `tether sim --fabric-table`: [TB] Table 3 beside the search's figures
 /// here (`tether_sim::fabric`; docs/FABRIC.md).
-fn fabric_table(json: bool) -> anyhow::Result<()> {
+fn fabric_table(topology: Option<&tether_sim::topology::Topology>, json: bool) -> anyhow::Result<()> {
     use tether_sim::fabric::{Fabric, Mapped, MoveRow};
     // [TB] Table 3: host probes, switch probes, total, ms, for 1-4 hops.
     const PAPER: [(u64, u64, u64, f64); 4] =
@@ -1018,17 +1053,35 @@ fn fabric_table(json: bool) -> anyhow::Result<()> {
     };
     // The paper's fabric: hosts 1-2 on the first switch, 3-4 on the last;
     // host 4 moved to port 3 of each switch in turn.
-    let paper = Fabric::tang_bilas(2).moves(1, 4, 3, 4);
+    let paper = Fabric::tang_bilas(2).moves(1, 4, Some(3), 4);
     // A thousand hosts: four 256-port switches of 250 hosts each; the last
     // host moved to port 250 of each.
-    let thousand = Fabric::chain(4, 256, 250).moves(1, 1000, 250, 4);
+    let thousand = Fabric::chain(4, 256, 250).moves(1, 1000, Some(250), 4);
+    // The fabric asked for: its last host moved 1 to 4 switches from its
+    // first, to any free port.
+    let asked = match topology {
+        Some(t) => {
+            let f = t.build().map_err(|e| anyhow::anyhow!("--topology {t}: {e}"))?;
+            let hosts: Vec<_> = f.hosts().collect();
+            let [first, .., last] = hosts[..] else {
+                anyhow::bail!("--topology {t}: the fabric has no two hosts to move one from the other")
+            };
+            let rows = f.moves(first, last, None, 4);
+            anyhow::ensure!(
+                !rows.is_empty(),
+                "--topology {t}: no switch has a free port to move host {last} to"
+            );
+            Some((t.to_string(), f.switch_count(), rows))
+        }
+        None => None,
+    };
     // Growth: four switches of each size, the last host moved 4 hops.
     let growth: Vec<MoveRow> = [16, 32, 64, 128, 256]
         .into_iter()
         .map(|ports| {
             let f = Fabric::chain(4, ports, ports - 6);
             let last = f.hosts().max().expect("hosts");
-            f.moves(1, last, (ports - 6) as u8, 4).pop().expect("four hops")
+            f.moves(1, last, Some((ports - 6) as u8), 4).pop().expect("four hops")
         })
         .collect();
     let per_host: Vec<f64> = growth.iter().map(|r| r.run.counts.total() as f64 / r.hosts as f64).collect();
@@ -1040,6 +1093,9 @@ fn fabric_table(json: bool) -> anyhow::Result<()> {
             "tang_bilas": paper.iter().map(record).collect::<Vec<_>>(),
             "thousand_hosts": thousand.iter().map(record).collect::<Vec<_>>(),
             "growth": growth.iter().map(record).collect::<Vec<_>>(),
+            "topology": asked.as_ref().map(|(name, switches, rows)| serde_json::json!({
+                "topology": name, "switches": switches, "moves": rows.iter().map(record).collect::<Vec<_>>(),
+            })),
         }));
     }
     println!("Tang and Bilas [TB] Table 3: a host moved 1-4 switches away, found again by breadth-first host and switch probes");
@@ -1091,5 +1147,13 @@ fn fabric_table(json: bool) -> anyhow::Result<()> {
         "probes per host at 4 hops: {}",
         per_host.iter().map(|p| format!("{p:.2}")).collect::<Vec<_>>().join(", ")
     );
+    if let Some((name, switches, rows)) = &asked {
+        println!();
+        table(
+            &format!("{name} ({switches} switches): the last host moved 1-4 switches from the first:"),
+            rows,
+            false,
+        );
+    }
     Ok(())
 }

@@ -505,6 +505,9 @@ pub struct SimRow {
 /// again by its peers, by how far it moved ([TB] Table 3's columns).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FabricRow {
+    /// The runs' topology (`tether_sim::topology`; a random one's seed
+    /// differs run by run).
+    pub topology: String,
     pub hosts: usize,
     pub switches: usize,
     pub searches: u64,
@@ -554,7 +557,15 @@ impl FabricRow {
             v.iter().map(|(s, d)| g(s, *d)).sum::<f64>() / v.len().max(1) as f64
         };
         let sum = |g: &dyn Fn(&tether_sim::routed::FabricReport) -> u64| f.iter().map(|r| g(r)).sum::<u64>();
+        let topology = match f.iter().all(|r| r.topology == first.topology) {
+            true => first.topology.clone(),
+            false => format!(
+                "{},SEED (a fabric a run)",
+                first.topology.rsplit_once(',').map_or("", |(kind, _)| kind)
+            ),
+        };
         Some(FabricRow {
+            topology,
             hosts: first.hosts,
             switches: first.switches,
             searches: sum(&|r| r.books.searches),
@@ -724,8 +735,8 @@ pub fn sim(rows: &[SimRow]) {
     for r in rows {
         let Some(f) = &r.fabric else { continue };
         println!(
-            "{} ({} hosts, {} switches a rail): {} route searches, {} host and {} switch probes; {} datagrams held for a route, {} lost at the empty port a moved node left, {} refused for an older generation",
-            r.mix, f.hosts, f.switches, f.searches, f.host_probes, f.switch_probes, f.held, f.no_such_port, f.stale_generation
+            "{} ({}: {} hosts, {} switches a rail): {} route searches, {} host and {} switch probes; {} datagrams held for a route, {} lost at the empty port a moved node left, {} refused for an older generation",
+            r.mix, f.topology, f.hosts, f.switches, f.searches, f.host_probes, f.switch_probes, f.held, f.no_such_port, f.stale_generation
         );
         println!("  the moved node found again by each peer on each rail ([TB] Table 3: 28 / 73 / 124 / 186 probes for 1-4 hops):");
         for h in &f.by_hops {

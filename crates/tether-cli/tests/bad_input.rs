@@ -98,6 +98,7 @@ fn every_bad_input_is_refused_in_one_clear_line() {
     let unknown_field =
         TempFile::new("field.toml", "seed = 3\n\n[[fault]]\nkind = \"drop\"\n p = 0.1\n q = 1\n");
     let a_file = TempFile::new("not-a-dir", "");
+    let bad_fabric = TempFile::new("bad.fabric", "switch 0 ports 4\nhost 1 at 0:9\n");
     let (to, from) = (silent_addr(), silent_addr());
     // Held for the whole table, so binding it must fail with EADDRINUSE.
     let holder = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -181,6 +182,12 @@ fn every_bad_input_is_refused_in_one_clear_line() {
         ("sim --first-seed 18446744073709551615 --seeds 2".into(), "passes the last seed"),
         ("sim --mix clean --members 100 --seeds 1".into(), "sizes the membership mixes; `clean` is not one"),
         ("sim --mix membership --members 1".into(), "--members <MEMBERS>': must be between 2 and"),
+        ("sim --mix clean --topology torus:4x4".into(), "gives the fabric mixes their fabric; `clean` is not one"),
+        ("sim --fabric-table --topology ring:3".into(), "`ring:3` is not a topology: one of tang-bilas"),
+        ("sim --fabric-table --topology torus:0x3".into(), "is not a topology"),
+        (format!("sim --fabric-table --topology file:{}", bad_fabric.path()), "line 2: switch 0 has no port 9"),
+        ("sim --mix fabric_move --topology file:/nonexistent.fabric".into(), "/nonexistent.fabric: No such file"),
+        ("sim --mix fabric_move --topology chain:1,8,1".into(), "the run's 3 nodes are hosts 1 to 3: host 2 is not in it"),
         ("campaign --rates 0".into(), "must be above 0"),
         ("campaign --rates -0.1".into(), "not a probability in (0, 1]"),
         ("campaign --size 4".into(), "must be between 8 and"),

@@ -67,3 +67,31 @@ fn the_fabric_table_finds_every_moved_host() {
     let text = tether(&["sim", "--fabric-table"]);
     assert!(text.contains("Table 3") && text.contains("113, 73, 186, 83.567"), "{text}");
 }
+
+/// `--fabric-table --topology`: the same experiment on a fabric named or
+/// read from a file, each move found by a shortest route, the search
+/// costlier the further the host went.
+#[test]
+fn the_fabric_table_runs_on_a_named_or_written_fabric() {
+    let file = format!("file:{}/../../docs/fabrics/tang-bilas.fabric", env!("CARGO_MANIFEST_DIR"));
+    for (topology, hosts, moves) in
+        [("torus:6x6", 144, 4), ("random:48,9,4,3", 192, 4), ("fat-tree:8", 24, 2), (file.as_str(), 4, 4)]
+    {
+        let doc: serde_json::Value =
+            serde_json::from_str(&tether(&["sim", "--fabric-table", "--topology", topology, "--json"]))
+                .expect("one JSON document");
+        let t = &doc["topology"];
+        let rows = t["moves"].as_array().unwrap_or_else(|| panic!("{topology}: {doc}"));
+        assert_eq!(rows.len(), moves, "{topology}: {t}");
+        for r in rows {
+            assert_eq!(
+                (r["found"].as_bool(), r["hosts"].as_u64()),
+                (Some(true), Some(hosts)),
+                "{topology}: {r}"
+            );
+            assert_eq!(r["shortest"], r["hops"], "{topology}: {r}");
+        }
+        let probes: Vec<u64> = rows.iter().map(|r| r["probes"].as_u64().unwrap()).collect();
+        assert!(probes.windows(2).all(|w| w[1] > w[0]), "{topology}: {probes:?}");
+    }
+}

@@ -144,7 +144,13 @@ const EXPERIMENTS: &[Experiment] = &[
     Experiment {
         key: "fabric-move",
         args: |quick, _| {
-            s(&["sim", "--mix", "fabric_move,fabric_move_1000", "--seeds", if quick { "20" } else { "100" }])
+            s(&[
+                "sim",
+                "--mix",
+                "fabric_move,fabric_move_1000,fabric_move_torus,fabric_move_random",
+                "--seeds",
+                if quick { "20" } else { "100" },
+            ])
         },
     },
     Experiment {
@@ -754,6 +760,7 @@ fn tb_move(v: &Value) -> anyhow::Result<String> {
         let fab = r.get("fabric").filter(|f| !f.is_null()).context("a fabric mix")?;
         rows.push(vec![
             r["mix"].as_str().unwrap_or("?").into(),
+            format!("`{}`", fab["topology"].as_str().unwrap_or("?")),
             u(fab, "hosts")?.to_string(),
             u(r, "runs")?.to_string(),
             u(r, "sent")?.to_string(),
@@ -775,9 +782,11 @@ fn tb_move(v: &Value) -> anyhow::Result<String> {
     }
     Ok(format!(
         "{}\n{}\nTwo rails, each a source-routed fabric, 2% loss; node 1 moved 1 to 4 hops away mid-stream. \
-         Nothing may be lost; the peers find it again after the core judges the paths down.\n",
+         Nothing may be lost; the peers find it again after the core judges the paths down. [TB]'s fabric was a \
+         chain, where the search grows linearly with the hops; around a torus the switches within reach, and \
+         the probes, grow as the square of the distance.\n",
         table(
-            &["mix", "hosts", "runs", "sent", "delivered", "failed", "violating runs", "route searches"],
+            &["mix", "fabric", "hosts", "runs", "sent", "delivered", "failed", "violating runs", "route searches"],
             &rows
         ),
         table(

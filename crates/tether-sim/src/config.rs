@@ -10,6 +10,10 @@ use rand_pcg::Pcg64Mcg;
 use tether_fault::FaultPlan;
 use tether_proto::{AuthKind, ClusterKey, Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
+use crate::fabric::Fabric;
+use crate::routed;
+use crate::topology::{Topology, TopologyError};
+
 /// A fault plan from rules in the compact command-line form: the presets
 /// read like what a user would type after `--fault`.
 pub fn plan(seed: u64, rules: &[&str]) -> FaultPlan {
@@ -29,18 +33,66 @@ pub struct LinkCut {
     pub one_way: bool,
 }
 
-/// The network as a source-routed fabric (`crate::routed`): a chain of
-/// `switches` switches of `ports` ports, `hosts_per_switch` hosts on each
-/// (the run's nodes are the first ones on switch 0, the rest bystanders),
-/// one such fabric per rail; and nodes moved mid-run.
+/// The network as a source-routed fabric (`crate::routed`): one such
+/// fabric per rail, the run's node `n` its host `n + 1` (the other hosts
+/// bystanders); and nodes moved mid-run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricPlan {
-    pub switches: usize,
-    pub ports: usize,
-    pub hosts_per_switch: usize,
-    /// (node, to the switch this many hops from switch 0 counted as [TB]
-    /// Table 3 does (1: switch 0 itself), when).
+    /// What the fabric was made from, for reports.
+    pub topology: Topology,
+    pub fabric: Fabric,
+    /// (node, to a switch this many hops from node 0's, counted as [TB]
+    /// Table 3 does (1: node 0's switch itself), when).
     pub moves: Vec<(NodeId, usize, Duration)>,
+}
+
+impl FabricPlan {
+    /// The plan for `nodes` nodes on `topology`, each move to a switch
+    /// that far from node 0's with a free port: refused, saying why, if
+    /// a node is not a host of the fabric or a move has nowhere to go.
+    pub fn new(
+        topology: Topology,
+        nodes: u32,
+        moves: Vec<(NodeId, usize, Duration)>,
+    ) -> Result<FabricPlan, TopologyError> {
+        let fabric = topology.build()?;
+        let plan = |why: String| Err(TopologyError::Plan(why));
+        if let Some(n) = (0..nodes).find(|&n| fabric.host_at(routed::host(n)).is_none()) {
+            return plan(format!(
+                "the run's {nodes} nodes are hosts 1 to {nodes}: host {} is not in it",
+                routed::host(n)
+            ));
+        }
+        let home = fabric.host_at(routed::host(0)).map(|(sw, _)| sw);
+        for &(node, hops, _) in &moves {
+            if node >= nodes || home.and_then(|h| fabric.place_at(h, hops, None)).is_none() {
+                return plan(format!(
+                    "node {node} cannot be moved {hops} hops from node 0: no switch that far has a free port"
+                ));
+            }
+        }
+        Ok(FabricPlan { topology, fabric, moves })
+    }
+
+    /// The plan for `nodes` nodes on `topology` with `node` moved `hops`
+    /// hops at `at`, or as many fewer as the fabric has room for (a
+    /// random fabric may have no switch that far from node 0's).
+    pub fn moving(
+        topology: Topology,
+        nodes: u32,
+        node: NodeId,
+        hops: usize,
+        at: Duration,
+    ) -> Result<FabricPlan, TopologyError> {
+        let mut refused = None;
+        for hops in (1..=hops.max(1)).rev() {
+            match FabricPlan::new(topology.clone(), nodes, vec![(node, hops, at)]) {
+                Ok(plan) => return Ok(plan),
+                Err(e) => refused = Some(e),
+            }
+        }
+        Err(refused.expect("tried one hop at least"))
+    }
 }
 
 /// What the simulated applications do.
@@ -290,10 +342,15 @@ pub enum FaultMix {
     FabricMove,
     /// The same at 1,000 hosts: 40 switches of 32 ports, 25 hosts each.
     FabricMove1000,
+    /// The same on a 6 x 6 torus of 10-port switches, four hosts on each.
+    FabricMoveTorus,
+    /// The same on a random fabric, another at each seed: 48 switches of
+    /// 9 ports, four hosts and three links on each.
+    FabricMoveRandom,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 30] = [
+    pub const ALL: [FaultMix; 32] = [
         FaultMix::Clean,
         FaultMix::Loss20,
         FaultMix::HeavyReorder,
@@ -324,6 +381,8 @@ impl FaultMix {
         FaultMix::Membership1000,
         FaultMix::FabricMove,
         FaultMix::FabricMove1000,
+        FaultMix::FabricMoveTorus,
+        FaultMix::FabricMoveRandom,
     ];
 
     pub fn name(self) -> &'static str {
@@ -358,6 +417,8 @@ impl FaultMix {
             FaultMix::Membership1000 => "membership_1000",
             FaultMix::FabricMove => "fabric_move",
             FaultMix::FabricMove1000 => "fabric_move_1000",
+            FaultMix::FabricMoveTorus => "fabric_move_torus",
+            FaultMix::FabricMoveRandom => "fabric_move_random",
         }
     }
 
@@ -542,18 +603,26 @@ impl FaultMix {
                 c.engine_kills = engine_kills(seed, c.safety_phase);
                 c.time_limit = Duration::from_secs(5);
             }
-            FaultMix::FabricMove | FaultMix::FabricMove1000 => {
+            FaultMix::FabricMove
+            | FaultMix::FabricMove1000
+            | FaultMix::FabricMoveTorus
+            | FaultMix::FabricMoveRandom => {
                 c.rails = 2;
                 // Enough that the streams are under way at the move and
                 // long after it.
                 c.messages_per_stream = 120;
                 rules(&mut c, &["drop:p=0.02"]);
-                let (switches, ports, hosts_per_switch) =
-                    if self == FaultMix::FabricMove { (4, 16, 4) } else { (40, 32, 25) };
                 let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0xFAB2_1C00_4D0E_5EED);
-                let hops = 1 + (seed % 4) as usize;
+                let topology = match self {
+                    FaultMix::FabricMove => Topology::Chain { switches: 4, ports: 16, hosts: 4 },
+                    FaultMix::FabricMove1000 => Topology::Chain { switches: 40, ports: 32, hosts: 25 },
+                    FaultMix::FabricMoveTorus => Topology::Torus { width: 6, height: 6, hosts: 4 },
+                    _ => Topology::Random { switches: 48, ports: 9, hosts: 4, seed: rng.gen() },
+                };
                 let at = Duration::from_micros(rng.gen_range(300..=1_500));
-                c.fabric = Some(FabricPlan { switches, ports, hosts_per_switch, moves: vec![(1, hops, at)] });
+                // 1 to 4 hops by seed.
+                let plan = FabricPlan::moving(topology, c.nodes, 1, 1 + (seed % 4) as usize, at);
+                c.fabric = Some(plan.expect("the mixes' fabrics keep free ports on node 0's switch"));
             }
             FaultMix::Membership | FaultMix::Membership1000 => {
                 c.workload = Workload::Membership;

@@ -31,7 +31,7 @@ pub enum End {
     Switch(SwitchId, Port),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Switch {
     /// What each port leads to, and whether its link is up.
     ports: Vec<Option<(End, bool)>>,
@@ -75,7 +75,7 @@ pub enum FabricError {
 }
 
 /// Hosts and switches, and the links between their ports.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fabric {
     switches: Vec<Switch>,
     /// Where each host is plugged in.
@@ -245,9 +245,10 @@ impl Fabric {
     }
 
     /// A two-level fat tree of `k`-port switches (k even): k leaves, each
-    /// with k/2 hosts below and a link to each of k/2 spines (k^2/2 hosts).
-    /// Hosts are numbered from 1.
-    pub fn fat_tree(k: usize) -> Fabric {
+    /// with up to k/2 hosts below (`hosts_per_leaf`, on its first ports;
+    /// the rest stay free for hosts moved there) and a link to each of
+    /// k/2 spines (k^2/2 hosts when full). Hosts are numbered from 1.
+    pub fn fat_tree(k: usize, hosts_per_leaf: usize) -> Fabric {
         let k = k.clamp(2, 254) & !1;
         let mut f = Fabric::default();
         let leaves: Vec<SwitchId> = (0..k).map(|_| f.add_switch(k)).collect();
@@ -259,12 +260,151 @@ impl Fabric {
         }
         let mut id = 1;
         for &leaf in &leaves {
-            for p in 0..k / 2 {
+            for p in 0..hosts_per_leaf.min(k / 2) {
                 f.attach(id, (leaf, p as Port)).expect("a free port");
                 id += 1;
             }
         }
         f
+    }
+}
+
+/// Ports a generated fabric keeps free on every switch, for hosts moved
+/// there.
+pub const FREE_PORTS: usize = 2;
+
+impl Fabric {
+    /// A `width` x `height` torus (a mesh whose rows and columns wrap
+    /// around), each switch with `hosts` hosts on its first ports, then
+    /// [`FREE_PORTS`] free, then a link to each of its four neighbours
+    /// (+x, -x, +y, -y). A dimension of one switch has no links along it.
+    /// Switch `y * width + x`; hosts are numbered from 1, switch by switch.
+    pub fn torus(width: usize, height: usize, hosts: usize) -> Fabric {
+        let (w, h) = (width.clamp(1, 64), height.clamp(1, 64));
+        let hosts = hosts.min(Port::MAX as usize + 1 - FREE_PORTS - 4);
+        let base = (hosts + FREE_PORTS) as Port;
+        let mut f = Fabric::default();
+        for _ in 0..w * h {
+            f.add_switch(hosts + FREE_PORTS + 4);
+        }
+        let at = |x: usize, y: usize| (y * w + x) as SwitchId;
+        for y in 0..h {
+            for x in 0..w {
+                if w > 1 {
+                    f.link((at(x, y), base), (at((x + 1) % w, y), base + 1)).expect("a free port");
+                }
+                if h > 1 {
+                    f.link((at(x, y), base + 2), (at(x, (y + 1) % h), base + 3)).expect("a free port");
+                }
+            }
+        }
+        f.attach_hosts(hosts);
+        f
+    }
+
+    /// A random connected fabric of `switches` switches of `ports` ports:
+    /// `hosts` hosts on each switch's first ports, [`FREE_PORTS`] free,
+    /// and the rest linked to other switches, first as a random spanning
+    /// tree (so every switch is reachable), then at random until no two
+    /// switches with a free port are left (or a bounded number of tries).
+    /// The same seed gives the same fabric. Hosts are numbered from 1.
+    pub fn random(switches: usize, ports: usize, hosts: usize, seed: u64) -> Fabric {
+        use rand::{Rng, SeedableRng};
+        let n = switches.clamp(1, 4096);
+        let ports = ports.clamp(hosts.min(250) + FREE_PORTS + 2, Port::MAX as usize + 1);
+        let first_link = hosts.min(250) + FREE_PORTS;
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+        let mut f = Fabric::default();
+        for _ in 0..n {
+            f.add_switch(ports);
+        }
+        let free_link = |f: &Fabric, sw: usize| {
+            (first_link..ports).map(|p| p as Port).find(|&p| f.is_free(sw as SwitchId, p))
+        };
+        for i in 1..n {
+            // An earlier switch with a port left: one always is, as each
+            // switch joined uses one port and brings at least one more.
+            let open: Vec<usize> = (0..i).filter(|&j| free_link(&f, j).is_some()).collect();
+            let j = open[rng.gen_range(0..open.len())];
+            let (pi, pj) = (free_link(&f, i).expect("a new switch"), free_link(&f, j).expect("open"));
+            f.link((i as SwitchId, pi), (j as SwitchId, pj)).expect("free ports");
+        }
+        for _ in 0..4 * n * ports {
+            let open: Vec<usize> = (0..n).filter(|&j| free_link(&f, j).is_some()).collect();
+            if open.len() < 2 {
+                break;
+            }
+            let a = open[rng.gen_range(0..open.len())];
+            let b = open[rng.gen_range(0..open.len())];
+            if a != b {
+                let (pa, pb) = (free_link(&f, a).expect("open"), free_link(&f, b).expect("open"));
+                f.link((a as SwitchId, pa), (b as SwitchId, pb)).expect("free ports");
+            }
+        }
+        f.attach_hosts(hosts.min(250));
+        f
+    }
+
+    /// `hosts` hosts on ports `0..hosts` of every switch, numbered from 1
+    /// switch by switch.
+    fn attach_hosts(&mut self, hosts: usize) {
+        let mut id = 1;
+        for sw in 0..self.switches.len() {
+            for p in 0..hosts.min(self.switches[sw].ports.len()) {
+                self.attach(id, (sw as SwitchId, p as Port)).expect("a free port");
+                id += 1;
+            }
+        }
+    }
+
+    /// What each port of `sw` leads to, and whether its link is up
+    /// (nothing for a switch that does not exist).
+    pub fn ports(&self, sw: SwitchId) -> impl Iterator<Item = (Port, Option<(End, bool)>)> + '_ {
+        self.switches
+            .get(sw as usize)
+            .into_iter()
+            .flat_map(|s| s.ports.iter().enumerate().map(|(p, e)| (p as Port, *e)))
+    }
+
+    /// Each switch's distance in links from `from` over links that are up
+    /// (`None`: not reachable).
+    pub fn distances(&self, from: SwitchId) -> Vec<Option<usize>> {
+        let mut d = vec![None; self.switches.len()];
+        let Some(first) = d.get_mut(from as usize) else { return d };
+        *first = Some(0);
+        let mut queue = VecDeque::from([from]);
+        while let Some(sw) = queue.pop_front() {
+            let here = d[sw as usize].expect("queued once reached");
+            for slot in &self.switches[sw as usize].ports {
+                if let Some((End::Switch(o, _), true)) = slot {
+                    if d[*o as usize].is_none() {
+                        d[*o as usize] = Some(here + 1);
+                        queue.push_back(*o);
+                    }
+                }
+            }
+        }
+        d
+    }
+
+    /// Where a host on switch `from` could be plugged in `hops` switches
+    /// from a peer on `from` ([TB] Table 3's count: 1 is `from` itself):
+    /// the lowest-numbered switch that far with `port` free (any port:
+    /// its highest free one), or nothing if none is.
+    pub fn place_at(&self, from: SwitchId, hops: usize, port: Option<Port>) -> Option<(SwitchId, Port)> {
+        let want = Some(hops.checked_sub(1)?);
+        let d = self.distances(from);
+        (0..self.switches.len()).filter(|&sw| d[sw] == want).find_map(|sw| {
+            let sw = sw as SwitchId;
+            match port {
+                Some(p) => self.is_free(sw, p).then_some((sw, p)),
+                None => (0..self.switches[sw as usize].ports.len())
+                    .rev()
+                    .map(|p| p as Port)
+                    .find(|&p| self.is_free(sw, p))
+                    .map(|p| (sw, p)),
+            }
+        })
     }
 }
 
@@ -375,18 +515,25 @@ impl Fabric {
         f
     }
 
-    /// [TB] Table 3's experiment on `fabric` (a chain, switch 0 first):
-    /// host `from` stays on switch 0; host `moved` is unplugged and
-    /// plugged into `free_port` of the switch `hops - 1` along the chain,
-    /// for 1 to `max_hops` hops, and `from` searches for it.
-    pub fn moves(&self, from: NodeId, moved: NodeId, free_port: Port, max_hops: usize) -> Vec<MoveRow> {
+    /// [TB] Table 3's experiment on this fabric: host `from` stays where
+    /// it is; host `moved` is unplugged and plugged in `hops` switches
+    /// away from it ([`Fabric::place_at`]: at `port`, or any free port),
+    /// for 1 to `max_hops` hops, and `from` searches for it. A distance
+    /// with no switch to go to has no row.
+    pub fn moves(&self, from: NodeId, moved: NodeId, port: Option<Port>, max_hops: usize) -> Vec<MoveRow> {
         let t = ProbeTiming::default();
-        (1..=max_hops.min(self.switch_count()))
-            .map(|hops| {
+        let Some((start, _)) = self.host_at(from) else { return Vec::new() };
+        (1..=max_hops)
+            .filter_map(|hops| {
                 let mut f = self.clone();
-                f.move_host(moved, ((hops - 1) as SwitchId, free_port)).expect("a free port there");
+                f.move_host(moved, self.place_at(start, hops, port)?).ok()?;
                 let shortest = f.shortest_route(from, moved).map_or(0, |r| r.len());
-                MoveRow { hops, hosts: f.hosts().count(), run: f.map(from, moved, 1 << 20, t), shortest }
+                Some(MoveRow {
+                    hops,
+                    hosts: f.hosts().count(),
+                    run: f.map(from, moved, 1 << 20, t),
+                    shortest,
+                })
             })
             .collect()
     }
@@ -424,7 +571,7 @@ mod tests {
 
     #[test]
     fn generated_fabrics_connect_every_host_by_their_shortest_routes() {
-        let f = Fabric::fat_tree(8);
+        let f = Fabric::fat_tree(8, 4);
         assert_eq!((f.hosts().count(), f.switch_count()), (32, 12));
         for a in f.hosts() {
             for b in f.hosts().filter(|&b| b != a) {
@@ -452,7 +599,7 @@ mod tests {
     #[test]
     fn the_mapper_finds_a_shortest_route_between_every_pair() {
         let t = ProbeTiming::default();
-        for f in [Fabric::fat_tree(8), Fabric::tang_bilas(4), Fabric::chain(3, 16, 5)] {
+        for f in [Fabric::fat_tree(8, 4), Fabric::tang_bilas(4), Fabric::chain(3, 16, 5)] {
             for a in f.hosts() {
                 for b in f.hosts().filter(|&b| b != a) {
                     let run = f.map(a, b, 100_000, t);
@@ -471,7 +618,7 @@ mod tests {
     #[test]
     fn moves_and_dead_links_are_mapped_around_and_the_budget_holds() {
         let t = ProbeTiming::default();
-        let mut tree = Fabric::fat_tree(8);
+        let mut tree = Fabric::fat_tree(8, 4);
         let leaf0 = tree.host_at(1).unwrap().0;
         tree.set_link(leaf0, 4, false).unwrap();
         let run = tree.map(1, 32, 100_000, t);
@@ -500,7 +647,9 @@ mod tests {
     /// paper's four switches and on a chain of 1,000 hosts.
     #[test]
     fn a_host_moved_one_to_four_hops_away_is_found() {
-        for (f, moved, port) in [(Fabric::tang_bilas(2), 4, 3), (Fabric::chain(4, 256, 250), 1000, 250)] {
+        for (f, moved, port) in
+            [(Fabric::tang_bilas(2), 4, Some(3)), (Fabric::chain(4, 256, 250), 1000, Some(250))]
+        {
             let rows = f.moves(1, moved, port, 4);
             assert_eq!(rows.len(), 4);
             for w in rows.windows(2) {

@@ -17,6 +17,7 @@ pub mod net;
 mod report;
 pub mod routed;
 mod sim;
+pub mod topology;
 mod unreliable;
 
 pub use checker::{fingerprint, Checker, StreamKey, Violation};

@@ -20,7 +20,7 @@ use tether_proto::routes::{Lookup, Round, RouteBook, RouteCounters, Routed};
 use tether_proto::{Instant, NodeId, RailId};
 
 use crate::config::FabricPlan;
-use crate::fabric::{Answer, Drop, Fabric, Port, ProbeTiming, SwitchId, Walk};
+use crate::fabric::{Answer, Drop, Fabric, ProbeTiming, SwitchId, Walk};
 
 /// Probes one search may send.
 pub const SEARCH_BUDGET: u64 = 1 << 16;
@@ -62,6 +62,8 @@ pub struct Search {
 /// Where datagrams were lost in the fabric, and what the books did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FabricReport {
+    /// What the fabric was made from (`crate::topology`).
+    pub topology: String,
     pub hosts: usize,
     pub switches: usize,
     /// (node, hops from switch 0 it was moved to, virtual ms).
@@ -97,7 +99,9 @@ struct Out {
 
 /// Every rail's fabric, and each node's book on each.
 pub struct FabricNet {
-    plan: FabricPlan,
+    moves: Vec<(NodeId, usize, Duration)>,
+    /// Node 0's switch, from which moves count their hops.
+    home: SwitchId,
     fabrics: Vec<Fabric>,
     /// `books[rail][node]`.
     books: Vec<Vec<RouteBook>>,
@@ -136,18 +140,21 @@ pub struct RoundDone {
 }
 
 impl FabricNet {
-    /// The plan's fabric, once per rail, with `nodes` nodes on switch 0.
+    /// The plan's fabric, once per rail, its hosts 1 to `nodes` the
+    /// run's nodes (checked by [`FabricPlan::new`]).
     pub fn new(plan: &FabricPlan, nodes: u32, rails: usize) -> Self {
-        let fabric = Fabric::chain(plan.switches, plan.ports, plan.hosts_per_switch);
-        assert!(plan.hosts_per_switch >= nodes as usize, "the run's nodes are the first hosts of switch 0");
+        let fabric = plan.fabric.clone();
+        let home = fabric.host_at(host(0)).expect("node 0 is a host of the fabric").0;
         let ports = fabric.max_ports();
         let report = FabricReport {
+            topology: plan.topology.to_string(),
             hosts: fabric.hosts().count(),
             switches: fabric.switch_count(),
             ..FabricReport::default()
         };
         FabricNet {
-            plan: plan.clone(),
+            moves: plan.moves.clone(),
+            home,
             fabrics: vec![fabric; rails],
             books: (0..rails)
                 .map(|_| (0..nodes).map(|_| RouteBook::new(ports, SEARCH_BUDGET, RETRY)).collect())
@@ -161,7 +168,7 @@ impl FabricNet {
 
     /// The plan's moves: (node, hops, when).
     pub fn moves(&self) -> &[(NodeId, usize, Duration)] {
-        &self.plan.moves
+        &self.moves
     }
 
     /// A datagram `src` sends `dst` over `rail` at `now`.
@@ -214,16 +221,13 @@ impl FabricNet {
         None
     }
 
-    /// Move `node` to a free port of the switch `hops - 1` along the
-    /// chain, on every rail; its books forget their routes and searches.
+    /// Move `node` to a free port of a switch `hops` from node 0's
+    /// ([`Fabric::place_at`]), on every rail; its books forget their
+    /// routes and searches.
     pub fn move_node(&mut self, elapsed: Duration, node: NodeId, hops: usize) {
-        let sw = (hops.max(1) - 1).min(self.plan.switches - 1) as SwitchId;
         for (r, fabric) in self.fabrics.iter_mut().enumerate() {
-            let port = (0..self.plan.ports as Port)
-                .rev()
-                .find(|&p| fabric.is_free(sw, p))
-                .expect("a chain keeps free ports on every switch");
-            fabric.move_host(host(node), (sw, port)).expect("a free port");
+            let to = fabric.place_at(self.home, hops, None).expect("FabricPlan::new found a place");
+            fabric.move_host(host(node), to).expect("a free port");
             self.books[r][node as usize].replugged();
         }
         let dropped = &mut self.report.hold_dropped;
