@@ -401,7 +401,12 @@ struct Campaign<'o> {
     totals: verified_stream::Totals,
     episodes: usize,
     broken: usize,
+    /// Each supervisor's latest lines, for the account of a broken episode.
+    recent: [std::collections::VecDeque<String>; 2],
 }
+
+/// Supervisor lines kept per side for the account of a broken episode.
+const RECENT_LINES: usize = 60;
 
 /// The draws of one strike, made before it whatever its class, so the
 /// sequence of sides and pauses depends on the seed alone.
@@ -470,6 +475,7 @@ pub fn run(o: &CampaignOpts, say: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
         totals: verified_stream::Totals::default(),
         episodes: 0,
         broken: 0,
+        recent: Default::default(),
     };
     let mut next = 0;
     while next < plan.len() {
@@ -587,6 +593,7 @@ impl Campaign<'_> {
             i += 1;
             if broken {
                 self.broken += 1;
+                self.account_broken(clients, say);
                 break;
             }
         }
@@ -730,6 +737,11 @@ impl Campaign<'_> {
     /// A timeline line of side `s`'s supervisor, which arrived `when`; `w`
     /// if it is the struck engine's, during its strike's observation.
     fn line(&mut self, s: usize, when: Instant, text: &str, w: Option<&mut Watch>) {
+        let recent = &mut self.recent[s];
+        if recent.len() == RECENT_LINES {
+            recent.pop_front();
+        }
+        recent.push_back(format!("{:>10.3} ms {text}", ms(when.saturating_duration_since(self.start))));
         let failure = Detection::of(text);
         let line = Line::parse(text);
         if let Some(w) = w.filter(|w| Line::engine(text) == Some(w.pid) || line_replaces(&line, w.pid)) {
@@ -751,6 +763,45 @@ impl Campaign<'_> {
                     what: std::mem::take(&mut self.last_failure[s]),
                 });
             }
+        }
+    }
+
+    /// A stall that never resumed is a recovery that failed, and rare
+    /// (one episode in hundreds of strikes): what each application's
+    /// endpoint and each supervisor said at the end, into `--out` as
+    /// `broken-episode-N.log` (or on stderr), for whoever looks into it.
+    fn account_broken(&mut self, clients: [&Client; 2], say: &dyn Fn(&str)) {
+        let mut text = format!("episode {} broke after strike {}\n", self.episodes, self.records.len());
+        if let Some(r) = self.records.last() {
+            text.push_str(&format!("{r:?}\n"));
+        }
+        for (s, c) in clients.iter().enumerate() {
+            text.push_str(&format!(
+                "\n{} application: engine pid {}, recoveries {}, unsettled {}\n  {:?}\n  {:?}\n",
+                SIDES[s],
+                c.engine_pid(),
+                c.recoveries(),
+                c.unsettled(),
+                c.stats(),
+                c.engine_counters()
+            ));
+        }
+        for (s, lines) in self.recent.iter().enumerate() {
+            text.push_str(&format!("\n{}'s supervisor, its last {} lines:\n", SIDES[s], lines.len()));
+            for l in lines {
+                text.push_str(l);
+                text.push('\n');
+            }
+        }
+        let written = self.o.out.as_ref().map(|dir| {
+            let path = dir.join(format!("broken-episode-{}.log", self.episodes));
+            std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &text)).map(|()| path)
+        });
+        match written {
+            Some(Ok(path)) => {
+                say(&format!("episode {} broke: its account is in {}", self.episodes, path.display()))
+            }
+            _ => eprintln!("tether campaign --engine: {text}"),
         }
     }
 

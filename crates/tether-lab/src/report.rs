@@ -618,8 +618,35 @@ fn ftgm_table1(v: &Value) -> anyhow::Result<String> {
             spread(c, "recovery_ms", 3),
         ]);
     }
+    // An episode that broke (a stall that never resumed) is the campaign
+    // finding a recovery that failed: said, with the strikes that did it.
+    let broken = v["broken_episodes"].as_u64().unwrap_or(0);
+    let mut broke = String::new();
+    if broken > 0 {
+        let strikes: Vec<String> = arr(v, "strikes")?
+            .iter()
+            .filter(|s| {
+                s["recovery_ms"].is_null() && s["effect"].as_str().is_some_and(|e| e.contains("stall"))
+            })
+            .map(|s| {
+                format!(
+                    "strike {} ({}, {} engine, at {:.0} ms)",
+                    s["n"],
+                    s["class"].as_str().unwrap_or("?"),
+                    s["side"].as_str().unwrap_or("?"),
+                    s["at_ms"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        broke = format!(
+            "**{broken} of {} episodes broke**: the stream did not resume after {}; the messages it had not \
+             delivered are counted lost, and the next strikes ran on fresh engines.\n\n",
+            v["episodes"],
+            if strikes.is_empty() { "a strike".into() } else { strikes.join(", ") }
+        );
+    }
     Ok(format!(
-        "{}\nMessages {} sent, {} delivered, {} lost, {} duplicated, {} corrupted.\n\n\
+        "{}\nMessages {} sent, {} delivered, {} lost, {} duplicated, {} corrupted.\n\n{broke}\
          [FTGM] Table 1 (single bit flips in the NIC's SRAM and registers, LANai 9): coverage 99.3% \
          over `send_chunk` (1,056 faults, 40% of them failures: 30.5% hangs caught by the watchdog, \
          67.8% by the self-test, 1.7% host crashes), 99.2% over the DMA registers (192), about 95.6% \
