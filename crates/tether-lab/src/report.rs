@@ -58,7 +58,22 @@ pub struct ReportOpts {
 /// One experiment: the `tether` arguments that run it (`--json` added).
 struct Experiment {
     key: &'static str,
-    args: fn(quick: bool, plots: &Path) -> Vec<String>,
+    args: &'static [&'static str],
+    /// A file or directory under the plots directory, given after `args`
+    /// (which end with the option that takes it).
+    plots: Option<&'static str>,
+    /// Added for `--quick`, and for the full run.
+    quick: &'static [&'static str],
+    full: &'static [&'static str],
+}
+
+impl Experiment {
+    fn args(&self, quick: bool, plots: &Path) -> Vec<String> {
+        let mut a: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
+        a.extend(self.plots.map(|name| plots.join(name).display().to_string()));
+        a.extend(if quick { self.quick } else { self.full }.iter().map(|a| a.to_string()));
+        a
+    }
 }
 
 /// One section of the report: a paper's figure, the experiment that
@@ -94,138 +109,91 @@ pub struct Written {
     pub markdown: String,
 }
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|a| a.to_string()).collect()
-}
-
-fn path_arg(plots: &Path, name: &str) -> String {
-    plots.join(name).display().to_string()
-}
-
 const EXPERIMENTS: &[Experiment] = &[
     Experiment {
         key: "engine-campaign",
-        args: |quick, plots| {
-            let mut a = s(&["campaign", "--engine", "--out"]);
-            a.push(path_arg(plots, "engine-campaign"));
-            if quick {
-                a.extend(s(&["--classes", "kill,hang", "--strikes", "10"]));
-            } else if !cfg!(feature = "fault-hook") {
-                // The other classes need the engine's fault hook.
-                a.extend(s(&["--classes", "kill,hang"]));
-            }
-            a
-        },
+        args: &["campaign", "--engine", "--out"],
+        plots: Some("engine-campaign"),
+        quick: &["--classes", "kill,hang", "--strikes", "10"],
+        // The other classes need the engine's fault hook.
+        full: if cfg!(feature = "fault-hook") { &[] } else { &["--classes", "kill,hang"] },
     },
     Experiment {
         key: "bench-engine",
-        args: |quick, _| {
-            let mut a = s(&["bench", "engine"]);
-            if quick {
-                a.extend(s(&[
-                    "--runs",
-                    "3",
-                    "--round-trips",
-                    "2000",
-                    "--stream-messages",
-                    "500",
-                    "--small-messages",
-                    "50000",
-                    "--kills",
-                    "20",
-                    "--hangs",
-                    "20",
-                ]));
-            }
-            a
-        },
+        args: &["bench", "engine"],
+        plots: None,
+        quick: &[
+            "--runs",
+            "3",
+            "--round-trips",
+            "2000",
+            "--stream-messages",
+            "500",
+            "--small-messages",
+            "50000",
+            "--kills",
+            "20",
+            "--hangs",
+            "20",
+        ],
+        full: &[],
     },
-    Experiment { key: "fabric-table", args: |_, _| s(&["sim", "--fabric-table"]) },
+    Experiment { key: "fabric-table", args: &["sim", "--fabric-table"], plots: None, quick: &[], full: &[] },
     Experiment {
         key: "fabric-move",
-        args: |quick, _| {
-            s(&[
-                "sim",
-                "--mix",
-                "fabric_move,fabric_move_1000,fabric_move_torus,fabric_move_random",
-                "--seeds",
-                if quick { "20" } else { "100" },
-            ])
-        },
+        args: &["sim", "--mix", "fabric_move,fabric_move_1000,fabric_move_torus,fabric_move_random"],
+        plots: None,
+        quick: &["--seeds", "20"],
+        full: &["--seeds", "100"],
     },
     Experiment {
         key: "sweep",
-        args: |quick, plots| {
-            let mut a = s(&["bench", "sweep", "--out"]);
-            a.push(path_arg(plots, "sweep"));
-            if quick {
-                a.extend(s(&["--quick", "--runs", "1"]));
-            }
-            a
-        },
+        args: &["bench", "sweep", "--out"],
+        plots: Some("sweep"),
+        quick: &["--quick", "--runs", "1"],
+        full: &[],
     },
     Experiment {
         key: "bench",
-        args: |quick, _| {
-            let mut a = s(&["bench", "--sizes", "8,64,1024,4096"]);
-            if quick {
-                a.extend(s(&["--runs", "3", "--count", "50000"]));
-            }
-            a
-        },
+        args: &["bench", "--sizes", "8,64,1024,4096"],
+        plots: None,
+        quick: &["--runs", "3", "--count", "50000"],
+        full: &[],
     },
     Experiment {
         key: "campaign",
-        args: |quick, plots| {
-            let mut a = s(&["campaign", "--out"]);
-            a.push(path_arg(plots, "campaign"));
-            if quick {
-                a.extend(s(&["--rates", "0.01", "--seeds", "2", "--messages", "2000", "--rounds", "20"]));
-            }
-            a
-        },
+        args: &["campaign", "--out"],
+        plots: Some("campaign"),
+        quick: &["--rates", "0.01", "--seeds", "2", "--messages", "2000", "--rounds", "20"],
+        full: &[],
     },
     Experiment {
         key: "cluster-campaign",
-        args: |quick, plots| {
-            let mut a = s(&["campaign", "--cluster", "--out"]);
-            a.push(path_arg(plots, "cluster-campaign"));
-            if quick {
-                a.extend(s(&["--seeds", "1", "--cell-secs", "1", "--rates", "0.001,0.01"]));
-            }
-            a
-        },
+        args: &["campaign", "--cluster", "--out"],
+        plots: Some("cluster-campaign"),
+        quick: &["--seeds", "1", "--cell-secs", "1", "--rates", "0.001,0.01"],
+        full: &[],
     },
     Experiment {
         key: "checksum",
-        args: |quick, _| {
-            let mut a = s(&["bench", "checksum", "--model"]);
-            if quick {
-                a.extend(s(&["--runs", "3", "--large-mib", "16", "--model-runs", "3"]));
-            }
-            a
-        },
+        args: &["bench", "checksum", "--model"],
+        plots: None,
+        quick: &["--runs", "3", "--large-mib", "16", "--model-runs", "3"],
+        full: &[],
     },
     Experiment {
         key: "logp",
-        args: |quick, plots| {
-            let mut a = s(&["bench", "logp", "--plot"]);
-            a.push(path_arg(plots, "logp.png"));
-            if quick {
-                a.extend(s(&["--sizes", "8,1024,16384,65536"]));
-            }
-            a
-        },
+        args: &["bench", "logp", "--plot"],
+        plots: Some("logp.png"),
+        quick: &["--sizes", "8,1024,16384,65536"],
+        full: &[],
     },
     Experiment {
         key: "model",
-        args: |quick, _| {
-            let mut a = s(&["model"]);
-            if quick {
-                a.extend(s(&["--rates", "1e-4,1e-3,1e-2", "--count", "2000", "--runs", "3"]));
-            }
-            a
-        },
+        args: &["model"],
+        plots: None,
+        quick: &["--rates", "1e-4,1e-3,1e-2", "--count", "2000", "--runs", "3"],
+        full: &[],
     },
 ];
 
@@ -380,7 +348,7 @@ pub fn run(o: &ReportOpts) -> anyhow::Result<()> {
 }
 
 fn run_one(exe: &Path, e: &Experiment, quick: bool, plots: &Path) -> Ran {
-    let mut args = (e.args)(quick, plots);
+    let mut args = e.args(quick, plots);
     args.push("--json".into());
     let command = format!("tether {}", args.join(" "));
     let t = Instant::now();
