@@ -10,7 +10,7 @@ use rand_pcg::Pcg64Mcg;
 use tether_fault::FaultPlan;
 use tether_proto::{AuthKind, ClusterKey, Config, NodeId, RailId, RailPolicy, RetransmitMode};
 
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, SwitchId};
 use crate::routed;
 use crate::topology::{Topology, TopologyError};
 
@@ -56,19 +56,12 @@ impl FabricPlan {
         moves: Vec<(NodeId, usize, Duration)>,
     ) -> Result<FabricPlan, TopologyError> {
         let fabric = topology.build()?;
-        let plan = |why: String| Err(TopologyError::Plan(why));
-        if let Some(n) = (0..nodes).find(|&n| fabric.host_at(routed::host(n)).is_none()) {
-            return plan(format!(
-                "the run's {nodes} nodes are hosts 1 to {nodes}: host {} is not in it",
-                routed::host(n)
-            ));
-        }
-        let home = fabric.host_at(routed::host(0)).map(|(sw, _)| sw);
+        let home = Self::home(&fabric, nodes)?;
         for &(node, hops, _) in &moves {
-            if node >= nodes || home.and_then(|h| fabric.place_at(h, hops, None)).is_none() {
-                return plan(format!(
+            if node >= nodes || fabric.place_at(home, hops, None).is_none() {
+                return Err(TopologyError::Plan(format!(
                     "node {node} cannot be moved {hops} hops from node 0: no switch that far has a free port"
-                ));
+                )));
             }
         }
         Ok(FabricPlan { topology, fabric, moves })
@@ -84,14 +77,26 @@ impl FabricPlan {
         hops: usize,
         at: Duration,
     ) -> Result<FabricPlan, TopologyError> {
-        let mut refused = None;
-        for hops in (1..=hops.max(1)).rev() {
-            match FabricPlan::new(topology.clone(), nodes, vec![(node, hops, at)]) {
-                Ok(plan) => return Ok(plan),
-                Err(e) => refused = Some(e),
-            }
+        let fabric = topology.build()?;
+        let home = Self::home(&fabric, nodes)?;
+        let hops = (1..=hops.max(1)).rev().find(|&h| fabric.place_at(home, h, None).is_some());
+        match hops {
+            Some(hops) if node < nodes => Ok(FabricPlan { topology, fabric, moves: vec![(node, hops, at)] }),
+            _ => Err(TopologyError::Plan(format!(
+                "node {node} cannot be moved 1 hop from node 0: no switch that far has a free port"
+            ))),
         }
-        Err(refused.expect("tried one hop at least"))
+    }
+
+    /// Node 0's switch, once every node of the run is a host of `fabric`.
+    fn home(fabric: &Fabric, nodes: u32) -> Result<SwitchId, TopologyError> {
+        if let Some(n) = (0..nodes).find(|&n| fabric.host_at(routed::host(n)).is_none()) {
+            return Err(TopologyError::Plan(format!(
+                "the run's {nodes} nodes are hosts 1 to {nodes}: host {} is not in it",
+                routed::host(n)
+            )));
+        }
+        Ok(fabric.host_at(routed::host(0)).map_or(0, |(sw, _)| sw))
     }
 }
 
