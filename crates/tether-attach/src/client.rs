@@ -218,6 +218,9 @@ struct Attachment {
     engine_gone: bool,
     /// New engines this endpoint resumed with.
     recoveries: u64,
+    /// A recovery takes in every completion the dead engine left, past a
+    /// full batch receive's buffer (`recover`).
+    draining: bool,
     /// `close` ran: dropping has nothing left to do.
     closed: bool,
     /// How long dropping waits for what was sent to settle.
@@ -431,6 +434,7 @@ impl Attachment {
             messages: MessagePool::new(),
             engine_gone: false,
             recoveries: 0,
+            draining: false,
             closed: false,
             engine_stats: Stats::default(),
             stats_before: Stats::default(),
@@ -1150,7 +1154,17 @@ impl Attachment {
     fn recover(&mut self, patience: Duration) -> Result<(), EngineError> {
         let lost = self.machine.now();
         tracing::warn!(node = self.node, engine = self.engine_pid, "engine gone: waiting for a new one");
-        self.take_completions()?;
+        // Every record the dead engine published, even past a batch
+        // receive's full buffer (into the queue): where this side stands in
+        // each stream, told to the new engine below, must count every
+        // fragment the dead one committed and acknowledged. One left in the
+        // ring would be taken after the new engine resumed before it, and
+        // the sender, which settled it, would never send what follows it
+        // to the new engine's expectation again.
+        self.draining = true;
+        let taken = self.take_completions();
+        self.draining = false;
+        taken?;
         // Submissions the dead engine never took: everything in them is
         // retained and goes again below. No engine reads the ring now.
         let mut stale = Vec::new();
@@ -1222,7 +1236,7 @@ impl Attachment {
         let crowded = completions.next_len().is_some() && completions.len() > completions.capacity() / 2;
         let mut record = std::mem::take(&mut self.buf);
         let result = loop {
-            if self.inbox.sink_full() {
+            if self.inbox.sink_full() && !self.draining {
                 break Ok(());
             }
             // A large delivery is taken into a pooled buffer, which is then
