@@ -778,12 +778,12 @@ impl Campaign<'_> {
     }
 
     /// A stall (a second or more before a message submitted after the
-    /// strike was delivered) is rare: two in 38,000 strikes, each a
-    /// receiver's engine hung and replaced whose application took the
-    /// best part of a second to notice; and once the stream never resumed,
-    /// the episode broke. What each application's endpoint and each
-    /// supervisor said, into `--out` as `file` (or on stderr), for
-    /// whoever looks into it.
+    /// strike was delivered) is rare: three in 50,000 strikes, each a
+    /// receiver's hung engine whose fence took most of the second (the
+    /// kernel finishing the killed process; docs/ENGINE.md, "Stalls of a
+    /// second"); and once the stream never resumed, and the episode
+    /// broke. What each application's endpoint and each supervisor said,
+    /// into `--out` as `file` (or on stderr), for whoever looks into it.
     fn account(&mut self, clients: [&Client; 2], what: &str, file: &str, say: &dyn Fn(&str)) {
         let mut text = format!("{what} (strike {})\n", self.records.len());
         if let Some(r) = self.records.last() {
