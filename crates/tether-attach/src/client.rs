@@ -179,6 +179,15 @@ impl Default for ClientOptions {
     }
 }
 
+/// How far a look at the completion ring takes: while a batch receive's
+/// buffer has room, or past it when full (a recovery must take every
+/// record the dead engine published).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    Room,
+    Full,
+}
+
 /// An application's attachment to its engine, driven by the application's
 /// calls and by the watcher (see [`Client`]).
 struct Attachment {
@@ -218,9 +227,6 @@ struct Attachment {
     engine_gone: bool,
     /// New engines this endpoint resumed with.
     recoveries: u64,
-    /// A recovery takes in every completion the dead engine left, past a
-    /// full batch receive's buffer (`recover`).
-    draining: bool,
     /// `close` ran: dropping has nothing left to do.
     closed: bool,
     /// How long dropping waits for what was sent to settle.
@@ -434,7 +440,6 @@ impl Attachment {
             messages: MessagePool::new(),
             engine_gone: false,
             recoveries: 0,
-            draining: false,
             closed: false,
             engine_stats: Stats::default(),
             stats_before: Stats::default(),
@@ -1161,10 +1166,7 @@ impl Attachment {
         // ring would be taken after the new engine resumed before it, and
         // the sender, which settled it, would never send what follows it
         // to the new engine's expectation again.
-        self.draining = true;
-        let taken = self.take_completions();
-        self.draining = false;
-        taken?;
+        self.take_completions_past(Sink::Full)?;
         // Submissions the dead engine never took: everything in them is
         // retained and goes again below. No engine reads the ring now.
         let mut stale = Vec::new();
@@ -1216,8 +1218,14 @@ impl Attachment {
     /// Read every completion waiting; a record that does not decode means
     /// the engine (or its memory) cannot be trusted.
     fn take_completions(&mut self) -> Result<(), EngineError> {
+        self.take_completions_past(Sink::Room)
+    }
+
+    /// `take_completions`, stopping at a full batch receive's buffer
+    /// (`Sink::Room`) or not (`Sink::Full`: into the queue, in order).
+    fn take_completions_past(&mut self, sink: Sink) -> Result<(), EngineError> {
         let before = self.progress;
-        let result = self.take_completions_quietly();
+        let result = self.take_completions_quietly(sink);
         if self.progress != before {
             for &bell in &self.sleepers {
                 ring_bell(bell);
@@ -1226,7 +1234,7 @@ impl Attachment {
         result
     }
 
-    fn take_completions_quietly(&mut self) -> Result<(), EngineError> {
+    fn take_completions_quietly(&mut self, sink: Sink) -> Result<(), EngineError> {
         // An engine that found the ring full holds what it would publish,
         // and may sleep meanwhile: room made in a ring over half full is
         // worth ringing for (an atomic load when it is not asleep). The
@@ -1236,7 +1244,7 @@ impl Attachment {
         let crowded = completions.next_len().is_some() && completions.len() > completions.capacity() / 2;
         let mut record = std::mem::take(&mut self.buf);
         let result = loop {
-            if self.inbox.sink_full() && !self.draining {
+            if sink == Sink::Room && self.inbox.sink_full() {
                 break Ok(());
             }
             // A large delivery is taken into a pooled buffer, which is then

@@ -174,6 +174,17 @@ struct Effect {
     failed: u64,
 }
 
+/// How the stream came through a strike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// Delivering again within `STALL`.
+    Delivering,
+    /// Delivering again, later than `STALL`.
+    Stalled,
+    /// Not delivering again within `RESUME`: the episode ends.
+    Broken,
+}
+
 impl Effect {
     fn any(&self) -> bool {
         self.stalled || self.lost + self.duplicated + self.corrupted + self.failed > 0
@@ -589,23 +600,21 @@ impl Campaign<'_> {
                 class.name(),
                 SIDES[draw.side]
             ));
-            let broken = self.strike(p, engines, clients, class, &draw)?;
+            let through = self.strike(p, engines, clients, class, &draw)?;
             i += 1;
-            let stalled = self.records.last().is_some_and(|r| r.effect.contains("stall"));
-            if broken {
-                self.broken += 1;
-                let file = format!("broken-episode-{}.log", self.episodes);
-                self.account(clients, &format!("episode {} broke", self.episodes), &file, say);
-                break;
-            }
-            if stalled {
-                let n = self.records.len();
-                self.account(
-                    clients,
-                    &format!("strike {n} stalled the stream"),
-                    &format!("stall-{n}.log"),
-                    say,
-                );
+            let n = self.records.len();
+            match through {
+                Through::Broken => {
+                    self.broken += 1;
+                    let what = format!("episode {} broke after strike {n}", self.episodes);
+                    self.account(clients, &what, &format!("broken-episode-{}.log", self.episodes), say);
+                    break;
+                }
+                Through::Stalled => {
+                    let what = format!("strike {n} stalled the stream");
+                    self.account(clients, &what, &format!("stall-{n}.log"), say);
+                }
+                Through::Delivering => {}
             }
         }
         self.watched += began.elapsed() * 2;
@@ -613,7 +622,7 @@ impl Campaign<'_> {
     }
 
     /// Strike once, observe until the next strike is due, and record it:
-    /// whether the stream is broken (stalled and not resumed).
+    /// how the stream came through it.
     fn strike(
         &mut self,
         p: &Progress,
@@ -621,7 +630,7 @@ impl Campaign<'_> {
         clients: [&Client; 2],
         class: FaultClass,
         d: &Draw,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Through> {
         let victim = &engines[d.side];
         let before = p.tally();
         let failed_before = self.failed;
@@ -734,7 +743,11 @@ impl Campaign<'_> {
             effect: effect.describe(),
             hook,
         });
-        Ok(broken)
+        Ok(match (broken, effect.stalled) {
+            (true, _) => Through::Broken,
+            (false, true) => Through::Stalled,
+            (false, false) => Through::Delivering,
+        })
     }
 
     /// Read the victim's next timeline line (waiting up to `wait`) into the
@@ -785,7 +798,7 @@ impl Campaign<'_> {
     /// broke. What each application's endpoint and each supervisor said,
     /// into `--out` as `file` (or on stderr), for whoever looks into it.
     fn account(&mut self, clients: [&Client; 2], what: &str, file: &str, say: &dyn Fn(&str)) {
-        let mut text = format!("{what} (strike {})\n", self.records.len());
+        let mut text = format!("{what}\n");
         if let Some(r) = self.records.last() {
             text.push_str(&format!("{r:?}\n"));
         }
